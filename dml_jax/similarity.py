@@ -1,0 +1,122 @@
+"""Similarities and label masks: the one convention of dml_jax is *higher = closer*.
+
+Every miner and loss works on a similarity matrix ``S [B, B']``. Three kinds exist:
+
+* ``'cosine'``: ``S_ij = <x_i, y_j> / (|x_i| |y_j|)``; on L2-normalised embeddings (what the
+  embedding head returns) this is the dot product and ``d_ij^2 = 2 - 2 S_ij``.
+* ``'dot'``: ``S_ij = <x_i, y_j>``, no normalisation.
+* ``'neg_sq_euclidean'``: ``S_ij = -|x_i - y_j|^2``, for unnormalised embeddings (e.g. the 2-D
+  embedding of the digits even/odd experiment); ``d_ij^2 = -S_ij``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+KINDS = ("cosine", "dot", "neg_sq_euclidean")
+
+
+def l2_normalize(x: jax.Array, *, axis: int = -1, eps: float = 1e-12) -> jax.Array:
+  """Scales ``x`` to unit L2 norm along ``axis``: ``x / max(|x|, eps)``.
+
+  Args:
+    x: float array, e.g. ``[B, D]``.
+    axis: the axis to normalise.
+    eps: lower bound of the norm, so that a zero vector stays zero (finite gradient).
+
+  Returns:
+    Array of the shape and dtype of ``x``.
+  """
+  sq = jnp.sum(jnp.square(x.astype(jnp.float32)), axis=axis, keepdims=True)
+  inv = jax.lax.rsqrt(jnp.maximum(sq, eps * eps))
+  return (x * inv).astype(x.dtype)
+
+
+def check_kind(kind: str) -> str:
+  """Returns ``kind`` or raises ``ValueError`` naming the allowed kinds."""
+  if kind not in KINDS:
+    raise ValueError(f"Unknown similarity kind {kind!r}; allowed: {', '.join(KINDS)}.")
+  return kind
+
+
+def pairwise_similarity(x: jax.Array, y: jax.Array | None = None, *,
+                        kind: str = "cosine") -> jax.Array:
+  """Similarity of every row of ``x`` with every row of ``y`` (higher = closer).
+
+  Args:
+    x: float ``[B, D]``.
+    y: float ``[B', D]``; ``None`` means ``y = x``.
+    kind: ``'cosine'``, ``'dot'`` or ``'neg_sq_euclidean'`` (see the module docstring).
+
+  Returns:
+    float32 ``[B, B']``. Computed in float32 whatever the input dtype.
+  """
+  check_kind(kind)
+  if x.ndim != 2:
+    raise ValueError(f"embeddings must have rank 2 [B, D], got shape {x.shape}.")
+  x = x.astype(jnp.float32)
+  y = x if y is None else y.astype(jnp.float32)
+  if y.ndim != 2 or y.shape[1] != x.shape[1]:
+    raise ValueError(f"gallery must have shape [B', {x.shape[1]}], got {y.shape}.")
+  if kind == "cosine":
+    xn = l2_normalize(x)
+    yn = xn if y is x else l2_normalize(y)
+    return xn @ yn.T
+  if kind == "dot":
+    return x @ y.T
+  # -|x - y|^2 = 2 <x, y> - |x|^2 - |y|^2, clipped so that it never exceeds 0.
+  x2 = jnp.sum(jnp.square(x), axis=1)
+  y2 = x2 if y is x else jnp.sum(jnp.square(y), axis=1)
+  return jnp.minimum(2.0 * (x @ y.T) - x2[:, None] - y2[None, :], 0.0)
+
+
+def squared_distance(s: jax.Array, *, kind: str = "cosine") -> jax.Array:
+  """Squared Euclidean distance implied by a similarity of the given kind.
+
+  ``'cosine'`` (unit vectors): ``d^2 = 2 - 2 S``; ``'neg_sq_euclidean'``: ``d^2 = -S``.
+  ``'dot'`` does not determine a distance and raises ``ValueError``.
+
+  Args:
+    s: similarities, any shape.
+    kind: the similarity kind ``s`` was computed with.
+
+  Returns:
+    Array of the shape of ``s``, clipped at 0 from below.
+  """
+  check_kind(kind)
+  if kind == "cosine":
+    return jnp.maximum(2.0 - 2.0 * s, 0.0)
+  if kind == "neg_sq_euclidean":
+    return jnp.maximum(-s, 0.0)
+  raise ValueError("similarity kind 'dot' defines no distance; use 'cosine' or "
+                   "'neg_sq_euclidean' with a distance-based loss.")
+
+
+def label_masks(labels: jax.Array, other_labels: jax.Array | None = None,
+                *, exclude_self: bool | None = None) -> tuple[jax.Array, jax.Array]:
+  """Positive and negative pair masks from integer labels.
+
+  Args:
+    labels: int ``[B]`` (anchor labels).
+    other_labels: int ``[B']``; ``None`` means the batch against itself.
+    exclude_self: remove the diagonal from the positives. Defaults to ``True`` when
+      ``other_labels`` is ``None`` (self pairs are never positives or negatives).
+
+  Returns:
+    ``(pos, neg)``: bool ``[B, B']``. ``pos[i, j]`` = same label (``i != j`` when self is
+    excluded), ``neg[i, j]`` = different label.
+  """
+  if labels.ndim != 1:
+    raise ValueError(f"labels must have rank 1 [B], got shape {labels.shape}.")
+  if not jnp.issubdtype(labels.dtype, jnp.integer):
+    raise ValueError(f"labels must be integers, got dtype {labels.dtype}.")
+  same_batch = other_labels is None
+  other = labels if same_batch else other_labels
+  if exclude_self is None:
+    exclude_self = same_batch
+  same = labels[:, None] == other[None, :]
+  pos = same
+  if exclude_self:
+    pos = same & ~jnp.eye(labels.shape[0], other.shape[0], dtype=bool)
+  return pos, ~same
