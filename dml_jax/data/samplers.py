@@ -1,0 +1,259 @@
+"""The n-per-class batch sampler (seed paper: "n examples per class, classes added until the
+batch is full"), as a pure function of ``(seed, step)``.
+
+A batch of ``batch_size = B`` indices holds ``c = B // n`` *groups*; a group is up to
+``n = group_size`` examples of one class, stored contiguously, and no class appears in two
+groups of the same batch. An epoch is built as follows (host-side numpy):
+
+1. Every class is shuffled and cut into consecutive groups of ``n``; the last group of a
+   class holds the remainder ``r = N_c mod n`` (a class with ``N_c < n`` is one such group).
+   ``small_class`` decides what happens to a group with fewer than ``n`` examples:
+
+   * ``'replace'`` (default; the released code pads classes): the group is padded to ``n``.
+     If the class has at least ``n`` examples the padding is ``n - r`` *other* examples of
+     the class (drawn without replacement, so the group has no duplicates); a class with
+     ``N_c < n`` is padded by sampling its examples with replacement (duplicates, i.e.
+     positive pairs with similarity 1). Every group has exactly ``n`` examples.
+   * ``'all'`` (the seed paper's text): the group keeps its ``r`` examples; the free slots
+     of the batch go to further groups (see 4), so a batch may hold more than ``c`` classes
+     and a class may contribute a single example (an anchor without a positive).
+   * ``'skip'``: the group is dropped, so classes with ``N_c < n`` never appear and the
+     remainder of a class is left out of this epoch (a different remainder next epoch).
+
+2. The number of batches per epoch is the constant
+   ``S = max(ceil(G / c), max_k G_k)`` (``G`` groups in all, ``G_k`` of class ``k``): every
+   group fits once and a class with many groups can be spread over distinct batches.
+3. Groups are packed batch by batch: a class with as many groups left as batches left must
+   go into this batch; the other places (up to ``c`` groups) go to classes drawn at random
+   without replacement with probability proportional to their remaining groups, each
+   contributing its next group. This keeps the classes of a batch distinct, spreads the
+   classes over the epoch like a random shuffle and always finishes in ``S`` batches.
+4. A batch with free slots (the last batches, or when a class dominates) is topped up with
+   extra groups of classes absent from the batch, drawn at random (``n`` examples without
+   replacement, or as in 1 for a class with ``N_c < n``); with ``'all'``, top-up groups
+   hold ``min(n, free slots, N_c)`` examples, and if every class is already in the batch the
+   last free slots repeat examples of the batch (sampling with replacement). Top-ups are the
+   only examples visited twice in an epoch.
+
+So every batch has exactly ``B`` indices, and with ``'replace'`` and ``'all'`` an epoch
+visits every example at least once. The epoch is a function of ``(seed, epoch)`` only
+(``numpy.random.default_rng([seed, epoch])``); ``batch_indices(step)`` builds (and caches)
+that epoch's batches, so a resumed run gets exactly the batches it would have had.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+
+import numpy as np
+
+SMALL_CLASS_MODES = ("replace", "all", "skip")
+
+
+class NPerClassSampler:
+  """Batches of ``batch_size`` indices, ``group_size`` per class, a pure function of the step.
+
+  Usage::
+
+    sampler = NPerClassSampler(split.labels, batch_size=32, group_size=4, seed=0)
+    for step in range(start_step, num_steps):
+      idx = sampler.batch_indices(step)           # int64 [32]
+      images, labels = split.images[idx], split.labels[idx]
+
+  Args:
+    labels: int ``[N]`` class labels (any integer values).
+    batch_size: ``B``, a multiple of ``group_size``.
+    group_size: ``n >= 2``, examples per class in a batch.
+    seed: non-negative int; the batches depend on ``(seed, step)`` only.
+    small_class: ``'replace'``, ``'all'`` or ``'skip'``, the treatment of groups with fewer
+      than ``n`` examples (see the module docstring).
+    cache_epochs: how many epochs' batch tables to keep (each is ``[S, B]`` int64).
+
+  Raises:
+    ValueError: ``group_size < 2``, ``group_size > batch_size``, ``batch_size`` not a
+      multiple of ``group_size``, fewer (usable) classes than ``batch_size // group_size``,
+      an unknown ``small_class``, a negative seed or malformed labels.
+  """
+
+  def __init__(self, labels: np.ndarray, *, batch_size: int, group_size: int, seed: int,
+               small_class: str = "replace", cache_epochs: int = 2):
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or labels.shape[0] == 0:
+      raise ValueError(f"labels must be a non-empty rank-1 array [N], got shape {labels.shape}.")
+    if not np.issubdtype(labels.dtype, np.integer):
+      raise ValueError(f"labels must be integers, got dtype {labels.dtype}.")
+    for what, value in (("batch_size", batch_size), ("group_size", group_size),
+                        ("seed", seed), ("cache_epochs", cache_epochs)):
+      if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+        raise ValueError(f"{what} must be an int, got {value!r}.")
+    if group_size < 2:
+      raise ValueError(f"group_size={group_size} must be >= 2 (an anchor needs a positive).")
+    if group_size > batch_size:
+      raise ValueError(f"group_size={group_size} is larger than batch_size={batch_size}.")
+    if batch_size % group_size:
+      raise ValueError(f"batch_size={batch_size} must be a multiple of group_size="
+                       f"{group_size}.")
+    if small_class not in SMALL_CLASS_MODES:
+      raise ValueError(f"Unknown small_class {small_class!r}; allowed: "
+                       f"{', '.join(SMALL_CLASS_MODES)}.")
+    if seed < 0:
+      raise ValueError(f"seed={seed} must be non-negative.")
+    if cache_epochs < 1:
+      raise ValueError(f"cache_epochs={cache_epochs} must be >= 1.")
+    self.batch_size = int(batch_size)
+    self.group_size = int(group_size)
+    self.seed = int(seed)
+    self.small_class = small_class
+    self.classes_per_batch = self.batch_size // self.group_size
+    self.labels = labels.copy()
+    self.labels.setflags(write=False)
+
+    self.classes, class_of, self.class_counts = np.unique(
+        labels, return_inverse=True, return_counts=True)
+    # Dataset indices sorted by class (stable); class k occupies [starts[k], starts[k] + N_k).
+    self._by_class = np.argsort(class_of, kind="stable")
+    self._starts = np.concatenate([[0], np.cumsum(self.class_counts)[:-1]])
+    n = self.group_size
+    if small_class == "skip":
+      self._groups_per_class = self.class_counts // n
+    else:
+      self._groups_per_class = -(-self.class_counts // n)
+    # Classes that may contribute top-up groups (with 'skip', only classes with >= n).
+    self._filler_classes = np.flatnonzero(self._groups_per_class > 0)
+    usable = len(self._filler_classes)
+    if usable < self.classes_per_batch:
+      what = f"classes with >= {n} examples" if small_class == "skip" else "classes"
+      raise ValueError(f"batch_size={batch_size} // group_size={group_size} = "
+                       f"{self.classes_per_batch} classes per batch, but the labels have only "
+                       f"{usable} {what}.")
+    num_groups = int(self._groups_per_class.sum())
+    self.num_groups = num_groups
+    self.steps_per_epoch = max(math.ceil(num_groups / self.classes_per_batch),
+                               int(self._groups_per_class.max()))
+    self._cache: collections.OrderedDict[int, np.ndarray] = collections.OrderedDict()
+    self._cache_epochs = int(cache_epochs)
+
+  def __repr__(self) -> str:
+    return (f"NPerClassSampler(N={len(self.labels)}, classes={len(self.classes)}, "
+            f"batch_size={self.batch_size}, group_size={self.group_size}, seed={self.seed}, "
+            f"small_class={self.small_class!r}, steps_per_epoch={self.steps_per_epoch})")
+
+  def epoch_of(self, step: int) -> int:
+    """The epoch of a step: ``step // steps_per_epoch``."""
+    return _check_nonnegative(step, "step") // self.steps_per_epoch
+
+  def batch_indices(self, step: int) -> np.ndarray:
+    """Dataset indices of the batch at ``step``: int64 ``[batch_size]``.
+
+    Groups are contiguous: with ``'replace'``/``'skip'``, ``idx[g*n:(g+1)*n]`` is one class.
+    """
+    step = _check_nonnegative(step, "step")
+    epoch, within = divmod(step, self.steps_per_epoch)
+    return self.epoch_batches(epoch)[within].copy()
+
+  def epoch_batches(self, epoch: int) -> np.ndarray:
+    """All batches of an epoch: int64 ``[steps_per_epoch, batch_size]`` (read-only, cached)."""
+    epoch = _check_nonnegative(epoch, "epoch")
+    if epoch in self._cache:
+      self._cache.move_to_end(epoch)
+      return self._cache[epoch]
+    table = self._build_epoch(np.random.default_rng([self.seed, epoch]))
+    table.setflags(write=False)
+    self._cache[epoch] = table
+    while len(self._cache) > self._cache_epochs:
+      self._cache.popitem(last=False)
+    return table
+
+  def _build_epoch(self, rng: np.random.Generator) -> np.ndarray:
+    """The ``[S, B]`` batch table of one epoch, drawn with ``rng``."""
+    groups, sizes, first_group = self._make_groups(rng)
+    num_classes, c = len(self.classes), self.classes_per_batch
+    remaining = self._groups_per_class.copy()
+    taken = np.zeros(num_classes, np.int64)
+    table = np.empty((self.steps_per_epoch, self.batch_size), np.int64)
+    for b in range(self.steps_per_epoch):
+      left = self.steps_per_epoch - b
+      # Gumbel top-k = sampling without replacement with probability ~ remaining groups;
+      # classes that need every remaining batch come first.
+      with np.errstate(divide="ignore"):
+        keys = np.log(remaining.astype(np.float64)) + rng.gumbel(size=num_classes)
+      keys[remaining == left] = np.inf
+      k = min(c, int(np.count_nonzero(remaining)))
+      chosen = np.argpartition(-keys, k - 1)[:k] if k else np.zeros(0, np.int64)
+      rng.shuffle(chosen)
+      group_ids = first_group[chosen] + taken[chosen]
+      taken[chosen] += 1
+      remaining[chosen] -= 1
+      parts = [groups[g, :sizes[g]] for g in group_ids]
+      table[b] = self._top_up(parts, set(chosen.tolist()), rng)
+    assert not remaining.any()
+    return table
+
+  def _make_groups(self, rng: np.random.Generator):
+    """Shuffles every class and cuts it into groups.
+
+    Returns:
+      ``groups`` int64 ``[G, n]`` (dataset indices, -1 where empty), ``sizes`` int ``[G]``
+      and ``first_group`` int ``[K]`` (the row of each class's first group; a class's groups
+      are consecutive rows).
+    """
+    n, counts, gpc = self.group_size, self.class_counts, self._groups_per_class
+    # Random order within each class: sort by (class, random key).
+    class_sorted = np.repeat(np.arange(len(counts)), counts)
+    order = self._by_class[np.lexsort((rng.random(len(class_sorted)), class_sorted))]
+    group_class = np.repeat(np.arange(len(counts)), gpc)
+    first_group = np.concatenate([[0], np.cumsum(gpc)[:-1]])
+    group_rank = np.arange(len(group_class)) - first_group[group_class]
+    pos = group_rank[:, None] * n + np.arange(n)[None, :]        # position within the class
+    count = counts[group_class][:, None]
+    start = self._starts[group_class][:, None]
+    inside = pos < count
+    groups = np.where(inside, order[start + np.minimum(pos, count - 1)], -1)
+    if self.small_class == "replace":
+      # Padding slot t of a remainder group (r = count - rank * n): the class's
+      # (t - r)-th example (never in the remainder) if the class has >= n examples, else a
+      # uniformly drawn example of the class (with replacement).
+      pad_pos = np.where(count >= n, pos - count,
+                         np.floor(rng.random(pos.shape) * count).astype(np.int64))
+      padded = order[start + np.clip(pad_pos, 0, count - 1)]
+      groups = np.where(inside, groups, padded)
+      sizes = np.full(len(group_class), n)
+    else:
+      sizes = np.minimum(count[:, 0] - group_rank * n, n)
+    return groups, sizes, first_group
+
+  def _class_sample(self, k: int, size: int, rng: np.random.Generator) -> np.ndarray:
+    """``size`` examples of class ``k``: distinct if possible, the rest with replacement."""
+    members = self._by_class[self._starts[k]:self._starts[k] + self.class_counts[k]]
+    distinct = rng.permutation(members)[:size]
+    extra = rng.choice(members, size=size - len(distinct), replace=True)
+    return np.concatenate([distinct, extra])
+
+  def _top_up(self, parts: list[np.ndarray], present: set[int],
+              rng: np.random.Generator) -> np.ndarray:
+    """Concatenates the batch's groups and fills the free slots (module docstring, 4)."""
+    free = self.batch_size - sum(len(p) for p in parts)
+    if free:
+      for k in rng.permutation(self._filler_classes).tolist():
+        if free == 0:
+          break
+        if k in present:
+          continue
+        if self.small_class == "all":
+          size = min(self.group_size, free, int(self.class_counts[k]))
+        else:  # 'replace' and 'skip' groups are always full.
+          size = self.group_size
+        parts.append(self._class_sample(k, size, rng))
+        free -= size
+      if free:  # Only with 'all': every class is already in the batch.
+        batch = np.concatenate(parts)
+        parts.append(rng.choice(batch, size=free, replace=True))
+    return np.concatenate(parts)
+
+
+def _check_nonnegative(value: int, what: str) -> int:
+  """Returns ``int(value)`` or raises ``ValueError`` if it is not a non-negative int."""
+  if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
+    raise ValueError(f"{what} must be a non-negative int, got {value!r}.")
+  return int(value)

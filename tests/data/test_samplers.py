@@ -1,0 +1,163 @@
+"""Tests of the n-per-class batch sampler."""
+
+import numpy as np
+import pytest
+
+from dml_jax.data import NPerClassSampler
+
+
+def _labels(seed, num_classes=9, n=60):
+  """Imbalanced labels with small classes (1 and 2 examples) and odd remainders."""
+  rng = np.random.default_rng(seed)
+  labels = rng.integers(0, num_classes, size=n)
+  return np.concatenate([labels, [20], [30, 30]])  # classes with 1 and 2 examples
+
+
+def _runs(batch_labels):
+  """Consecutive runs of equal labels: list of (label, length)."""
+  cuts = np.flatnonzero(np.diff(batch_labels)) + 1
+  return [(int(r[0]), len(r)) for r in np.split(batch_labels, cuts)]
+
+
+def _check_batch(labels, idx, *, batch_size, group_size, small_class):
+  assert idx.shape == (batch_size,) and np.issubdtype(idx.dtype, np.integer)
+  assert idx.min() >= 0 and idx.max() < len(labels)
+  bl = labels[idx]
+  if small_class == "all":
+    # Groups of <= n examples, contiguous, one class each, no class twice.
+    runs = _runs(bl)
+    assert all(length <= group_size for _, length in runs)
+    assert len({c for c, _ in runs}) == len(runs), bl
+  else:
+    groups = bl.reshape(batch_size // group_size, group_size)
+    assert (groups == groups[:, :1]).all(), bl       # one class per group
+    assert len(np.unique(groups[:, 0])) == len(groups), bl  # distinct classes per batch
+    if small_class == "skip":
+      counts = np.bincount(labels)
+      assert (counts[groups[:, 0]] >= group_size).all()
+
+
+@pytest.mark.parametrize("small_class", ["replace", "all", "skip"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_batches_have_shape_groups_and_distinct_classes(small_class, seed):
+  labels = _labels(seed)
+  s = NPerClassSampler(labels, batch_size=12, group_size=3, seed=seed, small_class=small_class)
+  table = s.epoch_batches(0)
+  assert table.shape == (s.steps_per_epoch, 12)
+  for idx in table:
+    _check_batch(labels, idx, batch_size=12, group_size=3, small_class=small_class)
+  # With 'replace' every group is exactly n examples, without duplicates when N_c >= n.
+  if small_class == "replace":
+    counts = np.bincount(labels)
+    for idx in table:
+      for g in idx.reshape(4, 3):
+        if counts[labels[g[0]]] >= 3:
+          assert len(set(g.tolist())) == 3, g
+
+
+@pytest.mark.parametrize("small_class", ["replace", "all"])
+def test_epoch_covers_every_example(small_class):
+  for seed in range(3):
+    labels = _labels(seed)
+    s = NPerClassSampler(labels, batch_size=12, group_size=3, seed=seed, small_class=small_class)
+    for epoch in range(2):
+      np.testing.assert_array_equal(np.unique(s.epoch_batches(epoch)), np.arange(len(labels)))
+
+
+def test_skip_mode_visits_full_groups_and_never_small_classes():
+  labels = _labels(0)
+  s = NPerClassSampler(labels, batch_size=12, group_size=3, seed=0, small_class="skip")
+  seen = np.unique(s.epoch_batches(0))
+  counts = np.bincount(labels)
+  per_class = np.bincount(labels[seen], minlength=len(counts))
+  assert (per_class >= 3 * (counts // 3)).all()   # every full group visited
+  assert per_class[20] == 0 and per_class[30] == 0  # classes smaller than n never appear
+  assert s.steps_per_epoch == int(np.ceil((counts // 3).sum() / 4))
+
+
+def test_exactly_once_when_groups_fill_the_epoch():
+  # 6 classes x 8 examples, n=4: 12 groups, 3 per batch -> 4 batches, no top-up.
+  labels = np.repeat(np.arange(6), 8)
+  s = NPerClassSampler(labels, batch_size=12, group_size=4, seed=3)
+  assert s.steps_per_epoch == 4
+  table = s.epoch_batches(0)
+  np.testing.assert_array_equal(np.sort(table.ravel()), np.arange(48))
+
+
+def test_dominant_class_spread_over_distinct_batches():
+  # Class 0 has 40 groups of 2, the others 1 each: one batch per class-0 group.
+  labels = np.concatenate([np.zeros(80, int), np.repeat(np.arange(1, 6), 2)])
+  s = NPerClassSampler(labels, batch_size=6, group_size=2, seed=0)
+  assert s.steps_per_epoch == 40
+  table = s.epoch_batches(0)
+  for idx in table:
+    _check_batch(labels, idx, batch_size=6, group_size=2, small_class="replace")
+  np.testing.assert_array_equal(np.unique(table), np.arange(len(labels)))
+
+
+def test_all_mode_fills_batch_when_classes_run_out():
+  # 3 classes of 2 examples cannot fill a batch of 8 with distinct classes: the last slots
+  # repeat examples of the batch, and the shape stays [8].
+  labels = np.repeat(np.arange(3), 2)
+  s = NPerClassSampler(labels, batch_size=8, group_size=4, seed=0, small_class="all")
+  table = s.epoch_batches(0)
+  assert table.shape == (s.steps_per_epoch, 8)
+  np.testing.assert_array_equal(np.unique(table), np.arange(6))
+
+
+def test_deterministic_for_a_seed_and_different_for_another():
+  labels = _labels(5)
+  a = NPerClassSampler(labels, batch_size=12, group_size=3, seed=7)
+  b = NPerClassSampler(labels, batch_size=12, group_size=3, seed=7)
+  c = NPerClassSampler(labels, batch_size=12, group_size=3, seed=8)
+  np.testing.assert_array_equal(a.epoch_batches(1), b.epoch_batches(1))
+  assert not np.array_equal(a.epoch_batches(0), c.epoch_batches(0))
+  assert not np.array_equal(a.epoch_batches(0), a.epoch_batches(1))  # a new shuffle per epoch
+
+
+@pytest.mark.parametrize("small_class", ["replace", "all", "skip"])
+def test_random_access_equals_sequential_iteration(small_class):
+  labels = _labels(1)
+  kwargs = dict(batch_size=12, group_size=3, seed=11, small_class=small_class)
+  seq = NPerClassSampler(labels, cache_epochs=1, **kwargs)
+  steps = 3 * seq.steps_per_epoch + 2
+  sequential = [seq.batch_indices(t) for t in range(steps)]
+  # A "resumed" sampler jumps straight to late steps, across epochs, in any order.
+  resumed = NPerClassSampler(labels, cache_epochs=1, **kwargs)
+  for t in [steps - 1, 4, seq.steps_per_epoch, 2 * seq.steps_per_epoch + 1, 0]:
+    np.testing.assert_array_equal(resumed.batch_indices(t), sequential[t])
+
+
+def test_epoch_of_and_returned_batches_are_copies():
+  labels = np.repeat(np.arange(6), 8)
+  s = NPerClassSampler(labels, batch_size=12, group_size=4, seed=0)
+  assert [s.epoch_of(t) for t in (0, 3, 4, 9)] == [0, 0, 1, 2]
+  idx = s.batch_indices(5)
+  before = idx.copy()
+  idx[:] = -1
+  np.testing.assert_array_equal(s.batch_indices(5), before)
+  with pytest.raises(ValueError, match="step must be a non-negative int, got -1"):
+    s.batch_indices(-1)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(batch_size=8, group_size=16), "group_size=16 is larger than batch_size=8"),
+    (dict(batch_size=10, group_size=4), "batch_size=10 must be a multiple of group_size=4"),
+    (dict(batch_size=8, group_size=1), "group_size=1 must be >= 2"),
+    (dict(batch_size=16, group_size=2), "8 classes per batch.*only 6 classes"),
+    (dict(batch_size=8, group_size=2, small_class="pad"), "'pad'.*replace, all, skip"),
+    (dict(batch_size=8, group_size=2, seed=-1), "seed=-1"),
+])
+def test_errors(kwargs, match):
+  labels = np.repeat(np.arange(6), 3)
+  kwargs = {"seed": 0, **kwargs}
+  with pytest.raises(ValueError, match=match):
+    NPerClassSampler(labels, **kwargs)
+
+
+def test_skip_counts_only_classes_with_a_full_group():
+  labels = np.array([0, 0, 0, 1, 1, 1, 2, 3])
+  with pytest.raises(ValueError, match="only 2 classes with >= 3 examples"):
+    NPerClassSampler(labels, batch_size=9, group_size=3, seed=0, small_class="skip")
+  with pytest.raises(ValueError, match="labels must be integers"):
+    NPerClassSampler(labels.astype(float), batch_size=6, group_size=3, seed=0)
