@@ -1,0 +1,57 @@
+"""Defaults shared by every experiment config (DESIGN.md §3 schema).
+
+Experiment files import this module, call ``get_config()`` and override a few fields.
+Every ``loss`` key except ``name`` is a keyword argument of ``objectives.make(name, ...)``.
+"""
+
+import ml_collections
+
+
+def get_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+  c.num_train_steps = 1000
+  c.batch_size = 128              # global batch
+  c.log_every_steps = 50
+  c.checkpoint_every_steps = 500
+  c.eval_every_steps = 0          # 0: evaluate only at the end
+  c.max_checkpoints_to_keep = 3
+
+  c.data = ml_collections.ConfigDict()
+  c.data.name = "digits_evenodd"
+  c.data.options = ml_collections.ConfigDict()   # keyword arguments of the dataset loader
+  c.data.group_size = 8           # n examples per class in a batch
+  c.data.small_class = "replace"  # class with < n examples: 'replace' | 'all' | 'skip'
+  c.data.image_size = 0           # 0: the dataset's native size
+  c.data.label_noise = 0.0        # rate p of uniform label noise (not implemented yet)
+  c.data.clean_fraction = 1.0     # clean 'topline' subsample (not implemented yet)
+
+  c.model = ml_collections.ConfigDict()
+  c.model.name = "small_cnn"
+  c.model.embedding_dim = 128
+  c.model.normalize = True        # L2-normalise the embedding
+  c.model.pretrained = ""         # path of converted weights ('' = none; not implemented yet)
+  c.model.freeze_bn = False       # BatchNorm uses running statistics while training
+
+  c.loss = ml_collections.ConfigDict()
+  c.loss.name = "nca"
+
+  c.optimizer = ml_collections.ConfigDict()
+  c.optimizer.name = "adam"       # 'adam' | 'sgd' (with momentum)
+  c.optimizer.learning_rate = 1e-3
+  c.optimizer.momentum = 0.9      # sgd only
+  c.optimizer.weight_decay = 0.0  # decoupled (adamw) for adam, L2 added to gradients for sgd
+  c.optimizer.schedule = "constant"   # 'constant' | 'step' | 'cosine'
+  c.optimizer.decay_steps = (0,)  # 'step': multiply the rate by decay_factor at these steps
+  c.optimizer.decay_factor = 0.1
+  c.optimizer.warmup_steps = 0
+  c.optimizer.objective_learning_rate = 0.0   # objective parameters (beta, proxies); 0: same
+
+  c.eval = ml_collections.ConfigDict()
+  c.eval.ks = (1, 2, 4, 8)
+  c.eval.splits = ("test",)       # 'split' or 'split:label_set', e.g. 'train:digit'
+  c.eval.similarity = "cosine"    # kNN similarity: 'cosine' | 'dot' | 'neg_sq_euclidean'
+  c.eval.batch_size = 512
+  c.eval.overcluster = 0          # > 0 adds NMI+ with k = overcluster * classes
+  c.eval.plot = True              # PNG scatter of the test embedding (PCA when D > 2)
+  return c

@@ -1,0 +1,217 @@
+"""Exact, blocked k-nearest-neighbour search (higher similarity = closer).
+
+``nearest_neighbors(query, gallery, k=k)`` returns, for every query row, the ``k`` gallery rows
+of highest similarity ``S_ij`` (a kind of :func:`dml_jax.similarity.pairwise_similarity`),
+sorted by decreasing similarity.
+
+Memory. Queries are processed in blocks of ``block_size`` rows; the gallery is scanned in
+blocks of ``gallery_block_size`` rows with a running top-k merge:
+
+  candidates = concat(best k so far, S[q_block, g_block]);  best = top_k(candidates, k)
+
+so the largest temporary is ``[block_size, k + gallery_block_size]``, never ``[Nq, Ng]`` (the
+whole gallery ``[Ng, D]`` is held on the device once). Without explicit sizes both are derived
+from ``memory_bytes`` (see :func:`block_sizes`). The last query block is padded to the block
+size and the gallery is padded to a whole number of blocks (padded rows are masked out), so the
+block function compiles once per block shape, whatever the number of queries.
+
+Ties. Items of equal similarity are ranked by lower gallery index. ``jax.lax.top_k``
+documents this ("if two elements are equal, the lower-index element appears first"); the merge
+keeps it because the running best (earlier gallery blocks, lower indices) comes first in the
+candidates. ``top_k`` orders ``-0.0`` below ``+0.0``, so zeros are made positive before the
+search, and non-finite similarities (overflow) are clipped to the finite float32 range, so
+that masked items (self, padding; ``-inf``) are never returned.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dml_jax.similarity import check_kind
+from dml_jax.similarity import pairwise_similarity
+
+DEFAULT_MEMORY_BYTES = 1 << 28  # 256 MiB of temporaries per query block.
+BYTES_PER_ENTRY = 16  # similarity + candidate value (float32) + candidate index (int32) + slack.
+MIN_QUERY_BLOCK = 256  # The whole gallery is scanned at once if this many queries fit.
+
+
+def block_sizes(num_query: int, num_gallery: int, k: int, *,
+                memory_bytes: int = DEFAULT_MEMORY_BYTES,
+                block_size: int | None = None,
+                gallery_block_size: int | None = None) -> tuple[int, int]:
+  """Query and gallery block sizes whose temporaries fit in ``memory_bytes``.
+
+  The temporaries of one block take about
+  ``BYTES_PER_ENTRY * block_size * (gallery_block_size + k)`` bytes. Unless given:
+
+  * ``gallery_block_size = Ng`` if ``min(MIN_QUERY_BLOCK, Nq)`` queries against the whole
+    gallery fit, else the largest size for which they fit;
+  * ``block_size = memory_bytes // (BYTES_PER_ENTRY * (gallery_block_size + k))``, clamped to
+    ``[1, Nq]``.
+
+  A given ``block_size`` is kept even when ``Nq`` is smaller (the block is padded), so that
+  every number of queries reuses one compiled block; ``gallery_block_size`` is clamped to
+  ``Ng``.
+
+  Args:
+    num_query: ``Nq``, the number of queries.
+    num_gallery: ``Ng``, the number of gallery items.
+    k: the number of neighbours kept per query.
+    memory_bytes: budget for the temporaries of one query block.
+    block_size: queries per block; ``None`` derives it from the budget.
+    gallery_block_size: gallery items per scan step; ``None`` derives it from the budget.
+
+  Returns:
+    ``(block_size, gallery_block_size)``.
+  """
+  for name, value in (("num_query", num_query), ("num_gallery", num_gallery), ("k", k),
+                      ("memory_bytes", memory_bytes)):
+    _check_positive_int(name, value)
+  if block_size is not None:
+    _check_positive_int("block_size", block_size)
+  if gallery_block_size is not None:
+    _check_positive_int("gallery_block_size", gallery_block_size)
+  entries = max(1, memory_bytes // BYTES_PER_ENTRY)
+  if gallery_block_size is None:
+    rows = block_size if block_size is not None else min(MIN_QUERY_BLOCK, num_query)
+    gallery_block_size = max(1, entries // rows - k)
+  gallery_block_size = min(gallery_block_size, num_gallery)
+  if block_size is None:
+    block_size = min(max(1, entries // (gallery_block_size + k)), num_query)
+  return block_size, gallery_block_size
+
+
+def nearest_neighbors(query, gallery=None, *, k: int, similarity: str = "cosine",
+                      block_size: int | None = None,
+                      gallery_block_size: int | None = None,
+                      memory_bytes: int = DEFAULT_MEMORY_BYTES) -> tuple[np.ndarray, np.ndarray]:
+  """The ``k`` most similar gallery items of every query, exact, in blocks.
+
+  ``idx[i] = argsort_j(-S_ij)[:k]`` with ``S = pairwise_similarity(query, gallery)``, ties
+  broken by lower gallery index ``j``; when ``gallery`` is ``None`` the query set is its own
+  gallery and ``j = i`` is excluded.
+
+  Args:
+    query: float ``[Nq, D]`` (numpy or JAX array; copied to the host as float32).
+    gallery: float ``[Ng, D]``; ``None`` means ``query`` with self excluded.
+    k: neighbours per query, ``1 <= k <= Ng`` (``Ng - 1`` when self is excluded).
+    similarity: ``'cosine'``, ``'dot'`` or ``'neg_sq_euclidean'``.
+    block_size: queries per block (the last block is padded); ``None``: from the budget.
+    gallery_block_size: gallery items per scan step; ``None``: from the budget.
+    memory_bytes: budget for the temporaries of one block (see :func:`block_sizes`).
+
+  Returns:
+    ``(indices, similarities)``: numpy int32 ``[Nq, k]`` gallery indices and float32
+    ``[Nq, k]`` similarities, each row sorted by decreasing similarity.
+  """
+  check_kind(similarity)
+  exclude_self = gallery is None
+  q = as_embeddings("query", query)
+  g = q if exclude_self else as_embeddings("gallery", gallery)
+  if g.shape[1] != q.shape[1]:
+    raise ValueError(f"gallery must have shape [Ng, {q.shape[1]}] like the query, "
+                     f"got {g.shape}.")
+  num_query, num_gallery = q.shape[0], g.shape[0]
+  available = num_gallery - int(exclude_self)
+  _check_positive_int("k", k)
+  if k > available:
+    where = "other items of the query set" if exclude_self else "gallery items"
+    raise ValueError(f"k={k} is larger than the {available} {where} available.")
+  qb, gb = block_sizes(num_query, num_gallery, k, memory_bytes=memory_bytes,
+                       block_size=block_size, gallery_block_size=gallery_block_size)
+  num_gallery_blocks = -(-num_gallery // gb)
+  g_blocks = _pad_rows(g, num_gallery_blocks * gb).reshape(num_gallery_blocks, gb, -1)
+  g_blocks = jnp.asarray(g_blocks)
+  q = _pad_rows(q, -(-num_query // qb) * qb)
+  outputs = [
+      _block_top_k(q[start:start + qb], np.int32(start), g_blocks, np.int32(num_gallery),
+                   k=k, kind=similarity, exclude_self=exclude_self)
+      for start in range(0, num_query, qb)
+  ]
+  indices = np.concatenate([np.asarray(i) for i, _ in outputs])[:num_query]
+  sims = np.concatenate([np.asarray(s) for _, s in outputs])[:num_query]
+  return indices, sims
+
+
+@functools.partial(jax.jit, static_argnames=("k", "kind", "exclude_self"))
+def _block_top_k(q: jax.Array, q_start: jax.Array, g_blocks: jax.Array,
+                 num_gallery: jax.Array, *, k: int, kind: str,
+                 exclude_self: bool) -> tuple[jax.Array, jax.Array]:
+  """Top-k of one query block ``q [qb, D]`` over ``g_blocks [nb, gb, D]``.
+
+  Gallery rows with index ``>= num_gallery`` (padding) and, with ``exclude_self``, the row of
+  index ``q_start + i`` for query ``i`` get similarity ``-inf``.
+
+  Returns:
+    ``(indices int32 [qb, k], similarities float32 [qb, k])``.
+  """
+  qb = q.shape[0]
+  num_blocks, gb, _ = g_blocks.shape
+  q_index = q_start + jnp.arange(qb, dtype=jnp.int32)
+
+  def block_similarity(g, g_start):
+    g_index = g_start + jnp.arange(gb, dtype=jnp.int32)
+    s = _sanitize(pairwise_similarity(q, g, kind=kind))
+    invalid = jnp.broadcast_to(g_index[None, :] >= num_gallery, s.shape)
+    if exclude_self:
+      invalid = invalid | (q_index[:, None] == g_index[None, :])
+    return jnp.where(invalid, -jnp.inf, s), g_index
+
+  if num_blocks == 1:
+    s, g_index = block_similarity(g_blocks[0], jnp.int32(0))
+    values, pos = jax.lax.top_k(s, k)
+    return g_index[pos], values
+
+  def step(best, inputs):
+    best_values, best_index = best
+    s, g_index = block_similarity(*inputs)
+    values = jnp.concatenate([best_values, s], axis=1)
+    index = jnp.concatenate([best_index, jnp.broadcast_to(g_index, s.shape)], axis=1)
+    values, pos = jax.lax.top_k(values, k)
+    return (values, jnp.take_along_axis(index, pos, axis=1)), None
+
+  init = (jnp.full((qb, k), -jnp.inf, jnp.float32), jnp.full((qb, k), -1, jnp.int32))
+  starts = jnp.arange(num_blocks, dtype=jnp.int32) * gb
+  (values, index), _ = jax.lax.scan(step, init, (g_blocks, starts))
+  return index, values
+
+
+def _sanitize(s: jax.Array) -> jax.Array:
+  """Maps ``-0.0`` to ``+0.0`` and NaN / +-inf into the finite float32 range."""
+  info = jnp.finfo(s.dtype)
+  s = jnp.nan_to_num(s, nan=info.min, posinf=info.max, neginf=info.min)
+  return jnp.where(s == 0.0, jnp.zeros_like(s), s)
+
+
+def as_embeddings(name: str, x) -> np.ndarray:
+  """``x`` as a finite float32 numpy ``[N, D]`` array with ``N, D >= 1``.
+
+  Raises ``ValueError`` naming ``name`` for another rank, an empty or non-numeric array, or
+  NaN / inf entries (e.g. a diverged model).
+  """
+  x = np.asarray(x)
+  if x.ndim != 2:
+    raise ValueError(f"{name} must have rank 2 [N, D], got shape {x.shape}.")
+  if x.shape[0] == 0 or x.shape[1] == 0:
+    raise ValueError(f"{name} must be non-empty, got shape {x.shape}.")
+  if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
+    raise ValueError(f"{name} must be a float array, got dtype {x.dtype}.")
+  x = x.astype(np.float32)
+  bad = int(np.size(x) - np.count_nonzero(np.isfinite(x)))
+  if bad:
+    raise ValueError(f"{name} has {bad} non-finite entries (NaN or inf).")
+  return x
+
+
+def _pad_rows(x: np.ndarray, rows: int) -> np.ndarray:
+  """``x [N, D]`` padded with zero rows to ``[rows, D]``."""
+  return x if rows == x.shape[0] else np.pad(x, ((0, rows - x.shape[0]), (0, 0)))
+
+
+def _check_positive_int(name: str, value) -> None:
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+    raise ValueError(f"{name} must be a positive integer, got {value!r}.")

@@ -1,0 +1,410 @@
+"""Training: train state, one jitted train step, and ``train_and_evaluate(config, workdir)``.
+
+The train state is a plain dict pytree (what Orbax saves)::
+
+  {'step': int32 [], 'params': nnx.State, 'batch_stats': nnx.State,
+   'objective': dict (beta, proxies, ...), 'opt_state': optax state}
+
+Determinism: the batch of step ``t`` and the PRNG key of step ``t`` are pure functions of
+``(config.seed, t)``, so a run killed at any point and resumed from its last checkpoint
+reproduces the uninterrupted run exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from typing import Any, Callable
+
+from absl import logging
+from flax import nnx
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import tqdm
+
+from dml_jax import checkpointing
+from dml_jax import data as data_lib
+from dml_jax import models
+from dml_jax import objectives
+from dml_jax.evaluation import evaluate as evaluate_lib
+
+METRICS_FILE = "metrics.jsonl"
+CONFIG_FILE = "config.json"
+
+
+class NonFiniteLossError(FloatingPointError):
+  """The loss or the gradient became NaN or inf; the state was not updated."""
+
+
+# ----------------------------------------------------------------------------- config
+
+
+def load_workdir_config(workdir: str) -> ml_collections.ConfigDict:
+  """The resolved config that ``train.py`` wrote into ``workdir``."""
+  path = os.path.join(workdir, CONFIG_FILE)
+  if not os.path.exists(path):
+    raise FileNotFoundError(
+        f"{path} does not exist: {workdir!r} is not a dml_jax workdir (train.py writes it).")
+  with open(path) as f:
+    return ml_collections.ConfigDict(json.load(f))
+
+
+def write_workdir_config(config: ml_collections.ConfigDict, workdir: str) -> None:
+  """Writes the resolved config as JSON into ``workdir``."""
+  os.makedirs(workdir, exist_ok=True)
+  with open(os.path.join(workdir, CONFIG_FILE), "w") as f:
+    f.write(config.to_json_best_effort(indent=2, sort_keys=True))
+
+
+def validate_config(config: ml_collections.ConfigDict) -> None:
+  """Checks the values the library cannot check itself; raises ``ValueError``."""
+  for key in ("num_train_steps", "batch_size", "log_every_steps", "checkpoint_every_steps"):
+    value = config[key]
+    if not isinstance(value, int) or value <= 0:
+      raise ValueError(f"config.{key} must be a positive integer, got {value!r}.")
+  if config.eval_every_steps < 0:
+    raise ValueError(f"config.eval_every_steps must be >= 0, got {config.eval_every_steps}.")
+  if config.data.label_noise:
+    raise NotImplementedError(
+        f"config.data.label_noise={config.data.label_noise}: label noise is not implemented "
+        "yet (planned with the real-dataset pipeline); use 0.0.")
+  if config.data.clean_fraction != 1.0:
+    raise NotImplementedError(
+        f"config.data.clean_fraction={config.data.clean_fraction}: the clean subsample is "
+        "not implemented yet; use 1.0.")
+  if config.data.image_size:
+    raise NotImplementedError(
+        f"config.data.image_size={config.data.image_size}: resizing is not implemented for "
+        "the embedded digits data yet; use 0 (native 8x8).")
+  if config.model.pretrained:
+    raise NotImplementedError(
+        f"config.model.pretrained={config.model.pretrained!r}: pretrained weights are not "
+        "implemented yet (planned with the ResNet backbones); use ''.")
+
+
+# -------------------------------------------------------------------------- optimizer
+
+
+def learning_rate_schedule(*, learning_rate: float, schedule: str, num_train_steps: int,
+                           decay_steps=(), decay_factor: float = 0.1,
+                           warmup_steps: int = 0) -> optax.Schedule:
+  """``'constant'``, ``'step'`` (times ``decay_factor`` at each of ``decay_steps``) or
+  ``'cosine'`` (to 0 at ``num_train_steps``), after an optional linear warm-up."""
+  if schedule == "constant":
+    sched = optax.constant_schedule(learning_rate)
+  elif schedule == "step":
+    boundaries = {int(s): decay_factor for s in decay_steps if int(s) > 0}
+    sched = optax.piecewise_constant_schedule(learning_rate, boundaries)
+  elif schedule == "cosine":
+    sched = optax.cosine_decay_schedule(learning_rate, max(num_train_steps - warmup_steps, 1))
+  else:
+    raise ValueError(f"Unknown optimizer.schedule {schedule!r}; allowed: constant, step, cosine.")
+  if warmup_steps > 0:
+    warm = optax.linear_schedule(0.0, learning_rate, warmup_steps)
+    sched = optax.join_schedules([warm, sched], [warmup_steps])
+  return sched
+
+
+def make_optimizer(opt: ml_collections.ConfigDict, *,
+                   num_train_steps: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
+  """The optax transformation for ``{'model': ..., 'objective': ...}`` parameter trees.
+
+  Model and objective parameters (margin beta, proxies) get their own learning rates
+  through ``optax.multi_transform``; ``objective_learning_rate = 0`` means the model's.
+  """
+  def one(learning_rate):
+    sched = learning_rate_schedule(
+        learning_rate=learning_rate, schedule=opt.schedule, num_train_steps=num_train_steps,
+        decay_steps=tuple(opt.decay_steps), decay_factor=opt.decay_factor,
+        warmup_steps=opt.warmup_steps)
+    if opt.name == "adam":
+      if opt.weight_decay:
+        return optax.adamw(sched, weight_decay=opt.weight_decay), sched
+      return optax.adam(sched), sched
+    if opt.name == "sgd":
+      tx = optax.sgd(sched, momentum=opt.momentum or None)
+      if opt.weight_decay:
+        tx = optax.chain(optax.add_decayed_weights(opt.weight_decay), tx)
+      return tx, sched
+    raise ValueError(f"Unknown optimizer.name {opt.name!r}; allowed: adam, sgd.")
+
+  model_tx, sched = one(opt.learning_rate)
+  objective_tx, _ = one(opt.objective_learning_rate or opt.learning_rate)
+  tx = optax.multi_transform({"model": model_tx, "objective": objective_tx},
+                             {"model": "model", "objective": "objective"})
+  return tx, sched
+
+
+# ------------------------------------------------------------------------ train state
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+  """Everything static a run needs: built once from the config."""
+  config: ml_collections.ConfigDict
+  splits: dict
+  sampler: Any
+  objective: objectives.Objective
+  train_graphdef: Any
+  eval_graphdef: Any
+  tx: optax.GradientTransformation
+  schedule: optax.Schedule
+  init_state: dict
+
+
+def build(config: ml_collections.ConfigDict) -> Setup:
+  """Loads data, builds the model, objective and optimizer, and the initial train state."""
+  validate_config(config)
+  splits = data_lib.load(config.data.name, **config.data.options.to_dict())
+  train = splits["train"]
+  sampler = data_lib.NPerClassSampler(
+      train.labels, batch_size=config.batch_size, group_size=config.data.group_size,
+      seed=config.seed, small_class=config.data.small_class)
+  objective = objectives.make(**config.loss.to_dict())
+
+  key = jax.random.key(config.seed)
+  model_key, objective_key = jax.random.split(key)
+  model = models.make(config.model.name, embedding_dim=config.model.embedding_dim,
+                      normalize=config.model.normalize,
+                      rngs=nnx.Rngs(params=model_key))
+  model.train()
+  train_graphdef, params, batch_stats = nnx.split(model, nnx.Param, ...)
+  model.eval()
+  eval_graphdef, _, _ = nnx.split(model, nnx.Param, ...)
+
+  num_classes = int(np.max(train.labels)) + 1
+  objective_params = objective.init(objective_key, num_classes=num_classes,
+                                    dim=config.model.embedding_dim)
+  tx, schedule = make_optimizer(config.optimizer, num_train_steps=config.num_train_steps)
+  trainable = {"model": params, "objective": objective_params}
+  init_state = {
+      "step": jnp.zeros((), jnp.int32),
+      "params": params,
+      "batch_stats": batch_stats,
+      "objective": objective_params,
+      "opt_state": tx.init(trainable),
+  }
+  return Setup(config=config, splits=splits, sampler=sampler, objective=objective,
+               train_graphdef=train_graphdef if not config.model.freeze_bn else eval_graphdef,
+               eval_graphdef=eval_graphdef, tx=tx, schedule=schedule, init_state=init_state)
+
+
+def make_train_step(setup: Setup) -> Callable:
+  """``train_step(state, images [B,H,W,C], labels [B], key) -> (state, metrics)``, jitted.
+
+  When the loss or the gradient is not finite, the state is returned unchanged and
+  ``metrics['finite']`` is 0, so no NaN ever reaches the parameters or a checkpoint.
+  """
+  graphdef, objective, tx = setup.train_graphdef, setup.objective, setup.tx
+
+  def loss_fn(trainable, batch_stats, images, labels, key):
+    model = nnx.merge(graphdef, trainable["model"], batch_stats, copy=True)
+    embeddings = model(images)
+    loss, aux = objective.apply(trainable["objective"], embeddings, labels, rng=key)
+    _, _, new_batch_stats = nnx.split(model, nnx.Param, ...)
+    return loss, (aux, new_batch_stats)
+
+  @jax.jit
+  def train_step(state, images, labels, key):
+    trainable = {"model": state["params"], "objective": state["objective"]}
+    (loss, (aux, new_batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        trainable, state["batch_stats"], images, labels, key)
+    grad_norm = optax.global_norm(grads)
+    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    updates, new_opt_state = tx.update(grads, state["opt_state"], trainable)
+    new_trainable = optax.apply_updates(trainable, updates)
+    new_state = {
+        "step": state["step"] + 1,
+        "params": new_trainable["model"],
+        "batch_stats": new_batch_stats,
+        "objective": new_trainable["objective"],
+        "opt_state": new_opt_state,
+    }
+    # Keep the old state (but report) when anything is NaN / inf.
+    new_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), new_state, state)
+    metrics = {"loss": loss, "grad_norm": grad_norm, "finite": finite.astype(jnp.float32),
+               **aux}
+    return new_state, metrics
+
+  return train_step
+
+
+def make_embed_fn(setup: Setup) -> Callable:
+  """``embed(state, images [B,H,W,C]) -> embeddings [B, D]`` in eval mode, jitted."""
+  graphdef = setup.eval_graphdef
+
+  @jax.jit
+  def embed(state, images):
+    model = nnx.merge(graphdef, state["params"], state["batch_stats"])
+    return model(images)
+
+  return embed
+
+
+def step_key(seed: int, step: int) -> jax.Array:
+  """The PRNG key of train step ``step`` (independent of resumption)."""
+  return jax.random.fold_in(jax.random.key(seed + 1), step)
+
+
+# ---------------------------------------------------------------------------- logging
+
+
+def _read_metrics(workdir: str) -> list[dict]:
+  path = os.path.join(workdir, METRICS_FILE)
+  if not os.path.exists(path):
+    return []
+  rows = []
+  with open(path) as f:
+    for line in f:
+      line = line.strip()
+      if line:
+        try:
+          rows.append(json.loads(line))
+        except json.JSONDecodeError:
+          break  # a line cut by a kill: drop it and what follows
+  return rows
+
+
+def truncate_metrics(workdir: str, step: int) -> None:
+  """Drops rows logged after ``step`` (by a run killed after its last checkpoint)."""
+  rows = [r for r in _read_metrics(workdir) if r["step"] <= step]
+  with open(os.path.join(workdir, METRICS_FILE), "w") as f:
+    for r in rows:
+      f.write(json.dumps(r) + "\n")
+
+
+def append_metrics(workdir: str, row: dict) -> None:
+  with open(os.path.join(workdir, METRICS_FILE), "a") as f:
+    f.write(json.dumps(row) + "\n")
+
+
+def _to_python(tree):
+  return jax.tree.map(lambda x: float(x) if np.ndim(x) == 0 else np.asarray(x).tolist(), tree)
+
+
+# --------------------------------------------------------------------------- evaluate
+
+
+def evaluate_state(setup: Setup, state: dict, embed_fn: Callable, *, workdir: str,
+                   step: int, plot: bool) -> dict:
+  """Runs the config's evaluation protocols on ``state`` and writes ``eval_step_N.json``."""
+  cfg = setup.config.eval
+  results = evaluate_lib.evaluate_splits(
+      lambda images: embed_fn(state, images), setup.splits, protocols=tuple(cfg.splits),
+      ks=tuple(cfg.ks), similarity=cfg.similarity, batch_size=cfg.batch_size,
+      overcluster=cfg.overcluster or None, seed=setup.config.seed,
+      plot_dir=workdir if plot else None, step=step)
+  evaluate_lib.write_results(results, workdir=workdir, step=step)
+  return results
+
+
+# ------------------------------------------------------------------------------ train
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
+                       show_progress: bool = True) -> dict:
+  """Trains (resuming from the newest checkpoint in ``workdir``) and evaluates.
+
+  Writes into ``workdir``: ``config.json`` (the resolved config), ``metrics.jsonl`` (a row
+  per log step and per evaluation), ``checkpoints/<step>``, ``eval_step_<N>.json`` and the
+  embedding PNG. Returns the final evaluation results.
+  """
+  setup = build(config)
+  write_workdir_config(config, workdir)
+  manager = checkpointing.make_manager(workdir, max_to_keep=config.max_checkpoints_to_keep)
+  state = setup.init_state
+  restored = checkpointing.restore(manager, state)
+  if restored is not None:
+    start, state, _ = restored
+    logging.info("Resumed from checkpoint step %d in %s.", start, workdir)
+  else:
+    start = 0
+  truncate_metrics(workdir, start)
+
+  train_step = make_train_step(setup)
+  embed_fn = make_embed_fn(setup)
+  train = setup.splits["train"]
+  total = config.num_train_steps
+  bar = tqdm.tqdm(total=total, initial=start, disable=not show_progress, unit="step",
+                  dynamic_ncols=True)
+  window_t, window_n = time.perf_counter(), 0
+  history = []
+  for step in range(start + 1, total + 1):
+    idx = setup.sampler.batch_indices(step - 1)
+    images, labels = train.images[idx], train.labels[idx]
+    state, metrics = train_step(state, images, labels, step_key(config.seed, step))
+    metrics = jax.device_get(metrics)
+    if not metrics["finite"]:
+      manager.close()
+      raise NonFiniteLossError(
+          f"Loss or gradient became non-finite at step {step} (loss={float(metrics['loss'])}, "
+          f"grad_norm={float(metrics['grad_norm'])}); training stopped, parameters and "
+          f"checkpoints were left at step {step - 1}. Lower optimizer.learning_rate or check "
+          "the loss hyper-parameters.")
+    history.append(metrics)
+    window_n += len(idx)
+    bar.update(1)
+    if step % config.log_every_steps == 0 or step == total:
+      elapsed = time.perf_counter() - window_t
+      mean = {k: float(np.mean([h[k] for h in history])) for k in history[0]}
+      row = {"step": step, **{f"train/{k}": v for k, v in mean.items() if k != "finite"},
+             "learning_rate": float(setup.schedule(step - 1)),
+             "examples_per_sec": window_n / max(elapsed, 1e-9)}
+      append_metrics(workdir, row)
+      bar.set_postfix(loss=f"{mean['loss']:.4f}", ex_s=f"{row['examples_per_sec']:.0f}")
+      window_t, window_n, history = time.perf_counter(), 0, []
+    if step % config.checkpoint_every_steps == 0 or step == total:
+      checkpointing.save(manager, step, state, {"step": step})
+    if config.eval_every_steps and step % config.eval_every_steps == 0 and step != total:
+      results = evaluate_state(setup, state, embed_fn, workdir=workdir, step=step, plot=False)
+      append_metrics(workdir, {"step": step, **evaluate_lib.flatten(results)})
+  bar.close()
+  manager.close()
+
+  final_step = int(state["step"])
+  results = evaluate_state(setup, state, embed_fn, workdir=workdir, step=final_step,
+                           plot=config.eval.plot)
+  if final_step > start:
+    append_metrics(workdir, {"step": final_step, **evaluate_lib.flatten(results)})
+  return results
+
+
+def evaluate_checkpoint(workdir: str, *, step: int | None = None,
+                        plot: bool | None = None) -> tuple[int, dict]:
+  """Restores a checkpoint of ``workdir`` (newest readable when ``step`` is None) and
+  evaluates it exactly as ``train_and_evaluate`` does at the end.
+
+  Raises:
+    FileNotFoundError: ``workdir`` has no config or no checkpoint.
+  """
+  config = load_workdir_config(workdir)
+  setup = build(config)
+  manager = checkpointing.make_manager(workdir, read_only=True)
+  try:
+    restored = checkpointing.restore(manager, setup.init_state, step=step)
+  finally:
+    manager.close()
+  if restored is None:
+    raise FileNotFoundError(
+        f"No checkpoint in {checkpointing.checkpoint_dir(workdir)}: train first with "
+        f"python train.py --config=<config> --workdir={workdir}")
+  restored_step, state, _ = restored
+  results = evaluate_state(setup, state, make_embed_fn(setup), workdir=workdir,
+                           step=restored_step,
+                           plot=config.eval.plot if plot is None else plot)
+  return restored_step, results
+
+
+def quiet_checkpoint_logs() -> None:
+  """Hides Orbax's per-save INFO lines (dozens per checkpoint); warnings still show."""
+  import logging as py_logging  # pylint: disable=import-outside-toplevel
+
+  def keep(record: py_logging.LogRecord) -> bool:
+    return record.levelno >= py_logging.WARNING or "orbax" not in record.pathname
+
+  logging.get_absl_handler().addFilter(keep)

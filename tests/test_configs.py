@@ -1,0 +1,50 @@
+"""Every experiment config loads, has the DESIGN schema, and builds its objective."""
+
+import glob
+import importlib
+import os
+
+import pytest
+
+from dml_jax import objectives
+from dml_test_support import ROOT
+
+CONFIGS = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "configs", "*.py"))
+                 if not os.path.basename(p).startswith("_") and not p.endswith("default.py"))
+SCHEMA = ("seed", "num_train_steps", "batch_size", "log_every_steps", "checkpoint_every_steps",
+          "eval_every_steps", "data.name", "data.group_size", "data.image_size",
+          "data.label_noise", "data.clean_fraction", "model.name", "model.embedding_dim",
+          "model.pretrained", "model.freeze_bn", "loss.name", "optimizer.name",
+          "optimizer.learning_rate", "optimizer.schedule", "eval.ks")
+
+
+def get(c, dotted):
+  for part in dotted.split("."):
+    c = c[part]
+  return c
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+@pytest.mark.parametrize("arg", ["", "smoke"])
+def test_config_schema_and_objective(name, arg):
+  c = importlib.import_module(f"configs.{name}").get_config(arg)
+  for key in SCHEMA:
+    get(c, key)  # raises if missing
+  obj = objectives.make(**c.loss.to_dict())
+  assert obj.name == c.loss.name
+  if arg == "smoke":
+    assert c.num_train_steps <= 50
+
+
+def test_the_two_digits_configs_differ_only_in_the_positive():
+  from configs import digits_evenodd_eps, digits_evenodd_triplet  # pylint: disable=import-outside-toplevel
+  eps, base = digits_evenodd_eps.get_config(), digits_evenodd_triplet.get_config()
+  assert eps.loss.positive == "easy" and base.loss.positive == "random"
+  base.loss.positive = "easy"
+  assert eps.to_dict() == base.to_dict()
+
+
+def test_unknown_config_argument():
+  from configs import digits_evenodd_eps  # pylint: disable=import-outside-toplevel
+  with pytest.raises(ValueError, match="smoke"):
+    digits_evenodd_eps.get_config("smok")

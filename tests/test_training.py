@@ -1,0 +1,159 @@
+"""End-to-end training on the embedded digits: steps, checkpoints, resume, NaN guard, eval."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from dml_jax import checkpointing
+from dml_jax import data as data_lib
+from dml_jax import training
+from dml_test_support import small_config
+
+
+def leaves_equal(a, b, atol=0.0):
+  la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+  assert len(la) == len(lb)
+  return all(np.allclose(np.asarray(x), np.asarray(y), atol=atol, rtol=0) for x, y in zip(la, lb))
+
+
+def read_rows(workdir):
+  with open(os.path.join(workdir, training.METRICS_FILE)) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def restore_state(workdir, step=None):
+  setup = training.build(training.load_workdir_config(workdir))
+  manager = checkpointing.make_manager(workdir, read_only=True)
+  try:
+    return checkpointing.restore(manager, setup.init_state, step=step)
+  finally:
+    manager.close()
+
+
+@pytest.fixture(scope="module")
+def run20(tmp_path_factory):
+  """One uninterrupted 20-step run shared by several tests."""
+  workdir = str(tmp_path_factory.mktemp("run20"))
+  results = training.train_and_evaluate(small_config(20), workdir, show_progress=False)
+  return workdir, results
+
+
+def test_run_writes_everything(run20):
+  workdir, results = run20
+  assert sorted(checkpointing.steps(checkpointing.make_manager(workdir, read_only=True))) == [10, 20]
+  rows = read_rows(workdir)
+  assert [r["step"] for r in rows if "train/loss" in r] == [5, 10, 15, 20]
+  assert all(np.isfinite(r["train/loss"]) and r["examples_per_sec"] > 0
+             for r in rows if "train/loss" in r)
+  with open(os.path.join(workdir, "eval_step_20.json")) as f:
+    saved = json.load(f)
+  assert saved["step"] == 20
+  assert saved["results"] == results
+  for protocol in ("test", "train:digit"):
+    for key in ("recall@1", "recall@5", "recall@10", "map@r", "r_precision", "nmi"):
+      assert 0.0 <= results[protocol][key] <= 1.0
+  config = training.load_workdir_config(workdir)
+  assert config.loss.positive == "easy" and config.num_train_steps == 20
+
+
+def test_loss_goes_down(tmp_path):
+  workdir = str(tmp_path)
+  training.train_and_evaluate(
+      small_config(60, log_every_steps=20, checkpoint_every_steps=60), workdir,
+      show_progress=False)
+  losses = [r["train/loss"] for r in read_rows(workdir) if "train/loss" in r]
+  assert len(losses) == 3
+  assert losses[-1] < losses[0]
+
+
+def test_resume_continues_and_matches_uninterrupted(run20, tmp_path):
+  workdir = str(tmp_path)
+  training.train_and_evaluate(small_config(10), workdir, show_progress=False)
+  assert restore_state(workdir)[0] == 10
+  results = training.train_and_evaluate(small_config(20), workdir, show_progress=False)
+  step, state, _ = restore_state(workdir)
+  assert step == 20 and int(state["step"]) == 20
+  _, ref_state, _ = restore_state(run20[0])
+  assert leaves_equal(state, ref_state, atol=1e-6)
+  for p in run20[1]:
+    assert results[p] == pytest.approx(run20[1][p], abs=1e-6)
+  # metrics.jsonl has each log step exactly once.
+  steps = [r["step"] for r in read_rows(workdir) if "train/loss" in r]
+  assert steps == [5, 10, 15, 20]
+
+
+def test_eval_checkpoint_equals_train_results(run20):
+  workdir, results = run20
+  step, again = training.evaluate_checkpoint(workdir)
+  assert step == 20
+  assert again.keys() == results.keys()
+  for p in results:
+    assert again[p] == pytest.approx(results[p], abs=1e-6)
+
+
+def test_damaged_latest_checkpoint_falls_back(run20, tmp_path, caplog):
+  import shutil
+  workdir = str(tmp_path / "copy")
+  shutil.copytree(run20[0], workdir)
+  latest = os.path.join(checkpointing.checkpoint_dir(workdir), "20", "state")
+  for root, _, files in os.walk(latest):
+    for name in files:
+      with open(os.path.join(root, name), "wb") as f:
+        f.write(b"garbage")
+  with caplog.at_level("WARNING"):
+    step, _, _ = restore_state(workdir)
+  assert step == 10
+  assert any("20" in r.getMessage() and "cannot be restored" in r.getMessage()
+             for r in caplog.records)
+
+
+def test_eval_without_checkpoint_is_a_clear_error(tmp_path):
+  training.write_workdir_config(small_config(), str(tmp_path))
+  with pytest.raises(FileNotFoundError, match="No checkpoint"):
+    training.evaluate_checkpoint(str(tmp_path))
+  with pytest.raises(FileNotFoundError, match="not a dml_jax workdir"):
+    training.evaluate_checkpoint(str(tmp_path / "nowhere"))
+
+
+def test_nan_stops_training_and_never_checkpoints_nan(tmp_path, monkeypatch):
+  real_load = data_lib.load
+
+  def poisoned_load(name, **kwargs):
+    splits = dict(real_load(name, **kwargs))
+    train = splits["train"]
+    images = train.images.copy()
+    images[:] = np.nan
+    splits["train"] = type(train)(images=images, labels=train.labels,
+                                  label_sets=train.label_sets, name=train.name)
+    return splits
+
+  monkeypatch.setattr(training.data_lib, "load", poisoned_load)
+  with pytest.raises(training.NonFiniteLossError, match="at step 1 "):
+    training.train_and_evaluate(small_config(), str(tmp_path), show_progress=False)
+  manager = checkpointing.make_manager(str(tmp_path), read_only=True)
+  assert checkpointing.steps(manager) == []
+
+
+def test_train_step_keeps_state_on_nan():
+  setup = training.build(small_config())
+  step_fn = training.make_train_step(setup)
+  train = setup.splits["train"]
+  idx = setup.sampler.batch_indices(0)
+  images = np.full_like(train.images[idx], np.nan)
+  new_state, metrics = step_fn(setup.init_state, images, train.labels[idx],
+                               training.step_key(0, 1))
+  assert float(metrics["finite"]) == 0.0
+  assert leaves_equal(new_state, setup.init_state)
+
+
+@pytest.mark.parametrize("key,value,match", [
+    ("num_train_steps", 0, "num_train_steps"),
+    ("data.label_noise", 0.2, "label_noise"),
+    ("model.pretrained", "w.msgpack", "pretrained"),
+])
+def test_bad_config_values(key, value, match):
+  with pytest.raises((ValueError, NotImplementedError), match=match):
+    training.validate_config(small_config(**{key: value}))

@@ -1,0 +1,38 @@
+r"""Trains an embedding model and evaluates it.
+
+  python train.py --config=configs/digits_evenodd_eps.py --workdir=runs/digits \
+      [--config.loss.margin=0.1 ...]
+
+Rerunning the same command on the same workdir resumes from the newest checkpoint.
+"""
+
+from absl import app
+from absl import flags
+from absl import logging
+import jax
+from ml_collections import config_flags
+
+from dml_jax import training
+from dml_jax.evaluation import evaluate
+
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py).",
+                                lock_config=True)
+flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and results.")
+flags.DEFINE_bool("progress", True, "Show a progress bar.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  training.quiet_checkpoint_logs()
+  logging.info("JAX devices: %s", jax.devices())
+  results = training.train_and_evaluate(FLAGS.config, FLAGS.workdir,
+                                        show_progress=FLAGS.progress)
+  print(evaluate.format_table(results))
+  print(f"Results written to {FLAGS.workdir}")
+
+
+if __name__ == "__main__":
+  app.run(main)
