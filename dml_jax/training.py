@@ -214,7 +214,7 @@ def make_train_step(setup: Setup) -> Callable:
     trainable = {"model": state["params"], "objective": state["objective"]}
     (loss, (aux, new_batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
         trainable, state["batch_stats"], images, labels, key)
-    grad_norm = optax.global_norm(grads)
+    grad_norm = jnp.sqrt(sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grads)))
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
     updates, new_opt_state = tx.update(grads, state["opt_state"], trainable)
     new_trainable = optax.apply_updates(trainable, updates)
