@@ -331,7 +331,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   train = setup.splits["train"]
   total = config.num_train_steps
   bar = tqdm.tqdm(total=total, initial=start, disable=not show_progress, unit="step",
-                  dynamic_ncols=True)
+                  dynamic_ncols=True, mininterval=0.5)
   window_t, window_n = time.perf_counter(), 0
   history = []
   for step in range(start + 1, total + 1):

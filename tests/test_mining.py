@@ -1,0 +1,286 @@
+"""Label masks and every mining mode against plain numpy loops over explicit pairs."""
+
+import functools
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dml_jax import mining
+from dml_jax import similarity as sim
+
+# Two classes of 3, two of 2 and two singletons (anchors 10 and 11 have no positive).
+LABELS = np.array([0, 0, 0, 1, 1, 1, 2, 2, 3, 3, 4, 5], np.int32)
+B = len(LABELS)
+
+
+def batch(seed=0, b=B, d=4):
+  x = np.random.default_rng(seed).normal(size=(b, d)).astype(np.float32)
+  return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def np_scores(x):
+  x = x.astype(np.float64)
+  return x @ x.T
+
+
+def pos_set(labels, a):
+  return [j for j in range(len(labels)) if j != a and labels[j] == labels[a]]
+
+
+def neg_set(labels, a):
+  return [j for j in range(len(labels)) if labels[j] != labels[a]]
+
+
+def oracle_positives(s, labels, mode):
+  """{anchor: [selected positives]} from explicit loops; anchors without positives omitted."""
+  out = {}
+  for a in range(len(labels)):
+    cand = pos_set(labels, a)
+    if not cand:
+      continue
+    if mode == "easy":
+      out[a] = [max(cand, key=lambda p: s[a, p])]
+    elif mode == "hard":
+      out[a] = [min(cand, key=lambda p: s[a, p])]
+    else:
+      out[a] = cand
+  return out
+
+
+def oracle_negative_candidates(s, labels, a, p, mode, margin=0.0):
+  """The admissible negatives of term (a, p); a deterministic mode gives at most one."""
+  cand = neg_set(labels, a)
+  if mode == "hard":
+    return [max(cand, key=lambda n: s[a, n])] if cand else []
+  if mode == "easy":
+    return [min(cand, key=lambda n: s[a, n])] if cand else []
+  if mode == "semihard":
+    below = [n for n in cand if s[a, n] <= s[a, p]]
+    return [max(below, key=lambda n: s[a, n])] if below else []
+  if mode == "semihard_random":
+    return [n for n in cand if s[a, n] > s[a, p] - margin]
+  return cand  # random, all
+
+
+@functools.partial(jax.jit, static_argnames=("positive", "negative"))
+def jit_select(s, labels, key, *, positive, negative, margin=0.0):
+  pos, neg = sim.label_masks(labels)
+  return mining.select(s, pos, neg, positive=positive, negative=negative, margin=margin,
+                       key=key)
+
+
+KEY = jax.random.key(0)
+
+
+# ----------------------------------------------------------------------------- label masks
+
+
+def test_label_masks_exclude_self_and_partition_pairs():
+  labels = jnp.asarray(LABELS)
+  pos, neg = sim.label_masks(labels)
+  chex.assert_shape([pos, neg], (B, B))
+  for i in range(B):
+    for j in range(B):
+      assert bool(pos[i, j]) == (i != j and LABELS[i] == LABELS[j])
+      assert bool(neg[i, j]) == (LABELS[i] != LABELS[j])
+  np.testing.assert_array_equal(pos, pos.T)
+  # Every pair is exactly one of: self, positive, negative.
+  np.testing.assert_array_equal(pos.astype(int) + neg.astype(int) + np.eye(B, dtype=int), 1)
+  # Singletons have no positive.
+  assert not pos[10].any() and not pos[11].any()
+
+
+def test_label_masks_reject_float_labels():
+  with pytest.raises(ValueError, match="integers"):
+    sim.label_masks(jnp.zeros((4,), jnp.float32))
+
+
+# ----------------------------------------------------------------------------- positives
+
+
+@pytest.mark.parametrize("mode", ["easy", "hard", "all"])
+def test_positives_match_oracle(mode):
+  x = batch(1)
+  s = np_scores(x)
+  pos, _ = sim.label_masks(jnp.asarray(LABELS))
+  out = mining.positives(jnp.asarray(s, jnp.float32), pos, mode=mode)
+  want = oracle_positives(s, LABELS, mode)
+  if mode == "all":
+    got = {a: list(np.flatnonzero(out[a])) for a in range(B) if out[a].any()}
+    assert got == want
+    return
+  idx, valid = out
+  chex.assert_shape([idx, valid], (B,))
+  assert idx.dtype == jnp.int32
+  assert [a for a in range(B) if valid[a]] == sorted(want)
+  for a, (p,) in want.items():
+    assert int(idx[a]) == p
+
+
+def test_random_positive_is_uniform_and_deterministic():
+  s = jnp.asarray(np_scores(batch(2)), jnp.float32)
+  sel = draws(s, jnp.asarray(LABELS), 2000, positive="random", negative="hard", seed=7)
+  assert sel.pairs.sum(axis=2).max() == 1
+  idx = sel.pairs.argmax(axis=2)                       # [draws, B]
+  assert (sel.pairs.any(axis=2) == (np.arange(B) < 10)).all()
+  for a in range(10):
+    cand = pos_set(LABELS, a)
+    assert set(np.unique(idx[:, a]).tolist()) == set(cand)
+    freq = np.array([np.mean(idx[:, a] == p) for p in cand])
+    np.testing.assert_allclose(freq, 1 / len(cand), atol=0.05)
+  again = draws(s, jnp.asarray(LABELS), 50, positive="random", negative="hard", seed=7)
+  np.testing.assert_array_equal(again.pairs, sel.pairs[:50])
+  assert (idx[0] != idx[1]).any()
+
+
+def test_random_positive_needs_a_key():
+  s = jnp.zeros((B, B))
+  pos, _ = sim.label_masks(jnp.asarray(LABELS))
+  with pytest.raises(ValueError, match="PRNG key"):
+    mining.positives(s, pos, mode="random")
+
+
+def test_unknown_modes_are_rejected_with_the_allowed_list():
+  s = jnp.zeros((B, B))
+  pos, neg = sim.label_masks(jnp.asarray(LABELS))
+  with pytest.raises(ValueError, match="easy, hard, random, all"):
+    mining.positives(s, pos, mode="semihard")
+  with pytest.raises(ValueError, match="semihard_random"):
+    mining.negatives(s, neg, pos, mode="hardest")
+
+
+# ----------------------------------------------------------------------------- negatives
+
+
+DETERMINISTIC = [(p, n) for p in ("easy", "hard", "all")
+                 for n in ("hard", "semihard", "easy", "all")]
+
+
+@pytest.mark.parametrize("positive,negative", DETERMINISTIC)
+def test_deterministic_selection_matches_oracle(positive, negative):
+  x = batch(3)
+  s = np_scores(x)
+  sel = jit_select(jnp.asarray(s, jnp.float32), jnp.asarray(LABELS), None, positive=positive,
+                   negative=negative)
+  chex.assert_shape([sel.pairs, sel.valid, sel.negative, sel.negatives], (B, B))
+  want_pairs = oracle_positives(s, LABELS, positive)
+  got_pairs = {a: list(np.flatnonzero(sel.pairs[a])) for a in range(B) if sel.pairs[a].any()}
+  assert got_pairs == want_pairs
+  want_valid = np.zeros((B, B), bool)
+  for a, ps in want_pairs.items():
+    for p in ps:
+      cand = oracle_negative_candidates(s, LABELS, a, p, negative)
+      want_valid[a, p] = bool(cand)
+      if cand and negative != "all":
+        assert int(sel.negative[a, p]) == cand[0], (a, p)
+  np.testing.assert_array_equal(sel.valid, want_valid)
+  _, neg = sim.label_masks(jnp.asarray(LABELS))
+  np.testing.assert_array_equal(sel.negatives, neg)
+
+
+def test_semihard_without_candidate_drops_the_anchor_without_fallback():
+  # Anchor 0's only positive (1) is farther than both negatives: no S_an <= S_ap exists.
+  x = np.array([[1.0, 0.0], [-1.0, 0.05], [0.9, 0.1], [0.8, -0.3]], np.float32)
+  x /= np.linalg.norm(x, axis=1, keepdims=True)
+  labels = jnp.array([0, 0, 1, 2], jnp.int32)
+  s = jnp.asarray(x @ x.T)
+  sel = jit_select(s, labels, None, positive="easy", negative="semihard")
+  assert bool(sel.pairs[0, 1]) and not sel.valid[0].any()
+  # Anchor 2 (a singleton) has no positive at all; anchor 3 likewise.
+  assert not sel.valid[2].any() and not sel.valid[3].any()
+  # The hard negative of the same anchor exists, so the drop is specific to semi-hard.
+  hard = jit_select(s, labels, None, positive="easy", negative="hard")
+  assert bool(hard.valid[0, 1]) and int(hard.negative[0, 1]) == 2
+
+
+def test_semihard_is_per_pair_with_all_positives():
+  # Anchor 0 has positives at S = 0.9 and 0.2; negatives at 0.5 and 0.1 (1-D angles on a circle).
+  ang = np.arccos([1.0, 0.9, 0.2, 0.5, 0.1])
+  x = np.stack([np.cos(ang), np.sin(ang)], axis=1).astype(np.float32)
+  labels = jnp.array([0, 0, 0, 1, 2], jnp.int32)
+  sel = jit_select(jnp.asarray(x @ x.T), labels, None, positive="all", negative="semihard")
+  assert int(sel.negative[0, 1]) == 3   # S_ap = 0.9 -> hardest negative below: 0.5
+  assert int(sel.negative[0, 2]) == 4   # S_ap = 0.2 -> 0.1
+  assert sel.valid[0, 1] and sel.valid[0, 2]
+
+
+def draws(s, labels, n, *, positive, negative, margin=0.0, seed=11):
+  """``n`` selections of one batch with keys ``split(key(seed), n)``, as numpy arrays."""
+  out = [jit_select(s, labels, k, positive=positive, negative=negative, margin=margin)
+         for k in jax.random.split(jax.random.key(seed), n)]
+  return jax.tree.map(lambda *xs: np.stack(xs), *jax.device_get(out))
+
+
+@pytest.mark.parametrize("positive", ["easy", "all"])
+@pytest.mark.parametrize("negative,margin", [("semihard_random", 0.3), ("random", 0.0)])
+def test_random_negatives_are_admissible_uniform_and_deterministic(positive, negative, margin):
+  s = np_scores(batch(4))
+  args = (jnp.asarray(s, jnp.float32), jnp.asarray(LABELS), 2000)
+  sel = draws(*args, positive=positive, negative=negative, margin=margin)
+  pairs = sel.pairs[0]
+  checked = 0
+  for a, p in zip(*np.nonzero(pairs)):
+    cand = oracle_negative_candidates(s, LABELS, a, p, negative, margin)
+    np.testing.assert_array_equal(sel.valid[:, a, p], bool(cand))
+    if not cand:
+      continue
+    chosen = sel.negative[:, a, p]
+    assert set(np.unique(chosen).tolist()) <= set(cand)
+    if len(cand) >= 2:
+      freq = np.array([np.mean(chosen == n) for n in cand])
+      np.testing.assert_allclose(freq, 1 / len(cand), atol=0.05)
+      checked += 1
+  assert checked > 0
+  again = draws(*args[:2], 50, positive=positive, negative=negative, margin=margin)
+  np.testing.assert_array_equal(again.negative, sel.negative[:50])
+  # Different keys give different draws somewhere.
+  assert (sel.negative[0] != sel.negative[1])[pairs].any()
+
+
+def test_semihard_random_candidates_follow_the_positive_loss_condition():
+  # Anchor 0, positive at S=0.6, negatives at 0.9, 0.55, 0.45, 0.2 (the rest of the batch
+  # are far singletons); margin 0.1 admits s_an > 0.5: {0.9, 0.55} (0.9 is closer than the
+  # positive but still has a positive loss).
+  ang = np.arccos(np.r_[1.0, 0.6, 0.9, 0.55, 0.45, 0.2, np.full(B - 6, -0.5)])
+  x = np.stack([np.cos(ang), np.sin(ang)], axis=1).astype(np.float32)
+  labels = jnp.arange(B, dtype=jnp.int32).at[1].set(0)
+  sel = draws(jnp.asarray(x @ x.T), labels, 200, positive="easy", negative="semihard_random",
+              margin=0.1, seed=3)
+  assert set(sel.negative[:, 0, 1].tolist()) == {2, 3}
+
+
+def test_random_negative_needs_a_key():
+  pos, neg = sim.label_masks(jnp.asarray(LABELS))
+  with pytest.raises(ValueError, match="PRNG key"):
+    mining.select(jnp.zeros((B, B)), pos, neg, positive="easy", negative="random")
+
+
+def test_no_negatives_and_no_positives_give_no_valid_term():
+  s = jnp.asarray(np_scores(batch(5, b=4)), jnp.float32)
+  same = jnp.zeros((4,), jnp.int32)        # one class: no negatives
+  for negative in ("hard", "semihard", "all"):
+    sel = jit_select(s, same, None, positive="easy", negative=negative)
+    assert not sel.valid.any()
+  distinct = jnp.arange(4, dtype=jnp.int32)  # all singletons: no positives
+  sel = jit_select(s, distinct, None, positive="all", negative="all")
+  assert not sel.pairs.any() and not sel.valid.any()
+
+
+def test_selection_traces_once_per_shape():
+  count = []
+
+  @jax.jit
+  def fn(s, labels):
+    count.append(1)
+    pos, neg = sim.label_masks(labels)
+    return mining.select(s, pos, neg, positive="all", negative="semihard")
+
+  for seed in range(3):
+    fn(jnp.asarray(np_scores(batch(seed)), jnp.float32), jnp.asarray(np.roll(LABELS, seed)))
+  assert len(count) == 1
+  fn(jnp.asarray(np_scores(batch(0, b=6)), jnp.float32), jnp.arange(6, dtype=jnp.int32) % 3)
+  assert len(count) == 2
+
