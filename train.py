@@ -20,6 +20,11 @@ config_flags.DEFINE_config_file("config", None, "Experiment config file (configs
                                 lock_config=True)
 flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and results.")
 flags.DEFINE_bool("progress", True, "Show a progress bar.")
+flags.DEFINE_bool("distributed", False, "Multi-host: call jax.distributed.initialize() (its "
+                  "arguments auto-detected on SLURM / TPU pods unless given below).")
+flags.DEFINE_string("coordinator_address", None, "Multi-host: host:port of process 0.")
+flags.DEFINE_integer("num_processes", None, "Multi-host: number of processes.")
+flags.DEFINE_integer("process_id", None, "Multi-host: this process's index.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -27,11 +32,16 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   training.quiet_checkpoint_logs()
-  logging.info("JAX devices: %s", jax.devices())
+  if FLAGS.distributed or FLAGS.coordinator_address:
+    jax.distributed.initialize(coordinator_address=FLAGS.coordinator_address,
+                               num_processes=FLAGS.num_processes, process_id=FLAGS.process_id)
+  logging.info("Process %d of %d; devices: %s", jax.process_index(), jax.process_count(),
+               jax.devices())
   results = training.train_and_evaluate(FLAGS.config, FLAGS.workdir,
                                         show_progress=FLAGS.progress)
-  print(evaluate.format_table(results))
-  print(f"Results written to {FLAGS.workdir}")
+  if training.is_main_process():
+    print(evaluate.format_table(results))
+    print(f"Results written to {FLAGS.workdir}")
 
 
 if __name__ == "__main__":

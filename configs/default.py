@@ -10,6 +10,7 @@ import ml_collections
 def get_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.seed = 0
+  c.num_devices = 0              # data-parallel devices (0 = all local devices)
   c.num_train_steps = 1000
   c.batch_size = 128              # global batch
   c.log_every_steps = 50
@@ -48,10 +49,15 @@ def get_config() -> ml_collections.ConfigDict:
   c.optimizer.objective_learning_rate = 0.0   # objective parameters (beta, proxies); 0: same
 
   c.eval = ml_collections.ConfigDict()
-  c.eval.ks = (1, 2, 4, 8)
-  c.eval.splits = ("test",)       # 'split' or 'split:label_set', e.g. 'train:digit'
+  c.eval.ks = (1, 2, 4, 8)        # Recall@K cut-offs; () = the dataset's list (evaluate.DEFAULT_KS)
+  # Protocols 'split[:label_set][@gallery_split]': 'test' (query = gallery, self excluded),
+  # 'train:digit' (other labels), 'query@gallery' (In-Shop), 'test@train' (train as gallery).
+  c.eval.splits = ("test",)
   c.eval.similarity = "cosine"    # kNN similarity: 'cosine' | 'dot' | 'neg_sq_euclidean'
   c.eval.batch_size = 512
+  c.eval.metrics = ("retrieval", "clustering")   # + 'spectral_decay' adds rho (Roth et al.)
   c.eval.overcluster = 0          # > 0 adds NMI+ with k = overcluster * classes
+  c.eval.kmeans_n_init = 10       # KMeans restarts of NMI / NMI+ (seeded with c.seed)
+  c.eval.rho_skip = 0             # largest singular values left out of rho
   c.eval.plot = True              # PNG scatter of the test embedding (PCA when D > 2)
   return c

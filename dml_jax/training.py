@@ -13,6 +13,7 @@ reproduces the uninterrupted run exactly.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import time
@@ -31,6 +32,7 @@ from dml_jax import checkpointing
 from dml_jax import data as data_lib
 from dml_jax import models
 from dml_jax import objectives
+from dml_jax import parallel
 from dml_jax.evaluation import evaluate as evaluate_lib
 
 METRICS_FILE = "metrics.jsonl"
@@ -54,8 +56,15 @@ def load_workdir_config(workdir: str) -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(json.load(f))
 
 
+def is_main_process() -> bool:
+  """Only process 0 writes logs, metrics, configs and results (checkpoints are collective)."""
+  return jax.process_index() == 0
+
+
 def write_workdir_config(config: ml_collections.ConfigDict, workdir: str) -> None:
-  """Writes the resolved config as JSON into ``workdir``."""
+  """Writes the resolved config as JSON into ``workdir`` (process 0 only)."""
+  if not is_main_process():
+    return
   os.makedirs(workdir, exist_ok=True)
   with open(os.path.join(workdir, CONFIG_FILE), "w") as f:
     f.write(config.to_json_best_effort(indent=2, sort_keys=True))
@@ -155,11 +164,14 @@ class Setup:
   tx: optax.GradientTransformation
   schedule: optax.Schedule
   init_state: dict
+  mesh: jax.sharding.Mesh
 
 
 def build(config: ml_collections.ConfigDict) -> Setup:
   """Loads data, builds the model, objective and optimizer, and the initial train state."""
   validate_config(config)
+  mesh = parallel.make_mesh(config.num_devices)
+  parallel.check_batch_size(config.batch_size, mesh)
   splits = data_lib.load(config.data.name, **config.data.options.to_dict())
   train = splits["train"]
   sampler = data_lib.NPerClassSampler(
@@ -182,20 +194,24 @@ def build(config: ml_collections.ConfigDict) -> Setup:
                                     dim=config.model.embedding_dim)
   tx, schedule = make_optimizer(config.optimizer, num_train_steps=config.num_train_steps)
   trainable = {"model": params, "objective": objective_params}
-  init_state = {
+  init_state = parallel.replicate(mesh, {
       "step": jnp.zeros((), jnp.int32),
       "params": params,
       "batch_stats": batch_stats,
       "objective": objective_params,
       "opt_state": tx.init(trainable),
-  }
+  })
   return Setup(config=config, splits=splits, sampler=sampler, objective=objective,
                train_graphdef=train_graphdef if not config.model.freeze_bn else eval_graphdef,
-               eval_graphdef=eval_graphdef, tx=tx, schedule=schedule, init_state=init_state)
+               eval_graphdef=eval_graphdef, tx=tx, schedule=schedule, init_state=init_state,
+               mesh=mesh)
 
 
 def make_train_step(setup: Setup) -> Callable:
   """``train_step(state, images [B,H,W,C], labels [B], key) -> (state, metrics)``, jitted.
+
+  The batch is sharded over the mesh and the state replicated; the program means the same as
+  on one device with the global batch (see ``parallel``), so mining sees the whole batch.
 
   When the loss or the gradient is not finite, the state is returned unchanged and
   ``metrics['finite']`` is 0, so no NaN ever reaches the parameters or a checkpoint.
@@ -209,7 +225,9 @@ def make_train_step(setup: Setup) -> Callable:
     _, _, new_batch_stats = nnx.split(model, nnx.Param, ...)
     return loss, (aux, new_batch_stats)
 
-  @jax.jit
+  rep, batch = parallel.replicated(setup.mesh), parallel.batch_sharded(setup.mesh)
+
+  @functools.partial(jax.jit, in_shardings=(rep, batch, batch, rep), out_shardings=(rep, rep))
   def train_step(state, images, labels, key):
     trainable = {"model": state["params"], "objective": state["objective"]}
     (loss, (aux, new_batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
@@ -272,6 +290,8 @@ def _read_metrics(workdir: str) -> list[dict]:
 
 def truncate_metrics(workdir: str, step: int) -> None:
   """Drops rows logged after ``step`` (by a run killed after its last checkpoint)."""
+  if not is_main_process():
+    return
   rows = [r for r in _read_metrics(workdir) if r["step"] <= step]
   with open(os.path.join(workdir, METRICS_FILE), "w") as f:
     for r in rows:
@@ -279,6 +299,9 @@ def truncate_metrics(workdir: str, step: int) -> None:
 
 
 def append_metrics(workdir: str, row: dict) -> None:
+  """Appends one JSON row to ``metrics.jsonl`` (process 0 only)."""
+  if not is_main_process():
+    return
   with open(os.path.join(workdir, METRICS_FILE), "a") as f:
     f.write(json.dumps(row) + "\n")
 
@@ -298,8 +321,9 @@ def evaluate_state(setup: Setup, state: dict, embed_fn: Callable, *, workdir: st
       lambda images: embed_fn(state, images), setup.splits, protocols=tuple(cfg.splits),
       ks=tuple(cfg.ks), similarity=cfg.similarity, batch_size=cfg.batch_size,
       overcluster=cfg.overcluster or None, seed=setup.config.seed,
-      plot_dir=workdir if plot else None, step=step)
-  evaluate_lib.write_results(results, workdir=workdir, step=step)
+      plot_dir=workdir if plot and is_main_process() else None, step=step)
+  if is_main_process():
+    evaluate_lib.write_results(results, workdir=workdir, step=step)
   return results
 
 
@@ -330,13 +354,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   embed_fn = make_embed_fn(setup)
   train = setup.splits["train"]
   total = config.num_train_steps
-  bar = tqdm.tqdm(total=total, initial=start, disable=not show_progress, unit="step",
-                  dynamic_ncols=True, mininterval=0.5)
+  local_rows = parallel.process_slice(config.batch_size)
+  bar = tqdm.tqdm(total=total, initial=start, unit="step", dynamic_ncols=True,
+                  mininterval=0.5, disable=not (show_progress and is_main_process()))
   window_t, window_n = time.perf_counter(), 0
   history = []
   for step in range(start + 1, total + 1):
-    idx = setup.sampler.batch_indices(step - 1)
-    images, labels = train.images[idx], train.labels[idx]
+    idx = setup.sampler.batch_indices(step - 1)[local_rows]
+    images, labels = parallel.global_batch(setup.mesh, train.images[idx], train.labels[idx],
+                                           batch_size=config.batch_size)
     state, metrics = train_step(state, images, labels, step_key(config.seed, step))
     metrics = jax.device_get(metrics)
     if not metrics["finite"]:
@@ -347,7 +373,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
           f"checkpoints were left at step {step - 1}. Lower optimizer.learning_rate or check "
           "the loss hyper-parameters.")
     history.append(metrics)
-    window_n += len(idx)
+    window_n += config.batch_size
     bar.update(1)
     if step % config.log_every_steps == 0 or step == total:
       elapsed = time.perf_counter() - window_t
@@ -375,28 +401,30 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
 
 
 def evaluate_checkpoint(workdir: str, *, step: int | None = None,
-                        plot: bool | None = None) -> tuple[int, dict]:
+                        plot: bool | None = None, show_progress: bool = False,
+                        protocols: tuple[str, ...] | None = None) -> tuple[int, dict]:
   """Restores a checkpoint of ``workdir`` (newest readable when ``step`` is None) and
-  evaluates it exactly as ``train_and_evaluate`` does at the end.
+  evaluates it as ``train_and_evaluate`` does at the end (:func:`evaluate_with_config`);
+  writes ``eval_step_<N>.json``.
+
+  Args:
+    workdir: a directory written by ``train.py``.
+    step: the checkpoint step; ``None`` means the newest readable one.
+    plot: write the embedding PNGs; ``None`` means ``config.eval.plot``.
+    show_progress: progress bars for the embedding and the neighbour search.
+    protocols: evaluate these instead of ``config.eval.splits``.
+
+  Returns:
+    ``(step, {protocol: {metric: value}})``.
 
   Raises:
     FileNotFoundError: ``workdir`` has no config or no checkpoint.
+    ValueError: ``step`` does not exist, or a bad evaluation setting (named).
   """
-  config = load_workdir_config(workdir)
-  setup = build(config)
-  manager = checkpointing.make_manager(workdir, read_only=True)
-  try:
-    restored = checkpointing.restore(manager, setup.init_state, step=step)
-  finally:
-    manager.close()
-  if restored is None:
-    raise FileNotFoundError(
-        f"No checkpoint in {checkpointing.checkpoint_dir(workdir)}: train first with "
-        f"python train.py --config=<config> --workdir={workdir}")
-  restored_step, state, _ = restored
-  results = evaluate_state(setup, state, make_embed_fn(setup), workdir=workdir,
-                           step=restored_step,
-                           plot=config.eval.plot if plot is None else plot)
+  setup = build(load_workdir_config(workdir))
+  (restored_step, results), = evaluate_checkpoints(
+      setup, workdir, steps=None if step is None else (step,), plot=plot,
+      show_progress=show_progress, protocols=protocols).items()
   return restored_step, results
 
 
@@ -408,3 +436,108 @@ def quiet_checkpoint_logs() -> None:
     return record.levelno >= py_logging.WARNING or "orbax" not in record.pathname
 
   logging.get_absl_handler().addFilter(keep)
+
+
+# ------------------------------------------------------------- evaluation binary (eval.py)
+
+# Defaults of the config.eval keys that older workdir configs may lack.
+EVAL_DEFAULTS = {
+    "metrics": evaluate_lib.DEFAULT_METRICS,
+    "rho_skip": 0,
+    "kmeans_n_init": 10,
+}
+
+
+def eval_options(config: ml_collections.ConfigDict) -> dict:
+  """The keyword arguments of ``evaluate_lib.evaluate_splits`` that ``config.eval`` sets.
+
+  Keys missing from an older ``config.json`` take ``EVAL_DEFAULTS``.
+  """
+  cfg = config.eval
+
+  def get(key):
+    return cfg[key] if key in cfg else EVAL_DEFAULTS[key]
+
+  return dict(
+      protocols=tuple(cfg.splits), ks=tuple(cfg.ks), similarity=cfg.similarity,
+      batch_size=cfg.batch_size, overcluster=cfg.overcluster or None, seed=config.seed,
+      metrics_groups=tuple(get("metrics")), rho_skip=int(get("rho_skip")),
+      kmeans_n_init=int(get("kmeans_n_init")), dataset=config.data.name)
+
+
+def evaluate_with_config(setup: Setup, state: dict, embed_fn: Callable, *, workdir: str,
+                         step: int, plot: bool, show_progress: bool = False,
+                         protocols: tuple[str, ...] | None = None) -> dict:
+  """Runs every ``config.eval`` option on ``state`` and writes ``eval_step_N.json``.
+
+  Equal to ``evaluate_state`` for the keys that function reads; also honours
+  ``eval.metrics``, ``eval.rho_skip``, ``eval.kmeans_n_init`` and ``eval.ks = ()`` (the
+  dataset's ``DEFAULT_KS``).
+  """
+  options = eval_options(setup.config)
+  if protocols is not None:
+    options["protocols"] = tuple(protocols)
+  results = evaluate_lib.evaluate_splits(
+      lambda images: embed_fn(state, images), setup.splits, **options,
+      plot_dir=workdir if plot and is_main_process() else None, step=step,
+      show_progress=show_progress)
+  if is_main_process():
+    evaluate_lib.write_results(results, workdir=workdir, step=step)
+  return results
+
+
+def checkpoint_steps(workdir: str) -> list[int]:
+  """The checkpointed steps of ``workdir``, ascending.
+
+  Raises:
+    FileNotFoundError: no checkpoint at all (the message says how to make one).
+  """
+  manager = checkpointing.make_manager(workdir, read_only=True)
+  try:
+    available = checkpointing.steps(manager)
+  finally:
+    manager.close()
+  if not available:
+    raise FileNotFoundError(
+        f"No checkpoint in {checkpointing.checkpoint_dir(workdir)}: train first with "
+        f"python train.py --config=<config> --workdir={workdir}")
+  return available
+
+
+def evaluate_checkpoints(setup: Setup, workdir: str, *, steps=None, plot: bool | None = False,
+                         show_progress: bool = False,
+                         protocols: tuple[str, ...] | None = None) -> dict[int, dict]:
+  """Evaluates several checkpoints of ``workdir`` with one ``setup`` (data and model built
+  once); writes ``eval_step_<N>.json`` for each.
+
+  Args:
+    setup: ``build(load_workdir_config(workdir))``.
+    workdir: a directory written by ``train.py``.
+    steps: the steps; ``None`` means the newest readable checkpoint (one step).
+    plot: write the embedding PNGs; ``None`` means ``config.eval.plot``.
+    show_progress: progress bars.
+    protocols: evaluate these instead of ``config.eval.splits``.
+
+  Returns:
+    ``{step: {protocol: {metric: value}}}`` in increasing step order.
+
+  Raises:
+    FileNotFoundError: no checkpoint. ValueError: a missing or unreadable step.
+  """
+  checkpoint_steps(workdir)  # A clear error when there is none.
+  plot = setup.config.eval.plot if plot is None else plot
+  embed_fn = make_embed_fn(setup)
+  manager = checkpointing.make_manager(workdir, read_only=True)
+  history = {}
+  try:
+    for step in ([None] if steps is None else sorted(steps)):
+      restored = checkpointing.restore(manager, setup.init_state, step=step)
+      if restored is None:  # Deleted since checkpoint_steps looked.
+        raise FileNotFoundError(f"No checkpoint in {checkpointing.checkpoint_dir(workdir)}.")
+      restored_step, state, _ = restored
+      history[restored_step] = evaluate_with_config(
+          setup, state, embed_fn, workdir=workdir, step=restored_step, plot=plot,
+          show_progress=show_progress, protocols=protocols)
+  finally:
+    manager.close()
+  return history

@@ -1,0 +1,181 @@
+"""Data parallelism: 8 (fake CPU) devices give the single-device global-batch results."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dml_jax import objectives
+from dml_jax import parallel
+from dml_jax import similarity
+from dml_jax import training
+from dml_test_support import small_config
+
+pytestmark = pytest.mark.skipif(len(jax.devices()) < 8, reason="needs 8 (fake) devices; "
+                                "tests/conftest.py sets XLA_FLAGS for that")
+
+# One configuration per objective family; families not registered yet are skipped.
+FAMILIES = {
+    "ephn": ("nca", {}),
+    "ep_all": ("nca", {"negative": "all"}),
+    "nca_2nd": ("nca_2nd", {}),
+    "triplet_semihard": ("triplet", {}),
+    "triplet_eps_random_neg": ("triplet", {"positive": "easy", "negative": "random"}),
+    "multi_similarity": ("multi_similarity", {}),
+    "margin_distance_weighted": ("margin", {}),
+    "dro_topk": ("dro_topk", {}),
+    "dro_kl": ("dro_kl", {}),
+}
+
+
+def batch(b=32, d=16, classes=8, seed=0):
+  rng = np.random.default_rng(seed)
+  emb = np.asarray(similarity.l2_normalize(jnp.asarray(rng.normal(size=(b, d)), jnp.float32)))
+  labels = np.repeat(np.arange(classes), b // classes).astype(np.int32)
+  return emb, labels[rng.permutation(b)]
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_loss_and_grad_on_8_devices_equal_1_device(family):
+  name, hp = FAMILIES[family]
+  if name not in objectives.names():
+    pytest.skip(f"objective {name!r} is not registered yet")
+  obj = objectives.make(name, **hp)
+  emb, labels = batch()
+  params = obj.init(jax.random.key(0), num_classes=8, dim=emb.shape[1])
+  key = jax.random.key(42)
+
+  def loss(e, y, p, k):
+    return obj.apply(p, e, y, rng=k)[0]
+
+  single = jax.jit(jax.value_and_grad(loss))
+  one_dev = jax.devices()[0]
+  l1, g1 = single(*jax.device_put((emb, labels, params, key), one_dev))
+
+  mesh = parallel.make_mesh(8)
+  rep, sh = parallel.replicated(mesh), parallel.batch_sharded(mesh)
+  sharded = jax.jit(jax.value_and_grad(loss), in_shardings=(sh, sh, rep, rep),
+                    out_shardings=(rep, sh))
+  e8, y8 = parallel.global_batch(mesh, emb, labels, batch_size=len(labels))
+  l8, g8 = sharded(e8, y8, parallel.replicate(mesh, params), parallel.replicate(mesh, key))
+  assert len(g8.sharding.device_set) == 8
+  np.testing.assert_allclose(float(l8), float(l1), atol=1e-5, rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(g8), np.asarray(g1), atol=1e-5, rtol=1e-5)
+
+
+def test_batch_not_divisible_by_devices_is_a_clear_error():
+  with pytest.raises(ValueError, match="batch_size=36 is not divisible by the number of devices"):
+    parallel.check_batch_size(36, parallel.make_mesh(8))
+  with pytest.raises(ValueError, match="num_devices=9"):
+    parallel.make_mesh(9)
+
+
+# The digits config with a 16-D cosine embedding. The 2-D unnormalised main config is
+# equal step by step (test_each_train_step_on_8_devices_equals_1_device) but not over a
+# free run: its semi-hard selections sit on near-ties that a 1e-7 rounding difference
+# (another summation order across devices) flips, and Adam turns the ~1e-9 noise of the
+# last-layer bias gradient (exactly 0 in exact arithmetic: -|x - y|^2 ignores a shift) into
+# full-size steps.
+STABLE = {"loss.similarity": "cosine", "model.normalize": True, "model.embedding_dim": 16,
+          "eval.similarity": "cosine"}
+
+
+@functools.lru_cache(maxsize=None)
+def trained(num_devices, steps=20):
+  import tempfile  # pylint: disable=import-outside-toplevel
+  workdir = tempfile.mkdtemp(prefix=f"par{num_devices}_")
+  config = small_config(steps, num_devices=num_devices, **STABLE)
+  results = training.train_and_evaluate(config, workdir, show_progress=False)
+  return workdir, results
+
+
+def final_state(workdir):
+  setup = training.build(training.load_workdir_config(workdir))
+  from dml_jax import checkpointing  # pylint: disable=import-outside-toplevel
+  manager = checkpointing.make_manager(workdir, read_only=True)
+  try:
+    return checkpointing.restore(manager, setup.init_state)
+  finally:
+    manager.close()
+
+
+def test_training_on_8_devices_equals_1_device():
+  w1, r1 = trained(1)
+  w8, r8 = trained(8)
+  _, s1, _ = final_state(w1)
+  _, s8, _ = final_state(w8)
+  for a, b in zip(jax.tree.leaves(s1), jax.tree.leaves(s8)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-4, rtol=1e-4)
+  for protocol in r1:
+    assert r8[protocol] == pytest.approx(r1[protocol], abs=1e-4)
+
+
+def test_checkpoint_saved_on_8_devices_resumes_on_1(tmp_path):
+  workdir = str(tmp_path)
+  training.train_and_evaluate(small_config(10, num_devices=8, **STABLE), workdir,
+                              show_progress=False)
+  results = training.train_and_evaluate(small_config(20, num_devices=1, **STABLE), workdir,
+                                        show_progress=False)
+  _, ref, _ = final_state(trained(1)[0])
+  _, state, _ = final_state(workdir)
+  for a, b in zip(jax.tree.leaves(ref), jax.tree.leaves(state)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-4, rtol=1e-4)
+  for protocol in results:
+    assert results[protocol] == pytest.approx(trained(1)[1][protocol], abs=1e-4)
+
+
+def test_each_train_step_on_8_devices_equals_1_device():
+  """The main digits config (2-D, unnormalised, SGD to avoid Adam's sign amplification of
+  zero-gradient noise): from the same state, every step gives the same loss and parameters."""
+  overrides = {"optimizer.name": "sgd", "optimizer.learning_rate": 0.01}
+  setups = {n: training.build(small_config(20, num_devices=n, **overrides)) for n in (1, 8)}
+  steps = {n: training.make_train_step(s) for n, s in setups.items()}
+  state = jax.device_get(setups[1].init_state)
+  train = setups[1].splits["train"]
+  for t in range(1, 11):
+    idx = setups[1].sampler.batch_indices(t - 1)
+    out = {}
+    for n, setup in setups.items():
+      images, labels = parallel.global_batch(setup.mesh, train.images[idx], train.labels[idx],
+                                             batch_size=len(idx))
+      new, metrics = steps[n](parallel.replicate(setup.mesh, state), images, labels,
+                              training.step_key(0, t))
+      out[n] = (float(metrics["loss"]), jax.device_get(new))
+    assert out[8][0] == pytest.approx(out[1][0], abs=1e-5)
+    for a, b in zip(jax.tree.leaves(out[1][1]), jax.tree.leaves(out[8][1])):
+      np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
+    state = out[1][1]
+
+
+@pytest.mark.slow
+def test_two_processes_with_4_devices_equal_one_process_with_8(tmp_path):
+  """Multi-host on localhost: 2 processes x 4 fake CPU devices (gloo collectives)."""
+  import os  # pylint: disable=import-outside-toplevel
+  import socket  # pylint: disable=import-outside-toplevel
+  import subprocess  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+  from dml_test_support import ROOT  # pylint: disable=import-outside-toplevel
+
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    port = s.getsockname()[1]
+  workdir = str(tmp_path / "multihost")
+  overrides = {"batch_size": 32, "data.group_size": 16, **STABLE}
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4")
+  procs = [subprocess.Popen(
+      [sys.executable, "train.py", "--config=configs/digits_evenodd_eps.py:smoke",
+       f"--workdir={workdir}", "--noprogress", f"--coordinator_address=localhost:{port}",
+       "--num_processes=2", f"--process_id={i}",
+       *[f"--config.{k}={v}" for k, v in overrides.items()]],
+      cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+      for i in range(2)]
+  outs = [p.communicate(timeout=300)[0] for p in procs]
+  assert all(p.returncode == 0 for p in procs), outs[0][-3000:] + outs[1][-3000:]
+  assert "| test |" in outs[0] and "| test |" not in outs[1]   # only process 0 reports
+
+  _, multi, _ = final_state(workdir)
+  _, single, _ = final_state(trained(8)[0])
+  for a, b in zip(jax.tree.leaves(single), jax.tree.leaves(multi)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-4, rtol=1e-4)
