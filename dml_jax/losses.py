@@ -217,3 +217,213 @@ def triplet_all_negatives(d2_ap: jax.Array, d2_neg: jax.Array, neg_mask: jax.Arr
     return total
   n_neg = jnp.sum(neg_mask, axis=1, dtype=jnp.float32)
   return total / jnp.maximum(n_neg, 1.0)[:, None]
+
+
+# --- Margin loss (Wu et al.) and proxy-NCA ---------------------------------------------------
+
+MARGIN_DISTANCE_EPS = 1e-8        # released margin-loss code: d = sqrt(d^2 + 1e-8)
+PROXY_DENOMINATORS = ("negatives", "all")
+
+
+def euclidean_distance(d2: jax.Array, *, eps: float = MARGIN_DISTANCE_EPS) -> jax.Array:
+  """Plain Euclidean distance from a squared one: ``d = sqrt(max(d^2, 0) + eps)``.
+
+  ``eps > 0`` keeps the gradient finite at ``d^2 = 0`` (``dd/dd^2 <= 1 / (2 sqrt(eps))``); the
+  default 1e-8 is the released margin-loss code's (Wu et al.).
+
+  Args:
+    d2: float, any shape (e.g. ``2 - 2 S`` on the unit sphere).
+    eps: ``> 0``.
+
+  Returns:
+    float32, the shape of ``d2``.
+  """
+  d2, = _f32(d2)
+  return jnp.sqrt(jnp.maximum(d2, 0.0) + eps)
+
+
+def margin(d_ap: jax.Array, d_an: jax.Array, beta: jax.Array, *, alpha: float = 0.2):
+  """Margin loss of one (anchor, positive, negative) term (Wu et al. 2017 §5; EPS paper §3).
+
+  Per pair ``[alpha + t_ij (d_ij - beta)]_+`` with ``t = +1`` for the positive and ``-1`` for the
+  negative (label-noise paper eq. 2, there with a fixed ``beta``):
+
+  ``pos = [d_ap - beta + alpha]_+``, ``neg = [beta - d_an + alpha]_+``, with plain (not squared)
+  distances ``d`` and the boundary ``beta`` (``beta^(0) + beta^(class(a))`` in Wu et al.; here
+  whatever the caller gathers, e.g. the anchor's class).
+
+  Args:
+    d_ap: float ``[...]`` anchor-positive distances.
+    d_an: float ``[...]`` anchor-negative distances (broadcastable).
+    beta: float ``[...]`` boundaries (broadcastable).
+    alpha: the margin ``>= 0``, default 0.2.
+
+  Returns:
+    ``(pos, neg)``: float32 per-term hinge values of the broadcast shape.
+  """
+  d_ap, d_an, beta = _f32(d_ap, d_an, beta)
+  return jax.nn.relu(d_ap - beta + alpha), jax.nn.relu(beta - d_an + alpha)
+
+
+def proxy_nca(d2: jax.Array, class_mask: jax.Array, *, temperature: float = 1.0,
+              denominator: str = "negatives") -> jax.Array:
+  """Proxy-NCA loss per anchor (Movshovitz-Attias et al. 2017, "No fuss distance metric
+  learning using proxies", the proxy NCA loss of §3, static proxy assignment).
+
+  With ``d2[a, z] = |x_a - p_z|^2`` (normalised embeddings and proxies) and ``y = y_a``:
+  ``'negatives'`` (the paper): ``L_a = -log(e^{-d2_ay/T} / sum_{z != y} e^{-d2_az/T})
+  = d2_ay / T + LSE_{z != y}(-d2_az / T)`` (can be negative; ``dL/dd2_ay = 1/T`` always);
+  ``'all'``: the denominator sums over every proxy, the true one included (softmax
+  cross-entropy over ``-d2/T``, ``>= 0``; what most re-implementations use).
+
+  Args:
+    d2: float ``[B, C]`` squared distances of the anchors to the ``C`` proxies.
+    class_mask: bool ``[B, C]``, ``class_mask[a, z] = (z == y_a)`` (one true proxy per row).
+    temperature: ``T > 0``, default 1 (the paper's formula).
+    denominator: ``'negatives'`` (default) or ``'all'``.
+
+  Returns:
+    float32 ``[B]`` per-anchor losses.
+  """
+  _check_temperature(temperature)
+  if denominator not in PROXY_DENOMINATORS:
+    raise ValueError(f"Unknown denominator {denominator!r}; allowed: "
+                     f"{', '.join(PROXY_DENOMINATORS)}.")
+  d2, = _f32(d2)
+  logits = -d2 / temperature
+  positive = -jnp.sum(jnp.where(class_mask, logits, 0.0), axis=1)
+  mask = ~class_mask if denominator == "negatives" else jnp.ones_like(class_mask)
+  lse, _ = masked_logsumexp(logits, mask, axis=1)
+  return positive + lse
+
+
+# --- Pair losses: contrastive, DRO margin, binomial, multi-similarity, lifted structure ----
+#
+# ``s`` is a similarity matrix ``[B, N]`` (higher = closer) and ``pos_mask`` / ``neg_mask`` the
+# bool ``[B, N]`` label masks (self excluded). The elementwise forms return one value per pair
+# ``[B, N]`` (positive form where ``pos_mask``, negative form elsewhere; the caller masks out
+# non-pairs); the anchor forms return one value per anchor ``[B]``.
+
+
+def contrastive(s: jax.Array, pos_mask: jax.Array, *, pos_margin: float = 1.0,
+                neg_margin: float = 0.5) -> jax.Array:
+  """Contrastive pair loss in similarity units (Hadsell, Chopra & LeCun, CVPR 2006).
+
+  ``l_ij = [pos_margin - S_ij]_+`` for positive pairs and ``[S_ij - neg_margin]_+`` otherwise.
+  On the unit sphere (``d^2 = 2 - 2S``) with the defaults this is Hadsell et al.'s form on
+  squared distances: ``[1 - S]_+ = d^2 / 2`` (their ``D^2 / 2``) and
+  ``[S - 0.5]_+ = [1 - d^2]_+ / 2`` (a hinge at distance 1, i.e. 60 degrees).
+
+  Args:
+    s: float ``[B, N]`` similarities.
+    pos_mask: bool ``[B, N]``, True for positive pairs.
+    pos_margin: positives pay below this similarity, default 1.0.
+    neg_margin: negatives pay above this similarity, default 0.5.
+
+  Returns:
+    float32 ``[B, N]`` pair losses.
+  """
+  s, = _f32(s)
+  return jnp.where(pos_mask, jax.nn.relu(pos_margin - s), jax.nn.relu(s - neg_margin))
+
+
+def dro_margin(s: jax.Array, pos_mask: jax.Array, *, margin: float = 0.2,
+               base: float = 0.5) -> jax.Array:
+  """The DRO paper's margin pair loss ``l_ij = [m + y_ij (lambda - S_ij)]_+`` (§3.3).
+
+  ``y = +1`` for positive pairs, ``-1`` for negative ones: positives ``[m + lambda - S]_+``,
+  negatives ``[m + S - lambda]_+`` (released code: ``m = 0.2``, ``lambda = 0.5``, so positives
+  pay below 0.7 and negatives above 0.3). Equals :func:`contrastive` with
+  ``pos_margin = lambda + m``, ``neg_margin = lambda - m``.
+
+  Args:
+    s: float ``[B, N]`` similarities.
+    pos_mask: bool ``[B, N]``, True for positive pairs.
+    margin: ``m``, default 0.2.
+    base: ``lambda``, the threshold, default 0.5.
+
+  Returns:
+    float32 ``[B, N]`` pair losses.
+  """
+  return contrastive(s, pos_mask, pos_margin=base + margin, neg_margin=base - margin)
+
+
+def binomial(s: jax.Array, pos_mask: jax.Array, *, alpha: float = 40.0, beta: float = 2.0,
+             base: float = 0.5) -> jax.Array:
+  """Binomial deviance pair loss (Yi, Lei & Li 2014), in the DRO released scripts' form.
+
+  Positives ``(2 / beta) log(1 + exp(-beta (S - lambda)))``, negatives
+  ``(2 / alpha) log(1 + exp(alpha (S - lambda)))`` (softplus, stable for any scale). Note the
+  naming: ``beta`` scales the *positives* and ``alpha`` the *negatives* here (DRO code), the
+  opposite of the multi-similarity loss.
+
+  Args:
+    s: float ``[B, N]`` similarities.
+    pos_mask: bool ``[B, N]``, True for positive pairs.
+    alpha: negative scale ``> 0``, default 40.
+    beta: positive scale ``> 0``, default 2.
+    base: ``lambda``, default 0.5.
+
+  Returns:
+    float32 ``[B, N]`` pair losses (all ``> 0``).
+  """
+  s, = _f32(s)
+  pos = (2.0 / beta) * jax.nn.softplus(-beta * (s - base))
+  neg = (2.0 / alpha) * jax.nn.softplus(alpha * (s - base))
+  return jnp.where(pos_mask, pos, neg)
+
+
+def multi_similarity(s: jax.Array, pos_mask: jax.Array, neg_mask: jax.Array, *,
+                     alpha: float = 2.0, beta: float = 50.0, base: float = 0.5) -> jax.Array:
+  """Multi-similarity loss per anchor (Wang et al. 2019, eq. 2 of the DRO paper).
+
+  ``L_a = (1/alpha) log(1 + sum_{p in P_a} e^{-alpha (S_ap - lambda)})
+  + (1/beta) log(1 + sum_{n in N_a} e^{beta (S_an - lambda)})``, each term computed as
+  ``softplus(logsumexp(.))`` (finite at ``beta = 50`` and in bf16). An empty set contributes 0.
+  Gradients (DRO paper eq. 27): ``dL/dS_ap = -1 / (e^{alpha (S_ap - lambda)}
+  + sum_k e^{alpha (S_ap - S_ak)})``, ``dL/dS_an = 1 / (e^{beta (lambda - S_an)}
+  + sum_k e^{beta (S_ak - S_an)})``.
+
+  Args:
+    s: float ``[B, N]`` similarities.
+    pos_mask: bool ``[B, N]`` the (mined) positives ``P_a``.
+    neg_mask: bool ``[B, N]`` the (mined) negatives ``N_a``.
+    alpha: positive scale ``> 0``, default 2.
+    beta: negative scale ``> 0``, default 50.
+    base: ``lambda``, default 0.5.
+
+  Returns:
+    float32 ``[B]`` per-anchor losses.
+  """
+  s, = _f32(s)
+  lse_p, _ = masked_logsumexp(-alpha * (s - base), pos_mask, axis=1)
+  lse_n, _ = masked_logsumexp(beta * (s - base), neg_mask, axis=1)
+  return jax.nn.softplus(lse_p) / alpha + jax.nn.softplus(lse_n) / beta
+
+
+def lifted_structure(s: jax.Array, pos_mask: jax.Array, neg_mask: jax.Array, *,
+                     base: float = 0.5, margin: float = 0.0) -> jax.Array:
+  """Generalised lifted structure loss per anchor (DRO paper eq. 3; Wang et al. 2019).
+
+  ``L_a = [log sum_{p in P_a} e^{lambda - S_ap} + log sum_{n in N_a} e^{S_an - lambda}
+  + margin]_+``. ``lambda`` cancels between the two logs (``L_a`` does not depend on ``base``
+  in exact arithmetic); ``margin`` (default 0 = eq. 3) shifts the hinge, as the margin of the
+  generalised lifted structure of Hermans et al. (2017). Gradients (eq. 6) while the hinge is
+  open: ``dL/dS_ap = -softmax_{P_a}(-S)_p``, ``dL/dS_an = softmax_{N_a}(S)_n``. An anchor with
+  an empty ``P_a`` or ``N_a`` gives 0.
+
+  Args:
+    s: float ``[B, N]`` similarities.
+    pos_mask: bool ``[B, N]`` positives ``P_a``.
+    neg_mask: bool ``[B, N]`` negatives ``N_a``.
+    base: ``lambda`` of eq. 3, default 0.5.
+    margin: added inside the hinge, default 0.
+
+  Returns:
+    float32 ``[B]`` per-anchor losses.
+  """
+  s, = _f32(s)
+  lse_p, has_p = masked_logsumexp(base - s, pos_mask, axis=1)
+  lse_n, has_n = masked_logsumexp(s - base, neg_mask, axis=1)
+  both = has_p & has_n
+  return jnp.where(both, jax.nn.relu(jnp.where(both, lse_p + lse_n, 0.0) + margin), 0.0)

@@ -44,12 +44,22 @@ Negatives (``N_a`` = negatives of anchor ``a``), per term ``(a, p)``:
   positive. ``margin`` is in the units of ``s``. Dropped if the set is empty. Needs a key;
 * ``'easy'``            ``argmin_{n in N_a} s_an`` (EPHN paper §3.2);
 * ``'random'``          uniform over ``N_a``, drawn independently per term (needs a key);
-* ``'all'``             every ``n in N_a`` (the loss sums over them).
+* ``'all'``             every ``n in N_a`` (the loss sums over them);
+* ``'distance_weighted'`` Wu et al.'s distance-weighted sampling: one negative per term drawn
+  with ``Pr(n) ~ q(d_an)^-1`` on ``s = -d^2`` (needs a key and the embedding ``dim``); see
+  :func:`distance_weighted_negatives` (the section at the end of this module, with
+  :func:`keep_easiest`, the trimming of trimmed losses).
 
 The pair-dependent modes sort each anchor's negative scores once (``O(B N log N)``) and find the
 admissible rank range of every term with ``searchsorted``; a random choice is a uniform draw in
 that contiguous range. Ties are broken deterministically (first index for ``argmax``/``argmin``,
 stable-sort order for the range modes).
+
+Pair selections (pair-based objectives: every ordered pair ``(i, j)``, ``i != j``, is a term):
+multi-similarity mining (:func:`multi_similarity_pairs`), DRO top-K / top-K-PN
+(:func:`topk_pairs`), DRO-KL weights (:func:`kl_weights`, :func:`kl_grouped_weights`) and
+samples (:func:`kl_sample_pairs`) return fixed-shape ``[B, N]`` masks, weights or counts; see
+the section "Pair selections" at the end of this module.
 """
 
 from __future__ import annotations
@@ -60,9 +70,10 @@ import jax
 import jax.numpy as jnp
 
 POSITIVE_MODES = ("easy", "hard", "random", "all")
-NEGATIVE_MODES = ("hard", "semihard", "semihard_random", "easy", "random", "all")
+NEGATIVE_MODES = ("hard", "semihard", "semihard_random", "easy", "random", "all",
+                  "distance_weighted")
 STOCHASTIC_POSITIVE_MODES = ("random",)
-STOCHASTIC_NEGATIVE_MODES = ("semihard_random", "random")
+STOCHASTIC_NEGATIVE_MODES = ("semihard_random", "random", "distance_weighted")
 
 
 class Selection(NamedTuple):
@@ -195,7 +206,9 @@ def _uniform_in_range(key: jax.Array, lo: jax.Array, count: jax.Array) -> jax.Ar
 
 
 def negatives(s: jax.Array, neg_mask: jax.Array, pairs: jax.Array, *, mode: str,
-              margin: float = 0.0, key: jax.Array | None = None):
+              margin: float = 0.0, key: jax.Array | None = None, dim: int | None = None,
+              cutoff: float = 0.5, nonzero_loss_cutoff: float = 1.4,
+              fallback: str = "negatives"):
   """Selects one negative per (anchor, positive) term, or all negatives.
 
   With ``N_a`` the negatives of anchor ``a`` and ``s_ap`` the score of the term's positive:
@@ -204,7 +217,9 @@ def negatives(s: jax.Array, neg_mask: jax.Array, pairs: jax.Array, *, mode: str,
   * ``'semihard'``: ``argmax {s_an : n in N_a, s_an <= s_ap}`` (none: term dropped);
   * ``'semihard_random'``: uniform over ``{n in N_a : s_an > s_ap - margin}`` (none: dropped);
   * ``'random'``: uniform over ``N_a``, independently per term;
-  * ``'all'``: ``N_a``.
+  * ``'all'``: ``N_a``;
+  * ``'distance_weighted'``: ``Pr(n) ~ w_an`` (Wu et al.; ``s`` must be ``-d^2``), independently
+    per term: :func:`distance_weighted_negatives`.
 
   Computed in ``O(B N log N)`` time and ``O(B N)`` memory: each row of negative scores is sorted
   once and every term's admissible ranks are a contiguous range found by ``searchsorted``.
@@ -215,7 +230,9 @@ def negatives(s: jax.Array, neg_mask: jax.Array, pairs: jax.Array, *, mode: str,
     pairs: bool ``[B, N]`` selected (anchor, positive) pairs, e.g. from :func:`positive_pairs`.
     mode: one of ``NEGATIVE_MODES``.
     margin: ``'semihard_random'`` only: the triplet margin in the units of ``s``.
-    key: PRNG key, required for ``'semihard_random'`` and ``'random'``.
+    key: PRNG key, required for ``'semihard_random'``, ``'random'``, ``'distance_weighted'``.
+    dim, cutoff, nonzero_loss_cutoff, fallback: ``'distance_weighted'`` only (see
+      :func:`distance_weighted_negatives`); ``dim`` (the embedding dimension) is required.
 
   Returns:
     ``'all'``: ``neg_mask`` (bool ``[B, N]``). Otherwise ``(idx, valid)``: int32 ``[B, N]`` negative
@@ -227,6 +244,10 @@ def negatives(s: jax.Array, neg_mask: jax.Array, pairs: jax.Array, *, mode: str,
     raise ValueError(f"pairs must have the shape of the scores {s.shape}, got {pairs.shape}.")
   if mode == "all":
     return neg_mask
+  if mode == "distance_weighted":
+    return distance_weighted_negatives(s, neg_mask, pairs, dim=dim, cutoff=cutoff,
+                                       nonzero_loss_cutoff=nonzero_loss_cutoff,
+                                       fallback=fallback, key=key)
   b, n = s.shape
   n_neg = jnp.sum(neg_mask, axis=1, dtype=jnp.int32)   # [B]
   if mode in ("hard", "easy"):
@@ -260,7 +281,9 @@ def negatives(s: jax.Array, neg_mask: jax.Array, pairs: jax.Array, *, mode: str,
 
 
 def select(s: jax.Array, pos_mask: jax.Array, neg_mask: jax.Array, *, positive: str,
-           negative: str, margin: float = 0.0, key: jax.Array | None = None) -> Selection:
+           negative: str, margin: float = 0.0, key: jax.Array | None = None,
+           dim: int | None = None, cutoff: float = 0.5, nonzero_loss_cutoff: float = 1.4,
+           fallback: str = "negatives") -> Selection:
   """Positive and negative selection of a batch as one :class:`Selection`.
 
   ``key`` is split into a positive and a negative key (``jax.random.split(key)``), so a given
@@ -274,6 +297,8 @@ def select(s: jax.Array, pos_mask: jax.Array, neg_mask: jax.Array, *, positive: 
     negative: one of ``NEGATIVE_MODES``.
     margin: ``'semihard_random'`` margin, in the units of ``s``.
     key: PRNG key, required when :func:`is_stochastic`.
+    dim, cutoff, nonzero_loss_cutoff, fallback: ``negative='distance_weighted'`` only (see
+      :func:`distance_weighted_negatives`); ``dim`` (the embedding dimension) is required.
 
   Returns:
     :class:`Selection` of ``[B, N]`` arrays.
@@ -291,5 +316,368 @@ def select(s: jax.Array, pos_mask: jax.Array, neg_mask: jax.Array, *, positive: 
     idx = jnp.broadcast_to(hardest[:, None], s.shape)
     valid = pairs & jnp.any(neg_mask, axis=1)[:, None]
   else:
-    idx, valid = negatives(s, neg_mask, pairs, mode=negative, margin=margin, key=kn)
+    idx, valid = negatives(s, neg_mask, pairs, mode=negative, margin=margin, key=kn, dim=dim,
+                           cutoff=cutoff, nonzero_loss_cutoff=nonzero_loss_cutoff,
+                           fallback=fallback)
   return Selection(pairs=pairs, valid=valid, negative=idx, negatives=neg_mask)
+
+
+# --- Distance-weighted negatives (Wu et al.) and trimming ------------------------------------
+#
+# Wu, Manmatha, Smola, Krahenbuhl, "Sampling matters in deep embedding learning", ICCV 2017, §4;
+# released code: apache/mxnet example/gluon/embedding_learning/model.py (DistanceWeightedSampling).
+
+DW_FALLBACKS = ("negatives", "batch", "drop")
+_DW_TINY = 1e-12   # floor of 1 - d^2/4 inside the log (d < nonzero_loss_cutoff <= 2 where used)
+
+
+def check_distance_weighted(*, dim, cutoff: float, nonzero_loss_cutoff: float,
+                            fallback: str) -> None:
+  """Raises ``ValueError`` unless the distance-weighted options are usable.
+
+  Args:
+    dim: the embedding dimension ``D``, an int ``>= 1``.
+    cutoff: lower clip of the distance, ``0 < cutoff < nonzero_loss_cutoff``.
+    nonzero_loss_cutoff: negatives at ``d >= nonzero_loss_cutoff`` get weight 0, ``<= 2``.
+    fallback: one of ``DW_FALLBACKS``.
+  """
+  if isinstance(dim, bool) or not hasattr(dim, "__index__") or dim < 1:
+    raise ValueError("negative='distance_weighted' needs the embedding dimension dim, an int "
+                     f">= 1; got dim={dim!r}.")
+  for name, value in (("cutoff", cutoff), ("nonzero_loss_cutoff", nonzero_loss_cutoff)):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+      raise ValueError(f"{name} must be a number, got {value!r}.")
+  if not 0 < cutoff < nonzero_loss_cutoff <= 2:
+    raise ValueError("distance-weighted sampling needs 0 < cutoff < nonzero_loss_cutoff <= 2 "
+                     f"(distances on the unit sphere); got cutoff={cutoff!r}, "
+                     f"nonzero_loss_cutoff={nonzero_loss_cutoff!r}.")
+  if fallback not in DW_FALLBACKS:
+    raise ValueError(f"Unknown distance-weighted fallback {fallback!r}; allowed: "
+                     f"{', '.join(DW_FALLBACKS)}.")
+
+
+def distance_weights(s: jax.Array, neg_mask: jax.Array, *, dim: int, cutoff: float = 0.5,
+                     nonzero_loss_cutoff: float = 1.4) -> jax.Array:
+  """Unnormalised sampling weights of distance-weighted negative sampling (Wu et al. §4).
+
+  The scores are squared-distance scores ``s = -d^2`` (what the triplet and margin objectives
+  mine on; on the unit sphere ``d^2 = 2 - 2 S``). With ``D = dim``:
+
+  * ``d = max(sqrt(-s), cutoff)`` (the cut-off avoids the huge weights of very close pairs;
+    it plays the role of the paper's ``min(lambda, q(d)^-1)``, as in the released code);
+  * ``log w_an = (2 - D) log d - ((D - 3) / 2) log(1 - d^2 / 4)`` = ``-log q(d)``, ``q`` the
+    density of the distance between two points uniform on the sphere ``S^{D-1}`` (Wu et al. §4,
+    ``q(d) ~ d^{D-2} (1 - d^2/4)^{(D-3)/2}``);
+  * ``w_an = exp(log w_an - max_n' log w_an')`` (max over the anchor's admissible negatives;
+    the released code subtracts the batch-wide max, which gives the same distribution) for
+    ``n in N_a`` with ``d_an < nonzero_loss_cutoff``, else 0 (same class and self: 0).
+
+  Args:
+    s: float ``[B, N]`` scores ``-d^2`` (stop-gradient is applied).
+    neg_mask: bool ``[B, N]`` negatives of each anchor.
+    dim: the embedding dimension ``D``.
+    cutoff: lower clip of ``d``, default 0.5 (released code).
+    nonzero_loss_cutoff: weight 0 from this distance on, default 1.4 (released code: with the
+      margin loss, ``beta + alpha`` at initialisation).
+
+  Returns:
+    float32 ``[B, N]`` weights in ``[0, 1]``; each row's maximum is 1 unless the row is all 0.
+  """
+  check_distance_weighted(dim=dim, cutoff=cutoff, nonzero_loss_cutoff=nonzero_loss_cutoff,
+                          fallback=DW_FALLBACKS[0])
+  s = _check_inputs(s, neg_mask, "neg_mask")
+  d2 = jnp.maximum(-s, 0.0)
+  d = jnp.maximum(jnp.sqrt(d2), cutoff)
+  log_w = ((2.0 - dim) * jnp.log(d)
+           - 0.5 * (dim - 3.0) * jnp.log(jnp.maximum(1.0 - 0.25 * jnp.square(d), _DW_TINY)))
+  admissible = neg_mask & (jnp.sqrt(d2) < nonzero_loss_cutoff)
+  m = jnp.max(jnp.where(admissible, log_w, -jnp.inf), axis=1, keepdims=True)
+  m = jnp.where(jnp.isfinite(m), m, 0.0)
+  return jnp.where(admissible, jnp.exp(jnp.where(admissible, log_w, m) - m), 0.0)
+
+
+def _inverse_cdf_rows(key: jax.Array, weights: jax.Array, num_draws: int) -> jax.Array:
+  """Per row of ``weights [B, N]`` (>= 0), ``num_draws`` independent draws ``j ~ w_j / sum w``.
+
+  Inverse CDF: ``c = cumsum(w)``, ``u ~ U[0, 1)``, ``j = min{j : c_j > u c_N}`` via a row-wise
+  ``searchsorted`` (``O(B N log N)`` time, ``O(B N)`` memory). A zero-weight entry is never
+  drawn (clamped to the row's last positive entry against rounding). Rows that are all zero
+  give an arbitrary index. Returns int32 ``[B, num_draws]``.
+  """
+  b, n = weights.shape
+  cdf = jnp.cumsum(weights, axis=1)
+  u = jax.random.uniform(key, (b, num_draws), jnp.float32)
+  idx = _search_rows(cdf, u * cdf[:, -1:], side="right")
+  last = (n - 1 - jnp.argmax(weights[:, ::-1] > 0, axis=1)).astype(jnp.int32)
+  return jnp.minimum(idx, last[:, None])
+
+
+def distance_weighted_negatives(s: jax.Array, neg_mask: jax.Array, pairs: jax.Array, *,
+                                dim: int, cutoff: float = 0.5,
+                                nonzero_loss_cutoff: float = 1.4,
+                                fallback: str = "negatives",
+                                key: jax.Array | None = None):
+  """One distance-weighted negative per (anchor, positive) term (Wu et al. §4).
+
+  Each term ``(a, p)`` draws ``n`` independently with ``Pr(n | a) = w_an / sum_n' w_an'``,
+  ``w`` from :func:`distance_weights` (it does not depend on ``p``). An anchor whose weights
+  are all zero (every negative at ``d >= nonzero_loss_cutoff``, or no negative) uses
+  ``fallback``:
+
+  * ``'negatives'`` (default): uniform over the anchor's negatives ``N_a`` (term dropped if
+    ``N_a`` is empty);
+  * ``'batch'``: the released code (``np.random.choice(n, k-1)`` when the weights are not a
+    distribution): uniform over all ``N`` batch items, the anchor itself and its positives
+    included; such terms stay valid even without a negative;
+  * ``'drop'``: the term is dropped.
+
+  Memory ``O(B N)``: the ``[B, N]`` weights are turned into a per-anchor cumulative row once and
+  every term draws from it by inverse CDF (``searchsorted``), never a ``[B, N, N]`` tensor.
+
+  Args:
+    s: float ``[B, N]`` scores ``-d^2`` (stop-gradient is applied).
+    neg_mask: bool ``[B, N]`` negatives.
+    pairs: bool ``[B, N]`` selected (anchor, positive) pairs.
+    dim: the embedding dimension ``D``.
+    cutoff: default 0.5.
+    nonzero_loss_cutoff: default 1.4.
+    fallback: ``'negatives'`` (default), ``'batch'`` or ``'drop'``.
+    key: PRNG key (required).
+
+  Returns:
+    ``(idx, valid)``: int32 ``[B, N]`` negative per term and bool ``[B, N]`` validity.
+  """
+  check_distance_weighted(dim=dim, cutoff=cutoff, nonzero_loss_cutoff=nonzero_loss_cutoff,
+                          fallback=fallback)
+  w = distance_weights(s, neg_mask, dim=dim, cutoff=cutoff,
+                       nonzero_loss_cutoff=nonzero_loss_cutoff)
+  if pairs.shape != w.shape:
+    raise ValueError(f"pairs must have the shape of the scores {w.shape}, got {pairs.shape}.")
+  has_weight = jnp.any(w > 0, axis=1)                                     # [B]
+  if fallback == "negatives":
+    w = jnp.where(has_weight[:, None], w, neg_mask.astype(jnp.float32))
+    found = jnp.any(w > 0, axis=1)
+  elif fallback == "batch":
+    w = jnp.where(has_weight[:, None], w, 1.0)
+    found = jnp.ones_like(has_weight)
+  else:  # drop
+    found = has_weight
+  idx = _inverse_cdf_rows(_need_key(key, "distance_weighted"), w, w.shape[1])
+  return idx, pairs & found[:, None]
+
+
+def keep_easiest(values: jax.Array, valid: jax.Array, *, keep_fraction: float) -> jax.Array:
+  """Trimming: the ``k = ceil(keep_fraction * n_valid)`` valid terms of lowest value.
+
+  The trimmed loss of Shen & Sanghavi (2019) as tested in the EPS paper (App. C, "Trimmed loss
+  comparison"): back-propagate only the terms of the batch with the lowest current loss.
+  Computed under stop-gradient: rank all valid terms by value (invalid ones last; ties by
+  flat index, row-major, stable sort) and keep ranks ``< k``. ``O(T log T)`` for ``T`` terms.
+  ``k >= 1`` whenever a term is valid; ``keep_fraction = 1`` keeps every valid term.
+
+  Args:
+    values: float, any shape (e.g. per-term losses ``[B, N]``).
+    valid: bool, the shape of ``values``.
+    keep_fraction: in ``(0, 1]``.
+
+  Returns:
+    bool of the shape of ``values``: the kept terms (a subset of ``valid``).
+  """
+  if (isinstance(keep_fraction, bool) or not isinstance(keep_fraction, (int, float))
+      or not 0 < keep_fraction <= 1):
+    raise ValueError(f"keep_fraction must be a number in (0, 1], got {keep_fraction!r}.")
+  if valid.shape != values.shape:
+    raise ValueError(f"valid must have the shape of the values {values.shape}, "
+                     f"got {valid.shape}.")
+  v = jnp.where(valid, jax.lax.stop_gradient(values).astype(jnp.float32), jnp.inf).ravel()
+  rank = jnp.zeros(v.shape, jnp.int32).at[jnp.argsort(v, stable=True)].set(
+      jnp.arange(v.size, dtype=jnp.int32))
+  n_valid = jnp.sum(valid, dtype=jnp.float32)
+  # ceil(f n); the factor 1 - 1e-6 absorbs float32 rounding of f * n at exact integers.
+  k = jnp.ceil(keep_fraction * n_valid * (1.0 - 1e-6))
+  return valid & (rank.reshape(values.shape) < k)
+
+
+# --- Pair selections: multi-similarity mining, DRO top-K / top-K-PN, KL weights and samples ---
+#
+# Pair-based objectives treat every ordered pair ``(i, j)``, ``i != j``, of the batch as a term
+# (``pos_mask | neg_mask`` of ``similarity.label_masks``). The selections below read a score or
+# a pair-loss matrix ``[B, N]`` under stop-gradient and return fixed-shape ``[B, N]`` masks,
+# weights or counts; the objectives multiply them with the differentiable pair losses, so the
+# gradient flows only through the selected similarities. Multi-similarity: Wang et al., "Multi-
+# similarity loss with general pair weighting", CVPR 2019 (released code: MalongTech/research-
+# ms-loss). DRO: "A simple and effective framework for pairwise deep metric learning" (the DRO
+# paper, ``papers/dro-pairwise-metric-learning.txt``), §3.2 and eq. 7.
+
+MS_POSITIVE_MODES = ("ms", "all", "easy")
+MS_NEGATIVE_MODES = ("ms", "all")
+
+
+def _check_gamma(gamma, name: str = "gamma") -> None:
+  if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not gamma > 0:
+    raise ValueError(f"{name} must be a number > 0, got {gamma!r}.")
+
+
+def multi_similarity_pairs(s: jax.Array, pos_mask: jax.Array, neg_mask: jax.Array, *,
+                           epsilon: float = 0.1, positive: str = "ms",
+                           negative: str = "ms") -> tuple[jax.Array, jax.Array]:
+  """Multi-similarity pair mining (Wang et al. 2019 §3.3, released code), or EPS positives.
+
+  First the positive set ``P'_a`` the loss sees before MS filtering: ``P_a`` for
+  ``positive='ms'`` / ``'all'``; ``{argmax_{p in P_a} s_ap}`` for ``positive='easy'`` (EPS
+  paper §5.2.2: EPS replaces MS positive mining by the single easiest positive). Then:
+
+  * ``negative='ms'``: keep ``n in N_a`` with ``s_an + epsilon > min_{p in P'_a} s_ap``; with
+    ``positive='easy'`` the reference is therefore the easy positive's ``s_ap`` (the MS rule
+    applied to the tuple ``(a, p_a)`` that EPS trains on); ``'all'``: keep ``N_a``.
+  * ``positive='ms'``: keep ``p in P_a`` with ``s_ap - epsilon < max_{n in N_a} s_an``
+    (the max over *all* negatives, as in the released code); ``'all'``: ``P_a``; ``'easy'``:
+    the easy positive, unfiltered.
+
+  Inequalities are strict, as in the released code. An anchor without positives keeps no
+  negative (``min`` of an empty set is ``+inf``) and one without negatives keeps no positive.
+  The objective drops anchors whose kept positive or negative set is empty.
+
+  Args:
+    s: float ``[B, N]`` similarities (stop-gradient is applied).
+    pos_mask: bool ``[B, N]`` positives (self excluded).
+    neg_mask: bool ``[B, N]`` negatives.
+    epsilon: the mining margin ``>= 0``, default 0.1 (MS paper).
+    positive: one of ``MS_POSITIVE_MODES``, default ``'ms'``.
+    negative: one of ``MS_NEGATIVE_MODES``, default ``'ms'``.
+
+  Returns:
+    ``(pos_kept, neg_kept)``: bool ``[B, N]`` each.
+  """
+  if positive not in MS_POSITIVE_MODES:
+    raise ValueError(f"Unknown multi-similarity positive mode {positive!r}; allowed: "
+                     f"{', '.join(MS_POSITIVE_MODES)}.")
+  if negative not in MS_NEGATIVE_MODES:
+    raise ValueError(f"Unknown multi-similarity negative mode {negative!r}; allowed: "
+                     f"{', '.join(MS_NEGATIVE_MODES)}.")
+  if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not epsilon >= 0:
+    raise ValueError(f"epsilon must be a number >= 0, got {epsilon!r}.")
+  s = _check_inputs(s, pos_mask, "pos_mask")
+  _check_inputs(s, neg_mask, "neg_mask")
+  cand = positive_pairs(s, pos_mask, mode="easy") if positive == "easy" else pos_mask
+  if negative == "ms":
+    ref = jnp.min(jnp.where(cand, s, jnp.inf), axis=1, keepdims=True)
+    neg_kept = neg_mask & (s + epsilon > ref)
+  else:
+    neg_kept = neg_mask
+  if positive == "ms":
+    hardest_neg = jnp.max(jnp.where(neg_mask, s, -jnp.inf), axis=1, keepdims=True)
+    pos_kept = pos_mask & (s - epsilon < hardest_neg)
+  else:
+    pos_kept = cand
+  return pos_kept, neg_kept
+
+
+def topk_pairs(values: jax.Array, mask: jax.Array, *, k: int) -> jax.Array:
+  """The ``k`` masked entries of largest value, over the whole matrix (DRO-TopK, §3.2).
+
+  ``jax.lax.top_k`` over the flattened ``where(mask, values, -inf)``; ties are broken by the
+  lower flat (row-major) index. Fewer than ``k`` masked entries: all of them are selected.
+
+  Args:
+    values: float ``[B, N]``, e.g. pair losses (stop-gradient is applied).
+    mask: bool ``[B, N]`` candidate pairs.
+    k: static int, ``0 <= k <= B N`` (the objectives clamp ``k`` with a warning first).
+
+  Returns:
+    bool ``[B, N]``, at most ``k`` entries True, a subset of ``mask``.
+  """
+  if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= values.size:
+    raise ValueError(f"k must be an int in [0, {values.size}] (the number of entries), "
+                     f"got {k!r}.")
+  v = _check_inputs(values, mask, "mask")
+  if k == 0:
+    return jnp.zeros(v.shape, bool)
+  _, idx = jax.lax.top_k(jnp.where(mask, v, -jnp.inf).ravel(), k)
+  picked = jnp.zeros(v.size, bool).at[idx].set(True).reshape(v.shape)
+  return picked & mask
+
+
+def kl_weights(losses: jax.Array, mask: jax.Array, *, gamma: float) -> jax.Array:
+  """The optimal DRO-KL distribution over the masked pairs (DRO paper §3.2, DRO-KL).
+
+  ``p*_ij = exp(l_ij / gamma) / sum_{(k, l) in mask} exp(l_kl / gamma)``, the maximiser of
+  ``sum p l - gamma KL(p || uniform)`` over the simplex; computed under stop-gradient with the
+  maximum subtracted. 0 outside ``mask``; all 0 when ``mask`` is empty.
+
+  Args:
+    losses: float ``[B, N]`` pair losses (stop-gradient is applied).
+    mask: bool ``[B, N]`` candidate pairs.
+    gamma: ``> 0``, the KL regularisation weight.
+
+  Returns:
+    float32 ``[B, N]`` weights summing to 1 (0 if no candidate).
+  """
+  _check_gamma(gamma)
+  z = _check_inputs(losses, mask, "mask") / gamma
+  m = jnp.max(jnp.where(mask, z, -jnp.inf))
+  m = jnp.where(jnp.isfinite(m), m, 0.0)
+  e = jnp.where(mask, jnp.exp(jnp.where(mask, z, m) - m), 0.0)
+  total = jnp.sum(e)
+  return e / jnp.where(total > 0, total, 1.0)
+
+
+def kl_grouped_weights(losses: jax.Array, mask: jax.Array, *, gamma: float,
+                       pseudo_loss: float | jax.Array | None = None) -> jax.Array:
+  """Per-anchor DRO-KL weights of one group (DRO paper eq. 7; eq. 23 with a pseudo pair).
+
+  For each row ``a`` (anchor) and its group ``G_a = {j : mask[a, j]}`` (its positives or its
+  negatives): ``p*_aj = exp(l_aj / gamma) / (c_a + sum_{k in G_a} exp(l_ak / gamma))`` with
+  ``c_a = 0`` without a pseudo pair and ``c_a = exp(pseudo_loss / gamma)`` with one (the pseudo
+  pair of eq. 23, whose own weight ``1 - sum_j p*_aj`` multiplies a constant loss and is not
+  returned). Computed under stop-gradient, stabilised by the row maximum. An empty group gives
+  zero weights.
+
+  Args:
+    losses: float ``[B, N]`` pair losses (stop-gradient is applied).
+    mask: bool ``[B, N]`` the group of each anchor.
+    gamma: ``> 0`` (``gamma_i^+`` or ``gamma_i^-`` of eq. 7, shared by all anchors).
+    pseudo_loss: ``None`` (no pseudo pair) or the pseudo pair's loss, a float or ``[B]``.
+
+  Returns:
+    float32 ``[B, N]`` weights; each non-empty row sums to 1 without a pseudo pair, < 1 with.
+  """
+  _check_gamma(gamma)
+  z = _check_inputs(losses, mask, "mask") / gamma
+  m = jnp.max(jnp.where(mask, z, -jnp.inf), axis=1, keepdims=True)
+  if pseudo_loss is not None:
+    z0 = jnp.broadcast_to(jnp.asarray(pseudo_loss, jnp.float32) / gamma, (z.shape[0],))[:, None]
+    m = jnp.maximum(m, z0)
+  m = jnp.where(jnp.isfinite(m), m, 0.0)
+  e = jnp.where(mask, jnp.exp(jnp.where(mask, z, m) - m), 0.0)
+  total = jnp.sum(e, axis=1, keepdims=True)
+  if pseudo_loss is not None:
+    total = total + jnp.exp(z0 - m)
+  return e / jnp.where(total > 0, total, 1.0)
+
+
+def kl_sample_pairs(key: jax.Array, losses: jax.Array, mask: jax.Array, *, gamma: float,
+                    num: int) -> jax.Array:
+  """``num`` pairs drawn i.i.d. (with replacement) from the DRO-KL distribution ``p*``.
+
+  The DRO paper's p-sampling (§3.2): instead of weighting every pair by ``p*``
+  (:func:`kl_weights`), sample pairs from ``p*`` and average their gradients. Inverse CDF over
+  the flattened ``[B N]`` weights (``O(B N + num log(B N))`` time, ``O(B N + num)`` memory).
+  ``E[counts] = num p*``.
+
+  Args:
+    key: PRNG key.
+    losses: float ``[B, N]`` pair losses (stop-gradient is applied).
+    mask: bool ``[B, N]`` candidate pairs.
+    gamma: ``> 0``.
+    num: static int ``>= 1``, the number of draws.
+
+  Returns:
+    int32 ``[B, N]`` draw counts (summing to ``num``; all 0 when ``mask`` is empty).
+  """
+  if isinstance(num, bool) or not isinstance(num, int) or num < 1:
+    raise ValueError(f"num must be an int >= 1, got {num!r}.")
+  p = kl_weights(losses, mask, gamma=gamma)
+  idx = _inverse_cdf_rows(key, p.reshape(1, -1), num)[0]
+  counts = jnp.zeros(p.size, jnp.int32).at[idx].add(1).reshape(p.shape)
+  return jnp.where(mask, counts, 0)

@@ -1,0 +1,199 @@
+"""The DRO paper's identities (§3.3 and supplement 6.1), to tight tolerance.
+
+DRO-KL grouped per anchor (eq. 7) with the margin pair loss ``[m + y (lambda - S)]_+``, when
+every pair loss is positive (the paper's "m sufficiently large"):
+
+* ``gamma+ = gamma- = 1``, no pseudo pairs: its weights are eq. 19 and its gradient is the
+  lifted-structure gradient (eqs. 5-6, 21-22), while the lifted-structure hinge is open;
+* zero-loss pseudo pairs, ``gamma+ = 1/alpha``, ``gamma- = 1/beta``: its weights are eq. 25 with
+  ``c+ = lambda + m``, ``c- = lambda - m`` and its gradient is the multi-similarity gradient
+  (eq. 27) of the MS loss *without mining*, whose positive term uses ``lambda = c+`` and
+  negative term ``lambda = c-``; with pseudo pairs at ``c+ = c- = lambda_MS`` it is the usual
+  single-``lambda`` MS (``multi_similarity(positive='all', negative='all')``). With MS mining on,
+  it holds only when DRO is restricted to the mined pairs.
+
+Gradients are compared w.r.t. the similarity matrix (against closed forms too) and w.r.t. the
+embeddings (through ``objectives.make``).
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dml_jax import losses
+from dml_jax import mining
+from dml_jax import objectives
+from dml_jax import similarity as sim
+
+LABELS = np.array([0, 0, 0, 1, 1, 1, 2, 2, 3, 3, 4, 5], np.int32)
+B, D = len(LABELS), 4
+MARGIN, LAM = 1.5, 0.5      # S in (-1, 1) = (LAM - MARGIN, LAM + MARGIN): every pair loss > 0
+TIGHT = dict(rtol=1e-5, atol=1e-7)
+
+
+def batch(seed=0):
+  x = np.random.default_rng(seed).normal(size=(B, D)).astype(np.float32)
+  return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+E = batch(0)
+S = sim.pairwise_similarity(jnp.asarray(E))                   # float32 [B, B]
+S64 = np.asarray(S, np.float64)
+POS, NEG = sim.label_masks(jnp.asarray(LABELS))
+VALID = (jnp.any(POS, axis=1) & jnp.any(NEG, axis=1))[:, None]
+GP, GN = POS & VALID, NEG & VALID                              # anchors 10, 11 have no group
+NONE = jnp.zeros((B, B), bool)
+
+
+def grouped_loss(s, gp, gn, *, gamma_pos, gamma_neg, pseudo=None, margin=MARGIN, base=LAM):
+  """eq. 20 / B with p* of eq. 7 (under stop-gradient); ``pseudo`` = (l0+, l0-) or None."""
+  l = losses.dro_margin(s, POS, margin=margin, base=base)
+  p0, n0 = pseudo if pseudo is not None else (None, None)
+  w = (mining.kl_grouped_weights(l, gp, gamma=gamma_pos, pseudo_loss=p0)
+       + mining.kl_grouped_weights(l, gn, gamma=gamma_neg, pseudo_loss=n0))
+  return jnp.sum(w * l) / B
+
+
+def grad_s(f):
+  return np.asarray(jax.jit(jax.grad(f))(S))
+
+
+@functools.cache
+def grad_e(name, **hparams):
+  obj = objectives.make(name, **hparams)
+  fn = jax.jit(jax.grad(lambda e: obj.apply({}, e, jnp.asarray(LABELS))[0]))
+  return np.asarray(fn(jnp.asarray(E)))
+
+
+def sets(i):
+  ps = [j for j in range(B) if j != i and LABELS[j] == LABELS[i]]
+  ns = [j for j in range(B) if LABELS[j] != LABELS[i]]
+  return ps, ns
+
+
+def test_every_pair_loss_is_positive_in_these_tests():
+  l = np.asarray(losses.dro_margin(S, POS, margin=MARGIN, base=LAM))
+  assert (l[np.asarray(POS | NEG)] > 0).all()
+
+
+# ----------------------------------------------------------------------------- lifted structure
+
+
+def test_kl_grouped_weights_with_gamma_one_are_eq_19():
+  l = losses.dro_margin(S, POS, margin=MARGIN, base=LAM)
+  wp = np.asarray(mining.kl_grouped_weights(l, GP, gamma=1.0))
+  wn = np.asarray(mining.kl_grouped_weights(l, GN, gamma=1.0))
+  for i in range(10):
+    ps, ns = sets(i)
+    for j in ps:
+      np.testing.assert_allclose(wp[i, j], 1 / sum(np.exp(S64[i, j] - S64[i, k]) for k in ps),
+                                 **TIGHT)
+    for j in ns:
+      np.testing.assert_allclose(wn[i, j], 1 / sum(np.exp(S64[i, k] - S64[i, j]) for k in ns),
+                                 **TIGHT)
+
+
+def test_dro_grouped_gamma_one_gives_the_lifted_structure_gradient_wrt_s():
+  ls = np.asarray(losses.lifted_structure(S, GP, GN))
+  assert (ls[:10] > 0).all()                   # the hinge of eq. 3 is open for every anchor
+  g_dro = grad_s(lambda s: grouped_loss(s, GP, GN, gamma_pos=1.0, gamma_neg=1.0))
+  g_ls = grad_s(lambda s: jnp.sum(losses.lifted_structure(s, GP, GN)) / B)
+  np.testing.assert_allclose(g_dro, g_ls, **TIGHT)
+  # eq. 22 (eq. 6 weights), explicit loops.
+  want = np.zeros((B, B))
+  for i in range(10):
+    ps, ns = sets(i)
+    for j in ps:
+      want[i, j] = -1 / sum(np.exp(S64[i, j] - S64[i, k]) for k in ps) / B
+    for j in ns:
+      want[i, j] = 1 / sum(np.exp(S64[i, k] - S64[i, j]) for k in ns) / B
+  np.testing.assert_allclose(g_dro, want, **TIGHT)
+
+
+def test_dro_grouped_gamma_one_gives_the_lifted_structure_gradient_wrt_embeddings():
+  kw = dict(gamma_pos=1.0, gamma_neg=1.0, margin=MARGIN, base=LAM, remove_zero_loss=False)
+  g_dro = grad_e("dro_kl_grouped", **kw)
+  g_ls = grad_e("lifted_structure")
+  assert np.abs(g_ls).max() > 1e-2
+  np.testing.assert_allclose(g_dro, g_ls, rtol=1e-5, atol=1e-6)
+  # The identity needs gamma = 1 and every pair loss > 0: other settings differ.
+  assert np.abs(grad_e("dro_kl_grouped", **dict(kw, gamma_pos=0.5)) - g_ls).max() > 1e-3
+  assert np.abs(grad_e("dro_kl_grouped", **dict(kw, margin=0.2)) - g_ls).max() > 1e-3
+
+
+# ----------------------------------------------------------------------------- multi-similarity
+
+
+def test_zero_loss_pseudo_pairs_give_eq_25_weights_and_the_ms_gradient():
+  """The paper's construction: pseudo losses 0, so c+ = lambda + m, c- = lambda - m."""
+  alpha, beta = 2.0, 2.0                        # small beta: the pseudo negative matters too
+  c_pos, c_neg = LAM + MARGIN, LAM - MARGIN
+  l = losses.dro_margin(S, POS, margin=MARGIN, base=LAM)
+  wp = np.asarray(mining.kl_grouped_weights(l, GP, gamma=1 / alpha, pseudo_loss=0.0))
+  wn = np.asarray(mining.kl_grouped_weights(l, GN, gamma=1 / beta, pseudo_loss=0.0))
+  for i in range(10):                          # eq. 25
+    ps, ns = sets(i)
+    for j in ps:
+      want = 1 / (np.exp(alpha * (S64[i, j] - c_pos))
+                  + sum(np.exp(alpha * (S64[i, j] - S64[i, k])) for k in ps))
+      np.testing.assert_allclose(wp[i, j], want, **TIGHT)
+    for j in ns:
+      want = 1 / (np.exp(beta * (c_neg - S64[i, j]))
+                  + sum(np.exp(beta * (S64[i, k] - S64[i, j])) for k in ns))
+      np.testing.assert_allclose(wn[i, j], want, **TIGHT)
+  pseudo_p, pseudo_n = 1 - wp.sum(axis=1)[:10], 1 - wn.sum(axis=1)[:10]
+  assert pseudo_p.max() > 1e-2 and pseudo_n.max() > 1e-2    # the pseudo pairs take weight
+  g_dro = grad_s(lambda s: grouped_loss(s, GP, GN, gamma_pos=1 / alpha, gamma_neg=1 / beta,
+                                        pseudo=(0.0, 0.0)))
+  ms = lambda s: (losses.multi_similarity(s, GP, NONE, alpha=alpha, beta=beta, base=c_pos)
+                  + losses.multi_similarity(s, NONE, GN, alpha=alpha, beta=beta, base=c_neg))
+  g_ms = grad_s(lambda s: jnp.sum(ms(s)) / B)
+  np.testing.assert_allclose(g_dro, g_ms, **TIGHT)
+  # eq. 27 with the positive threshold c+ and the negative threshold c-.
+  want = np.zeros((B, B))
+  for i in range(10):
+    ps, ns = sets(i)
+    for j in ps:
+      want[i, j] = -1 / (np.exp(alpha * (S64[i, j] - c_pos))
+                         + sum(np.exp(alpha * (S64[i, j] - S64[i, k])) for k in ps)) / B
+    for j in ns:
+      want[i, j] = 1 / (np.exp(beta * (c_neg - S64[i, j]))
+                        + sum(np.exp(beta * (S64[i, k] - S64[i, j])) for k in ns)) / B
+  np.testing.assert_allclose(g_dro, want, **TIGHT)
+
+
+def test_pseudo_pairs_at_lambda_give_the_single_lambda_ms_gradient_wrt_embeddings():
+  """MS defaults (alpha 2, beta 50, lambda 0.5) without mining == DRO grouped with pseudo pairs
+  at c+ = c- = 0.5 (pseudo losses m, not 0), gamma+ = 1/2, gamma- = 1/50."""
+  g_dro = grad_e("dro_kl_grouped", gamma_pos=0.5, gamma_neg=0.02, pseudo_pairs=True, c_pos=0.5,
+                 c_neg=0.5, margin=MARGIN, base=LAM, remove_zero_loss=False)
+  g_ms = grad_e("multi_similarity", positive="all", negative="all")
+  assert np.abs(g_ms).max() > 1e-2
+  np.testing.assert_allclose(g_dro, g_ms, rtol=1e-5, atol=1e-6)
+  # The released MS loss mines pairs: its gradient is a different one ...
+  g_mined = grad_e("multi_similarity")
+  assert np.abs(g_mined - g_ms).max() > 1e-3
+  # ... and without the pseudo pairs DRO gives the lifted-structure-like weights instead.
+  g_plain = grad_e("dro_kl_grouped", gamma_pos=0.5, gamma_neg=0.02, margin=MARGIN, base=LAM,
+                   remove_zero_loss=False)
+  assert np.abs(g_plain - g_ms).max() > 1e-3
+
+
+def test_with_ms_mining_the_identity_holds_on_the_mined_pairs():
+  pk, nk = mining.multi_similarity_pairs(S, POS, NEG, epsilon=0.1)
+  valid = (jnp.any(pk, axis=1) & jnp.any(nk, axis=1))[:, None]
+  pk, nk = pk & valid, nk & valid
+  assert 0 < int(pk.sum()) < int(GP.sum()) or 0 < int(nk.sum()) < int(GN.sum())
+  pseudo = tuple(float(losses.dro_margin(jnp.full((1, 1), 0.5), jnp.full((1, 1), p),
+                                         margin=MARGIN, base=LAM)[0, 0]) for p in (True, False))
+  g_dro = grad_s(lambda s: grouped_loss(s, pk, nk, gamma_pos=0.5, gamma_neg=0.02,
+                                        pseudo=pseudo))
+  g_ms = grad_s(lambda s: jnp.sum(losses.multi_similarity(s, pk, nk, alpha=2.0, beta=50.0,
+                                                          base=0.5)) / B)
+  np.testing.assert_allclose(g_dro, g_ms, **TIGHT)
+  # The full MS objective (mining under stop-gradient) has exactly this gradient w.r.t. S.
+  obj = objectives.make("multi_similarity")
+  assert np.isclose(float(obj.apply({}, jnp.asarray(E), jnp.asarray(LABELS))[0]),
+                    float(jnp.sum(losses.multi_similarity(S, pk, nk)) / B), rtol=1e-6)
