@@ -49,7 +49,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.optimizer.objective_learning_rate = 0.0   # objective parameters (beta, proxies); 0: same
 
   c.eval = ml_collections.ConfigDict()
-  c.eval.ks = (1, 2, 4, 8)        # Recall@K cut-offs; () = the dataset's list (evaluate.DEFAULT_KS)
+  c.eval.ks = (1, 2, 4, 8)        # Recall@K; () = the dataset's evaluate.DEFAULT_KS list
   # Protocols 'split[:label_set][@gallery_split]': 'test' (query = gallery, self excluded),
   # 'train:digit' (other labels), 'query@gallery' (In-Shop), 'test@train' (train as gallery).
   c.eval.splits = ("test",)

@@ -173,6 +173,7 @@ def build(config: ml_collections.ConfigDict) -> Setup:
   mesh = parallel.make_mesh(config.num_devices)
   parallel.check_batch_size(config.batch_size, mesh)
   splits = data_lib.load(config.data.name, **config.data.options.to_dict())
+  validate_eval_config(config, splits)
   train = splits["train"]
   sampler = data_lib.NPerClassSampler(
       train.labels, batch_size=config.batch_size, group_size=config.data.group_size,
@@ -313,20 +314,6 @@ def _to_python(tree):
 # --------------------------------------------------------------------------- evaluate
 
 
-def evaluate_state(setup: Setup, state: dict, embed_fn: Callable, *, workdir: str,
-                   step: int, plot: bool) -> dict:
-  """Runs the config's evaluation protocols on ``state`` and writes ``eval_step_N.json``."""
-  cfg = setup.config.eval
-  results = evaluate_lib.evaluate_splits(
-      lambda images: embed_fn(state, images), setup.splits, protocols=tuple(cfg.splits),
-      ks=tuple(cfg.ks), similarity=cfg.similarity, batch_size=cfg.batch_size,
-      overcluster=cfg.overcluster or None, seed=setup.config.seed,
-      plot_dir=workdir if plot and is_main_process() else None, step=step)
-  if is_main_process():
-    evaluate_lib.write_results(results, workdir=workdir, step=step)
-  return results
-
-
 # ------------------------------------------------------------------------------ train
 
 
@@ -387,13 +374,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     if step % config.checkpoint_every_steps == 0 or step == total:
       checkpointing.save(manager, step, state, {"step": step})
     if config.eval_every_steps and step % config.eval_every_steps == 0 and step != total:
-      results = evaluate_state(setup, state, embed_fn, workdir=workdir, step=step, plot=False)
+      results = evaluate_with_config(setup, state, embed_fn, workdir=workdir, step=step, plot=False)
       append_metrics(workdir, {"step": step, **evaluate_lib.flatten(results)})
   bar.close()
   manager.close()
 
   final_step = int(state["step"])
-  results = evaluate_state(setup, state, embed_fn, workdir=workdir, step=final_step,
+  results = evaluate_with_config(setup, state, embed_fn, workdir=workdir, step=final_step,
                            plot=config.eval.plot)
   if final_step > start:
     append_metrics(workdir, {"step": final_step, **evaluate_lib.flatten(results)})
@@ -468,11 +455,9 @@ def eval_options(config: ml_collections.ConfigDict) -> dict:
 def evaluate_with_config(setup: Setup, state: dict, embed_fn: Callable, *, workdir: str,
                          step: int, plot: bool, show_progress: bool = False,
                          protocols: tuple[str, ...] | None = None) -> dict:
-  """Runs every ``config.eval`` option on ``state`` and writes ``eval_step_N.json``.
-
-  Equal to ``evaluate_state`` for the keys that function reads; also honours
-  ``eval.metrics``, ``eval.rho_skip``, ``eval.kmeans_n_init`` and ``eval.ks = ()`` (the
-  dataset's ``DEFAULT_KS``).
+  """Runs the config's evaluation (``config.eval``: protocols, ks, metrics, similarity, ...)
+  on ``state`` and writes ``eval_step_N.json`` (process 0). ``eval.ks = ()`` means the
+  dataset's ``DEFAULT_KS``.
   """
   options = eval_options(setup.config)
   if protocols is not None:
@@ -513,7 +498,8 @@ def evaluate_checkpoints(setup: Setup, workdir: str, *, steps=None, plot: bool |
   Args:
     setup: ``build(load_workdir_config(workdir))``.
     workdir: a directory written by ``train.py``.
-    steps: the steps; ``None`` means the newest readable checkpoint (one step).
+    steps: ``None`` (the newest readable checkpoint), ``'all'`` (every checkpoint) or a
+      sequence of steps.
     plot: write the embedding PNGs; ``None`` means ``config.eval.plot``.
     show_progress: progress bars.
     protocols: evaluate these instead of ``config.eval.splits``.
@@ -522,22 +508,127 @@ def evaluate_checkpoints(setup: Setup, workdir: str, *, steps=None, plot: bool |
     ``{step: {protocol: {metric: value}}}`` in increasing step order.
 
   Raises:
-    FileNotFoundError: no checkpoint. ValueError: a missing or unreadable step.
+    FileNotFoundError: no checkpoint. ValueError: a missing or unreadable step, or a bad
+      evaluation setting (checked before anything is restored).
   """
-  checkpoint_steps(workdir)  # A clear error when there is none.
+  validate_eval_config(setup.config, setup.splits)
+  for protocol in protocols or ():
+    evaluate_lib.parse_protocol(protocol, setup.splits)
   plot = setup.config.eval.plot if plot is None else plot
   embed_fn = make_embed_fn(setup)
   manager = checkpointing.make_manager(workdir, read_only=True)
   history = {}
   try:
-    for step in ([None] if steps is None else sorted(steps)):
-      restored = checkpointing.restore(manager, setup.init_state, step=step)
-      if restored is None:  # Deleted since checkpoint_steps looked.
-        raise FileNotFoundError(f"No checkpoint in {checkpointing.checkpoint_dir(workdir)}.")
-      restored_step, state, _ = restored
+    available = checkpointing.steps(manager)
+    if not available:
+      raise FileNotFoundError(
+          f"No checkpoint in {checkpointing.checkpoint_dir(workdir)}: train first with "
+          f"python train.py --config=<config> --workdir={workdir}")
+    wanted = [None] if steps is None else available if steps == "all" else sorted(steps)
+    for step in wanted:
+      restored_step, state, _ = checkpointing.restore(manager, setup.init_state, step=step)
       history[restored_step] = evaluate_with_config(
           setup, state, embed_fn, workdir=workdir, step=restored_step, plot=plot,
           show_progress=show_progress, protocols=protocols)
   finally:
     manager.close()
   return history
+
+
+def validate_eval_config(config: ml_collections.ConfigDict, splits: dict) -> None:
+  """Checks ``config.eval`` against the dataset before any work (protocol names, label sets,
+  metric groups, the K list); raises ``ValueError`` naming the bad value."""
+  options = eval_options(config)
+  for protocol in options["protocols"]:
+    evaluate_lib.parse_protocol(protocol, splits)
+  groups = evaluate_lib.check_metrics(options["metrics_groups"])
+  if not options["ks"] and "retrieval" in groups:
+    evaluate_lib.default_ks(options["dataset"])
+
+
+def evaluate_all_steps(workdir: str, *, best_by: str | None = None,
+                       output: str | None = None, show_progress: bool = False) -> dict:
+  """Evaluates every checkpoint of ``workdir`` (``eval.py --all_steps``).
+
+  Writes ``eval_step_<N>.json`` per step, ``output`` (default
+  ``<workdir>/eval_all_steps.json``: ``{'steps': {N: results}, 'best': ...}``) and a PNG of
+  every metric against the step next to it (same name, ``.png``).
+
+  Args:
+    workdir: a directory written by ``train.py``.
+    best_by: ``'PROTOCOL/METRIC'`` selects the best checkpoint on that protocol, which must
+      not use a test split (``evaluate_lib.parse_selection``); it is evaluated even when
+      ``config.eval.splits`` lacks it.
+    output: the JSON path.
+    show_progress: progress bars.
+
+  Returns:
+    ``{'steps': {step: results}, 'best': None or {'step', 'protocol', 'metric', 'value'},
+    'json': path, 'png': path}``.
+  """
+  selection = evaluate_lib.parse_selection(best_by) if best_by else None
+  setup = build(load_workdir_config(workdir))
+  protocols = tuple(setup.config.eval.splits)
+  if selection and selection[0] not in protocols:
+    protocols += (selection[0],)
+  history = evaluate_checkpoints(setup, workdir, steps="all", plot=False,
+                                 show_progress=show_progress, protocols=protocols)
+  best = None
+  if selection:
+    step = evaluate_lib.best_step(history, protocol=selection[0], metric=selection[1])
+    best = {"step": step, "protocol": selection[0], "metric": selection[1],
+            "value": history[step][selection[0]][selection[1]]}
+  output = output or os.path.join(workdir, "eval_all_steps.json")
+  png = os.path.splitext(output)[0] + ".png"
+  if is_main_process():
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    with open(output, "w") as f:
+      json.dump({"workdir": workdir, "steps": {str(s): r for s, r in history.items()},
+                 "best": best}, f, indent=2, sort_keys=True)
+    evaluate_lib.plot_curves(history, path=png, title=workdir)
+  return {"steps": history, "best": best, "json": output, "png": png}
+
+
+def evaluate_workdirs(workdirs, *, step: int | None = None, output: str | None = None,
+                      show_progress: bool = False) -> dict:
+  """Evaluates the newest (or ``step``) checkpoint of each workdir, e.g. one per seed, and
+  aggregates mean ± std (``eval.py --workdirs=a,b,c``).
+
+  Writes ``output`` (JSON: ``{'workdirs', 'steps', 'runs', 'summary'}``) and the markdown
+  table next to it (same name, ``.md``) when ``output`` is given.
+
+  Returns:
+    ``{'workdirs', 'steps', 'runs', 'summary', 'table'}`` (``summary`` as
+    ``evaluate_lib.aggregate``).
+
+  Raises:
+    ValueError: no workdir, a repeated one, or runs evaluated differently (named).
+  """
+  workdirs = [w for w in workdirs if w]
+  if not workdirs:
+    raise ValueError("--workdirs names no workdir; give a comma-separated list.")
+  if len(set(workdirs)) != len(workdirs):
+    raise ValueError(f"--workdirs lists a workdir more than once: {workdirs}.")
+  for workdir in workdirs:  # Fail before any long evaluation.
+    load_workdir_config(workdir)
+    checkpoint_steps(workdir)
+  steps, runs = [], []
+  for workdir in workdirs:
+    restored_step, results = evaluate_checkpoint(workdir, step=step, plot=False,
+                                                 show_progress=show_progress)
+    steps.append(restored_step)
+    runs.append(results)
+  try:
+    summary = evaluate_lib.aggregate(runs)
+  except ValueError as e:
+    raise ValueError(f"{e} (runs in the order of --workdirs: {workdirs})") from None
+  table = evaluate_lib.format_aggregate_table(summary)
+  if output and is_main_process():
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    with open(output, "w") as f:
+      json.dump({"workdirs": workdirs, "steps": steps, "runs": runs, "summary": summary}, f,
+                indent=2, sort_keys=True)
+    with open(os.path.splitext(output)[0] + ".md", "w") as f:
+      f.write(f"mean ± std over {len(runs)} runs (fractions in percent)\n\n{table}\n")
+  return {"workdirs": workdirs, "steps": steps, "runs": runs, "summary": summary,
+          "table": table}

@@ -1,16 +1,25 @@
-"""Evaluation: exact blocked kNN, retrieval metrics (Recall@K, MAP@R, R-precision), NMI / NMI+.
+"""Evaluation: exact blocked kNN, retrieval metrics (Recall@K, MAP@R, R-precision), NMI / NMI+,
+spectral decay rho, and the protocols of ``evaluate``.
 
 ``from dml_jax import evaluation``::
 
   evaluation.retrieval_metrics(query, query_labels, gallery=None, gallery_labels=None,
                                *, ks=(1, 2, 4, 8), similarity='cosine', block_size=None)
   evaluation.clustering_metrics(embeddings, labels, *, n_clusters=None, overcluster=None,
-                                seed=0)
+                                seed=0, n_init=10)
+  evaluation.spectral_decay(embeddings, *, skip_largest=0)
+  evaluation.nmi(labels, assignment)
   evaluation.nearest_neighbors(query, gallery=None, *, k, similarity='cosine', ...)
+  evaluation.DEFAULT_KS   # Recall@K cut-offs of the literature per dataset
 """
 
+from dml_jax.evaluation.evaluate import DEFAULT_KS
 from dml_jax.evaluation.knn import nearest_neighbors
+from dml_jax.evaluation.knn import neighbor_relevance
 from dml_jax.evaluation.metrics import clustering_metrics
+from dml_jax.evaluation.metrics import nmi
 from dml_jax.evaluation.metrics import retrieval_metrics
+from dml_jax.evaluation.metrics import spectral_decay
 
-__all__ = ["clustering_metrics", "nearest_neighbors", "retrieval_metrics"]
+__all__ = ["DEFAULT_KS", "clustering_metrics", "nearest_neighbors", "neighbor_relevance", "nmi",
+           "retrieval_metrics", "spectral_decay"]

@@ -2,7 +2,10 @@
 
 ``nearest_neighbors(query, gallery, k=k)`` returns, for every query row, the ``k`` gallery rows
 of highest similarity ``S_ij`` (a kind of :func:`dml_jax.similarity.pairwise_similarity`),
-sorted by decreasing similarity.
+sorted by decreasing similarity. ``neighbor_relevance(query, query_labels, gallery,
+gallery_labels, k=k, num_columns=r)`` runs the same search and returns only what the retrieval
+metrics need (the rank of the first neighbour of the query's class and the relevance of the
+first ``r`` neighbours), so that nothing of size ``[Nq, k]`` is copied to the host.
 
 Memory. Queries are processed in blocks of ``block_size`` rows; the gallery is scanned in
 blocks of ``gallery_block_size`` rows with a running top-k merge:
@@ -13,7 +16,10 @@ so the largest temporary is ``[block_size, k + gallery_block_size]``, never ``[N
 whole gallery ``[Ng, D]`` is held on the device once). Without explicit sizes both are derived
 from ``memory_bytes`` (see :func:`block_sizes`). The last query block is padded to the block
 size and the gallery is padded to a whole number of blocks (padded rows are masked out), so the
-block function compiles once per block shape, whatever the number of queries.
+block function compiles once per block shape, whatever the number of queries. For
+``'cosine'`` the rows are L2-normalised once before the search and the blocks use the dot
+product (the same numbers as normalising inside every block, without re-normalising the gallery
+for every query block).
 
 Ties. Items of equal similarity are ranked by lower gallery index. ``jax.lax.top_k``
 documents this ("if two elements are equal, the lower-index element appears first"); the merge
@@ -25,18 +31,22 @@ that masked items (self, padding; ``-inf``) are never returned.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import tqdm
 
 from dml_jax.similarity import check_kind
+from dml_jax.similarity import l2_normalize
 from dml_jax.similarity import pairwise_similarity
 
 DEFAULT_MEMORY_BYTES = 1 << 28  # 256 MiB of temporaries per query block.
 BYTES_PER_ENTRY = 16  # similarity + candidate value (float32) + candidate index (int32) + slack.
 MIN_QUERY_BLOCK = 256  # The whole gallery is scanned at once if this many queries fit.
+MAX_LISTED_ROWS = 10  # Rows named in the error for non-finite embeddings.
 
 
 def block_sizes(num_query: int, num_gallery: int, k: int, *,
@@ -88,7 +98,8 @@ def block_sizes(num_query: int, num_gallery: int, k: int, *,
 def nearest_neighbors(query, gallery=None, *, k: int, similarity: str = "cosine",
                       block_size: int | None = None,
                       gallery_block_size: int | None = None,
-                      memory_bytes: int = DEFAULT_MEMORY_BYTES) -> tuple[np.ndarray, np.ndarray]:
+                      memory_bytes: int = DEFAULT_MEMORY_BYTES,
+                      show_progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
   """The ``k`` most similar gallery items of every query, exact, in blocks.
 
   ``idx[i] = argsort_j(-S_ij)[:k]`` with ``S = pairwise_similarity(query, gallery)``, ties
@@ -103,11 +114,96 @@ def nearest_neighbors(query, gallery=None, *, k: int, similarity: str = "cosine"
     block_size: queries per block (the last block is padded); ``None``: from the budget.
     gallery_block_size: gallery items per scan step; ``None``: from the budget.
     memory_bytes: budget for the temporaries of one block (see :func:`block_sizes`).
+    show_progress: a progress bar over the query blocks.
 
   Returns:
     ``(indices, similarities)``: numpy int32 ``[Nq, k]`` gallery indices and float32
     ``[Nq, k]`` similarities, each row sorted by decreasing similarity.
   """
+  plan = _plan(query, gallery, k=k, similarity=similarity, block_size=block_size,
+               gallery_block_size=gallery_block_size, memory_bytes=memory_bytes)
+
+  def block_fn(q, start):
+    return _block_top_k(q, start, plan.g_blocks, plan.num_gallery, k=k, kind=plan.kind,
+                        exclude_self=plan.exclude_self)
+
+  indices, sims = _run_blocks(plan, block_fn, show_progress=show_progress)
+  return indices, sims
+
+
+def neighbor_relevance(query, query_labels, gallery=None, gallery_labels=None, *, k: int,
+                       num_columns: int, similarity: str = "cosine",
+                       block_size: int | None = None, gallery_block_size: int | None = None,
+                       memory_bytes: int = DEFAULT_MEMORY_BYTES,
+                       show_progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
+  """Which of the ``k`` nearest gallery items of every query share its label.
+
+  With ``n_1, ..., n_k`` the neighbours of :func:`nearest_neighbors` (same search, ties by
+  lower gallery index, self excluded when ``gallery`` is ``None``) and
+  ``rel(r) = [y^g_{n_r} = y^q_i]``:
+
+  * ``first[i] = min{r - 1 : rel(r)}``, the 0-based rank of the first neighbour of the
+    query's class, or ``k`` when none of the ``k`` neighbours is;
+  * ``relevant[i, :] = rel(1..num_columns)``.
+
+  Both are computed on the device block by block; only ``[Nq]`` and ``[Nq, num_columns]``
+  come back to the host.
+
+  Args:
+    query: float ``[Nq, D]``.
+    query_labels: int ``[Nq]`` (any integers).
+    gallery: float ``[Ng, D]``; ``None`` means ``query`` with self excluded.
+    gallery_labels: int ``[Ng]``; ``None`` exactly when ``gallery`` is.
+    k: neighbours searched per query (as :func:`nearest_neighbors`).
+    num_columns: relevance columns returned, ``1 <= num_columns <= k``.
+    similarity, block_size, gallery_block_size, memory_bytes, show_progress: as
+      :func:`nearest_neighbors`.
+
+  Returns:
+    ``(first, relevant)``: numpy int32 ``[Nq]`` and bool ``[Nq, num_columns]``.
+  """
+  plan = _plan(query, gallery, k=k, similarity=similarity, block_size=block_size,
+               gallery_block_size=gallery_block_size, memory_bytes=memory_bytes)
+  _check_positive_int("num_columns", num_columns)
+  if num_columns > k:
+    raise ValueError(f"num_columns={num_columns} must be at most k={k}.")
+  query_labels = np.asarray(query_labels)
+  gallery_labels = query_labels if gallery is None else np.asarray(gallery_labels)
+  if query_labels.shape != (plan.num_query,) or gallery_labels.shape != (plan.num_gallery,):
+    raise ValueError(f"labels must have shapes [{plan.num_query}] and [{plan.num_gallery}] "
+                     f"like the embeddings, got {query_labels.shape} and "
+                     f"{gallery_labels.shape}.")
+  # Contiguous int32 codes shared by both sides; padding gets codes that match nothing.
+  _, codes = np.unique(np.concatenate([query_labels, gallery_labels]), return_inverse=True)
+  codes = codes.astype(np.int32)
+  q_codes = _pad_values(codes[:plan.num_query], plan.q.shape[0], -1)
+  g_codes = jnp.asarray(_pad_values(codes[plan.num_query:], plan.g_blocks.shape[0] *
+                                    plan.g_blocks.shape[1], -2))
+
+  def block_fn(q, start):
+    return _block_relevance(q, start, q_codes[start:start + q.shape[0]], plan.g_blocks,
+                            g_codes, plan.num_gallery, k=k, num_columns=num_columns,
+                            kind=plan.kind, exclude_self=plan.exclude_self)
+
+  first, relevant = _run_blocks(plan, block_fn, show_progress=show_progress)
+  return first, relevant
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+  """A validated search: padded queries, gallery blocks, sizes and the block similarity."""
+  q: np.ndarray            # float32 [num_query_blocks * qb, D]
+  g_blocks: jax.Array      # float32 [nb, gb, D]
+  num_query: int
+  num_gallery: np.int32
+  qb: int
+  kind: str
+  exclude_self: bool
+
+
+def _plan(query, gallery, *, k: int, similarity: str, block_size: int | None,
+          gallery_block_size: int | None, memory_bytes: int) -> _Plan:
+  """Validates the inputs and lays out the blocks of a search (see the module docstring)."""
   check_kind(similarity)
   exclude_self = gallery is None
   q = as_embeddings("query", query)
@@ -123,18 +219,34 @@ def nearest_neighbors(query, gallery=None, *, k: int, similarity: str = "cosine"
     raise ValueError(f"k={k} is larger than the {available} {where} available.")
   qb, gb = block_sizes(num_query, num_gallery, k, memory_bytes=memory_bytes,
                        block_size=block_size, gallery_block_size=gallery_block_size)
+  kind = similarity
+  if similarity == "cosine":
+    q = np.asarray(_normalize(q))
+    g = q if exclude_self else np.asarray(_normalize(g))
+    kind = "dot"
   num_gallery_blocks = -(-num_gallery // gb)
   g_blocks = _pad_rows(g, num_gallery_blocks * gb).reshape(num_gallery_blocks, gb, -1)
-  g_blocks = jnp.asarray(g_blocks)
-  q = _pad_rows(q, -(-num_query // qb) * qb)
-  outputs = [
-      _block_top_k(q[start:start + qb], np.int32(start), g_blocks, np.int32(num_gallery),
-                   k=k, kind=similarity, exclude_self=exclude_self)
-      for start in range(0, num_query, qb)
-  ]
-  indices = np.concatenate([np.asarray(i) for i, _ in outputs])[:num_query]
-  sims = np.concatenate([np.asarray(s) for _, s in outputs])[:num_query]
-  return indices, sims
+  return _Plan(q=_pad_rows(q, -(-num_query // qb) * qb), g_blocks=jnp.asarray(g_blocks),
+               num_query=num_query, num_gallery=np.int32(num_gallery), qb=qb, kind=kind,
+               exclude_self=exclude_self)
+
+
+def _run_blocks(plan: _Plan, block_fn, *, show_progress: bool):
+  """``block_fn(q_block [qb, D], start)`` over the query blocks; outputs concatenated along
+  the first axis and cut to ``Nq`` rows (numpy)."""
+  starts = range(0, plan.num_query, plan.qb)
+  outputs = []
+  for start in tqdm.tqdm(starts, disable=not show_progress, desc="kNN", unit="block",
+                         dynamic_ncols=True, mininterval=1.0):
+    out = block_fn(plan.q[start:start + plan.qb], np.int32(start))
+    if show_progress:
+      jax.block_until_ready(out)
+    outputs.append(out)
+  return tuple(np.concatenate([np.asarray(o[i]) for o in outputs])[:plan.num_query]
+               for i in range(len(outputs[0])))
+
+
+_normalize = jax.jit(l2_normalize)
 
 
 @functools.partial(jax.jit, static_argnames=("k", "kind", "exclude_self"))
@@ -180,6 +292,22 @@ def _block_top_k(q: jax.Array, q_start: jax.Array, g_blocks: jax.Array,
   return index, values
 
 
+@functools.partial(jax.jit, static_argnames=("k", "num_columns", "kind", "exclude_self"))
+def _block_relevance(q: jax.Array, q_start: jax.Array, q_codes: jax.Array,
+                     g_blocks: jax.Array, g_codes: jax.Array, num_gallery: jax.Array, *,
+                     k: int, num_columns: int, kind: str,
+                     exclude_self: bool) -> tuple[jax.Array, jax.Array]:
+  """``(first int32 [qb], relevant bool [qb, num_columns])`` of one query block.
+
+  ``q_codes [qb]`` and ``g_codes [nb * gb]`` are the label codes (padding never matches).
+  """
+  index, _ = _block_top_k(q, q_start, g_blocks, num_gallery, k=k, kind=kind,
+                          exclude_self=exclude_self)
+  relevant = g_codes[index] == q_codes[:, None]
+  first = jnp.where(relevant.any(axis=1), jnp.argmax(relevant, axis=1), k)
+  return first.astype(jnp.int32), relevant[:, :num_columns]
+
+
 def _sanitize(s: jax.Array) -> jax.Array:
   """Maps ``-0.0`` to ``+0.0`` and NaN / +-inf into the finite float32 range."""
   info = jnp.finfo(s.dtype)
@@ -191,7 +319,8 @@ def as_embeddings(name: str, x) -> np.ndarray:
   """``x`` as a finite float32 numpy ``[N, D]`` array with ``N, D >= 1``.
 
   Raises ``ValueError`` naming ``name`` for another rank, an empty or non-numeric array, or
-  NaN / inf entries (e.g. a diverged model).
+  NaN / inf entries (e.g. a diverged model; the message lists the first
+  ``MAX_LISTED_ROWS`` rows that have one).
   """
   x = np.asarray(x)
   if x.ndim != 2:
@@ -200,16 +329,26 @@ def as_embeddings(name: str, x) -> np.ndarray:
     raise ValueError(f"{name} must be non-empty, got shape {x.shape}.")
   if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
     raise ValueError(f"{name} must be a float array, got dtype {x.dtype}.")
-  x = x.astype(np.float32)
-  bad = int(np.size(x) - np.count_nonzero(np.isfinite(x)))
-  if bad:
-    raise ValueError(f"{name} has {bad} non-finite entries (NaN or inf).")
+  x = x.astype(np.float32, copy=False)
+  finite = np.isfinite(x)
+  if not finite.all():
+    rows = np.flatnonzero(~finite.all(axis=1))
+    listed = ", ".join(str(r) for r in rows[:MAX_LISTED_ROWS])
+    more = f" and {len(rows) - MAX_LISTED_ROWS} more" if len(rows) > MAX_LISTED_ROWS else ""
+    raise ValueError(f"{name} has {int(np.size(x) - np.count_nonzero(finite))} non-finite "
+                     f"entries (NaN or inf) in {len(rows)} of {x.shape[0]} rows: "
+                     f"rows [{listed}]{more}.")
   return x
 
 
 def _pad_rows(x: np.ndarray, rows: int) -> np.ndarray:
   """``x [N, D]`` padded with zero rows to ``[rows, D]``."""
   return x if rows == x.shape[0] else np.pad(x, ((0, rows - x.shape[0]), (0, 0)))
+
+
+def _pad_values(x: np.ndarray, size: int, value: int) -> np.ndarray:
+  """``x [N]`` padded with ``value`` to ``[size]``."""
+  return x if size == x.shape[0] else np.pad(x, (0, size - x.shape[0]), constant_values=value)
 
 
 def _check_positive_int(name: str, value) -> None:

@@ -1,4 +1,4 @@
-"""Retrieval (Recall@K, MAP@R, R-precision) and clustering (NMI, NMI+) metrics.
+"""Retrieval (Recall@K, MAP@R, R-precision), clustering (NMI, NMI+) and spectral (rho) metrics.
 
 Retrieval follows Musgrave et al., "A Metric Learning Reality Check" (2020). For a query ``q``
 with label ``y_q`` let ``n_1, n_2, ...`` be its gallery neighbours by decreasing similarity
@@ -15,8 +15,16 @@ gallery) have no defined MAP@R / R-precision and can never score Recall@K; they 
 from *all* averages (as in Musgrave et al.'s code) and their number is logged as a warning.
 
 The neighbour search is the exact blocked search of :mod:`dml_jax.evaluation.knn` with
-``k = max(max(ks), max R)``, so MAP@R and R-precision are exact. The per-query functions below
-are plain numpy on a relevance matrix ``relevant [Nq, k]``.
+``k = max(max(ks), max R)``, so MAP@R and R-precision are exact; on the device it reduces each
+query block to the rank of the first relevant neighbour (Recall@K for every K) and the
+relevance of the first ``max R`` neighbours (MAP@R, R-precision), so the host never holds an
+``[Nq, k]`` array. The per-query functions below are plain numpy (float64) on a relevance
+matrix ``relevant [Nq, k]``.
+
+Clustering: NMI and NMI+ of a seeded KMeans clustering (scikit-learn, ``n_init`` restarts) with
+the labels, NMI computed by :func:`nmi`. Spectral decay ``rho`` (Roth et al., "Revisiting
+Training Strategies and Generalization Performance in Deep Metric Learning", ICML 2020) is a
+class-collapse / compression diagnostic: see :func:`spectral_decay`.
 """
 
 from __future__ import annotations
@@ -26,11 +34,11 @@ from collections.abc import Sequence
 from absl import logging
 import numpy as np
 from sklearn import cluster
-from sklearn import metrics as sk_metrics
 
 from dml_jax.evaluation import knn
 
 KMEANS_N_INIT = 10  # KMeans restarts (best inertia kept) for NMI / NMI+.
+SPECTRUM_FLOOR = 1e-12  # Normalised singular values are clipped below to this in rho.
 
 
 def positive_counts(query_labels, gallery_labels, *, exclude_self: bool) -> np.ndarray:
@@ -102,7 +110,9 @@ def map_at_r(relevant, num_relevant) -> np.ndarray:
 
 def retrieval_metrics(query, query_labels, gallery=None, gallery_labels=None, *,
                       ks: Sequence[int] = (1, 2, 4, 8), similarity: str = "cosine",
-                      block_size: int | None = None) -> dict[str, float]:
+                      block_size: int | None = None,
+                      memory_bytes: int = knn.DEFAULT_MEMORY_BYTES,
+                      show_progress: bool = False) -> dict[str, float]:
   """Recall@K, MAP@R and R-precision of a query set against a gallery.
 
   See the module docstring for the formulas; each metric is the mean over the queries with
@@ -119,10 +129,17 @@ def retrieval_metrics(query, query_labels, gallery=None, gallery_labels=None, *,
       :func:`dml_jax.similarity.pairwise_similarity`; higher = closer).
     block_size: queries per block of the neighbour search; ``None`` derives it from a
       memory budget (:func:`dml_jax.evaluation.knn.block_sizes`).
+    memory_bytes: that budget (default 256 MiB of temporaries per query block).
+    show_progress: a progress bar over the query blocks.
 
   Returns:
     ``{'recall@K': ... for K in ks, 'map@r': ..., 'r_precision': ...}``, Python floats in
     ``[0, 1]``.
+
+  Raises:
+    ValueError: bad shapes or dtypes, non-finite embeddings (the rows are named), label and
+      embedding counts that differ, an empty gallery, a ``K`` larger than the gallery, or no
+      query with an item of its class in the gallery.
   """
   exclude_self = gallery is None
   if (gallery is None) != (gallery_labels is None):
@@ -136,6 +153,10 @@ def retrieval_metrics(query, query_labels, gallery=None, gallery_labels=None, *,
     gallery_labels = _as_labels("gallery_labels", gallery_labels,
                                 _num_rows("gallery", gallery))
   available = gallery_labels.shape[0] - int(exclude_self)
+  if available < 1:
+    raise ValueError("the gallery is empty (0 items)." if not exclude_self else
+                     "the query set has a single item, so its gallery (the other items) is "
+                     "empty.")
   ks = _as_ks(ks, available)
   num_relevant = positive_counts(query_labels, gallery_labels, exclude_self=exclude_self)
   valid = num_relevant > 0
@@ -145,12 +166,13 @@ def retrieval_metrics(query, query_labels, gallery=None, gallery_labels=None, *,
   if not valid.all():
     logging.warning("retrieval_metrics: %d of %d queries have no item of their class in the "
                     "gallery (R = 0) and are excluded.", int((~valid).sum()), valid.shape[0])
-  k = max(max(ks), int(num_relevant.max()))
-  indices, _ = knn.nearest_neighbors(query, gallery, k=k, similarity=similarity,
-                                     block_size=block_size)
-  relevant = (gallery_labels[indices] == query_labels[:, None])[valid]
-  num_relevant = num_relevant[valid]
-  recalls = recall_at_k(relevant, ks=ks).mean(axis=0)
+  max_r = int(num_relevant.max())
+  first, relevant = knn.neighbor_relevance(
+      query, query_labels, gallery, None if exclude_self else gallery_labels,
+      k=max(max(ks), max_r), num_columns=max_r, similarity=similarity, block_size=block_size,
+      memory_bytes=memory_bytes, show_progress=show_progress)
+  first, relevant, num_relevant = first[valid], relevant[valid], num_relevant[valid]
+  recalls = (first[:, None] < np.asarray(ks)[None, :]).mean(axis=0)
   result = {f"recall@{kk}": float(r) for kk, r in zip(ks, recalls)}
   result["map@r"] = float(map_at_r(relevant, num_relevant).mean())
   result["r_precision"] = float(r_precision(relevant, num_relevant).mean())
@@ -158,13 +180,15 @@ def retrieval_metrics(query, query_labels, gallery=None, gallery_labels=None, *,
 
 
 def clustering_metrics(embeddings, labels, *, n_clusters: int | None = None,
-                       overcluster: float | None = None, seed: int = 0) -> dict[str, float]:
+                       overcluster: float | None = None, seed: int = 0,
+                       n_init: int = KMEANS_N_INIT) -> dict[str, float]:
   """NMI of a KMeans clustering of the embeddings with the labels, and the over-clustered NMI+.
 
-  ``NMI(Y, C) = I(Y; C) / ((H(Y) + H(C)) / 2)`` (sklearn's
-  ``normalized_mutual_info_score``, arithmetic mean), where ``C`` is the assignment of
-  ``sklearn.cluster.KMeans(n_clusters=k, n_init=KMEANS_N_INIT (10), random_state=seed)`` on
-  the raw embeddings (Euclidean; pass L2-normalised embeddings for the cosine geometry).
+  ``NMI(Y, C) = I(Y; C) / ((H(Y) + H(C)) / 2)`` (:func:`nmi`, arithmetic mean, equal to
+  sklearn's ``normalized_mutual_info_score``), where ``C`` is the assignment of
+  ``sklearn.cluster.KMeans(n_clusters=k, n_init=n_init, random_state=seed)`` (k-means++
+  initialisation, Lloyd iterations, the restart of lowest inertia kept) on the given
+  embeddings (Euclidean; pass L2-normalised embeddings for the cosine geometry).
 
   * ``'nmi'``: ``k = n_clusters``, or the number of distinct labels ``C``;
   * ``'nmi+'`` (only when ``overcluster`` is given): ``k = round(overcluster * C)``, the
@@ -176,6 +200,7 @@ def clustering_metrics(embeddings, labels, *, n_clusters: int | None = None,
     n_clusters: clusters of ``'nmi'``, in ``[1, N]``; ``None`` means the number of classes.
     overcluster: factor ``> 0`` of NMI+, with ``round(overcluster * C)`` in ``[1, N]``.
     seed: the KMeans random state.
+    n_init: KMeans restarts (default ``KMEANS_N_INIT`` = 10).
 
   Returns:
     ``{'nmi': ...}`` plus ``'nmi+'`` when ``overcluster`` is given; Python floats in
@@ -187,6 +212,8 @@ def clustering_metrics(embeddings, labels, *, n_clusters: int | None = None,
   if n_clusters is None:
     n_clusters = num_classes
   _check_num_clusters("n_clusters", n_clusters, x.shape[0])
+  if isinstance(n_init, bool) or not isinstance(n_init, (int, np.integer)) or n_init < 1:
+    raise ValueError(f"n_init must be a positive integer (KMeans restarts), got {n_init!r}.")
   if overcluster is not None:
     if (isinstance(overcluster, bool) or not isinstance(overcluster, (int, float, np.number))
         or not overcluster > 0):
@@ -194,17 +221,126 @@ def clustering_metrics(embeddings, labels, *, n_clusters: int | None = None,
     k_plus = int(round(overcluster * num_classes))
     _check_num_clusters(f"overcluster * num_classes = {overcluster} * {num_classes}", k_plus,
                         x.shape[0])
-  result = {"nmi": _kmeans_nmi(x, labels, n_clusters=n_clusters, seed=seed)}
+  result = {"nmi": nmi(labels, kmeans_assignment(x, n_clusters=n_clusters, seed=seed,
+                                                 n_init=n_init))}
   if overcluster is not None:
-    result["nmi+"] = _kmeans_nmi(x, labels, n_clusters=k_plus, seed=seed)
+    result["nmi+"] = nmi(labels, kmeans_assignment(x, n_clusters=k_plus, seed=seed,
+                                                   n_init=n_init))
   return result
 
 
-def _kmeans_nmi(x: np.ndarray, labels: np.ndarray, *, n_clusters: int, seed: int) -> float:
-  """NMI of ``labels [N]`` with a seeded KMeans clustering of ``x [N, D]`` into ``n_clusters``."""
-  assignment = cluster.KMeans(n_clusters=n_clusters, n_init=KMEANS_N_INIT,
-                              random_state=seed).fit_predict(x)
-  return float(sk_metrics.normalized_mutual_info_score(labels, assignment))
+def kmeans_assignment(x, *, n_clusters: int, seed: int = 0,
+                      n_init: int = KMEANS_N_INIT) -> np.ndarray:
+  """Cluster ids int ``[N]`` of ``sklearn.cluster.KMeans(n_clusters, n_init, random_state=seed)``
+  on ``x [N, D]``."""
+  return cluster.KMeans(n_clusters=n_clusters, n_init=n_init,
+                        random_state=seed).fit_predict(np.asarray(x))
+
+
+def nmi(labels, assignment) -> float:
+  """Normalised mutual information of two labelings of the same ``N`` items.
+
+  With the contingency counts ``n_ab = #{i : y_i = a, c_i = b}``, ``p_ab = n_ab / N`` and the
+  marginals ``p_a``, ``p_b``:
+
+    I(Y; C) = sum_ab p_ab log(p_ab / (p_a p_b)),   H(Y) = -sum_a p_a log p_a,
+    NMI = I(Y; C) / ((H(Y) + H(C)) / 2)
+
+  (the arithmetic normalisation, sklearn's default). Two single-cluster labelings give 1; one
+  single-cluster labeling against a finer one gives 0.
+
+  Args:
+    labels: int ``[N]`` (any values).
+    assignment: int ``[N]`` (any values).
+
+  Returns:
+    A Python float in ``[0, 1]``.
+  """
+  labels, assignment = np.asarray(labels), np.asarray(assignment)
+  if labels.ndim != 1 or labels.shape != assignment.shape or labels.size == 0:
+    raise ValueError(f"labels and assignment must be non-empty [N] arrays of one length, got "
+                     f"shapes {labels.shape} and {assignment.shape}.")
+  _, y = np.unique(labels, return_inverse=True)
+  _, c = np.unique(assignment, return_inverse=True)
+  num_y, num_c = int(y.max()) + 1, int(c.max()) + 1
+  if num_y == num_c == 1:
+    return 1.0
+  joint = np.bincount(y * num_c + c, minlength=num_y * num_c).reshape(num_y, num_c)
+  p = joint / labels.size
+  p_y, p_c = p.sum(axis=1), p.sum(axis=0)
+  nz = p > 0
+  mutual = float(np.sum(p[nz] * np.log(p[nz] / np.outer(p_y, p_c)[nz])))
+  h_y = float(-np.sum(p_y * np.log(p_y)))
+  h_c = float(-np.sum(p_c * np.log(p_c)))
+  return float(np.clip(max(mutual, 0.0) / max((h_y + h_c) / 2, np.finfo(np.float64).eps),
+                       0.0, 1.0))
+
+
+def singular_values(embeddings) -> np.ndarray:
+  """The singular values of ``X = embeddings [N, D]`` (not centred), float64, descending.
+
+  ``sigma_i = sqrt(lambda_i(X^T X))`` (or of ``X X^T`` when ``N < D``), computed in float64
+  from the ``min(N, D) x min(N, D)`` Gram matrix in row chunks (memory ``O(D^2)`` beyond
+  ``X``).
+
+  Returns:
+    float64 ``[min(N, D)]``.
+  """
+  x = knn.as_embeddings("embeddings", embeddings)
+  if x.shape[0] < x.shape[1]:
+    x64 = x.astype(np.float64)
+    gram = x64 @ x64.T
+  else:
+    gram = np.zeros((x.shape[1], x.shape[1]))
+    for start in range(0, x.shape[0], 8192):
+      chunk = x[start:start + 8192].astype(np.float64)
+      gram += chunk.T @ chunk
+  eigenvalues = np.linalg.eigvalsh(gram)[::-1]
+  return np.sqrt(np.clip(eigenvalues, 0.0, None))
+
+
+def spectral_decay(embeddings, *, skip_largest: int = 0) -> float:
+  """Spectral decay ``rho`` of Roth et al. (ICML 2020, sec. 5): ``KL(U || S)``.
+
+  ``S`` is the normalised singular value spectrum of the (uncentred) embedding matrix
+  ``[N, D]`` after dropping its ``skip_largest`` largest values, ``s_i / sum_j s_j``
+  (``n = min(N, D) - skip_largest`` values), and ``U`` the uniform distribution over them:
+
+    rho = sum_i (1/n) log((1/n) / S_i) = -log n - (1/n) sum_i log S_i
+
+  ``rho = 0`` for a flat spectrum (the embedding uses every direction equally); it grows as
+  the spectrum decays, i.e. as the embedding is compressed into few directions (the
+  class-collapse regime). Roth et al. find a lower ``rho`` generalises better.
+
+  Relation to the released code (``metrics/rho_spectrum.py`` of
+  Confusezius/Revisiting_Deep_Metric_Learning_PyTorch): its ``rho_spectrum@m`` with
+  ``m >= 1`` is ``skip_largest = m - 1`` (``@1``, the paper's formula, is our default 0; the
+  code's note suggests ``@k+1`` to exclude the ``k`` largest values "for a more robust
+  estimate", since the largest value of uncentred embeddings mostly measures their mean).
+  Differences: we take the full spectrum (the code's torch path; its numpy path uses
+  ``TruncatedSVD(embed_dim - 1)``, which drops the smallest value), and normalised values
+  below ``SPECTRUM_FLOOR`` (1e-12) are clipped to it, so that a rank-deficient embedding has
+  a large finite ``rho`` instead of ``inf``.
+
+  Args:
+    embeddings: float ``[N, D]`` (the evaluation passes L2-normalised rows for cosine).
+    skip_largest: largest singular values excluded, ``0 <= skip_largest < min(N, D)``.
+
+  Returns:
+    A Python float ``>= 0``.
+  """
+  s = singular_values(embeddings)
+  if (isinstance(skip_largest, bool) or not isinstance(skip_largest, (int, np.integer))
+      or not 0 <= skip_largest < s.shape[0]):
+    raise ValueError(f"skip_largest must be an integer in [0, {s.shape[0] - 1}] (fewer than "
+                     f"the min(N, D) = {s.shape[0]} singular values), got {skip_largest!r}.")
+  s = s[skip_largest:]
+  total = s.sum()
+  if total <= 0:
+    raise ValueError("spectral_decay: the embeddings are all zero; their spectrum is empty.")
+  p = np.maximum(s / total, SPECTRUM_FLOOR)
+  n = p.shape[0]
+  return float(max(-np.log(n) - np.mean(np.log(p)), 0.0))
 
 
 def _hits_within_r(relevant, num_relevant) -> tuple[np.ndarray, np.ndarray]:

@@ -8,6 +8,7 @@ import pytest
 
 from dml_jax.data import digits
 from dml_jax.evaluation import evaluate
+from dml_jax.evaluation import metrics
 
 
 @pytest.fixture(scope="module")
@@ -16,8 +17,8 @@ def splits():
 
 
 def test_parse_protocol(splits):
-  assert evaluate.parse_protocol("test", splits) == ("test", None)
-  assert evaluate.parse_protocol("train:digit", splits) == ("train", "digit")
+  assert evaluate.parse_protocol("test", splits) == ("test", None, None)
+  assert evaluate.parse_protocol("train:digit", splits) == ("train", "digit", None)
   with pytest.raises(ValueError, match="unknown split 'val'"):
     evaluate.parse_protocol("val", splits)
   with pytest.raises(ValueError, match="no label set 'letter'"):
@@ -65,3 +66,142 @@ def test_evaluate_splits_scores_label_sets(splits, tmp_path):
     assert json.load(f) == {"step": 7, "results": res}
   table_md = evaluate.format_table(res)
   assert "| train:digit |" in table_md and "100.00" in table_md
+
+
+def flat(images):
+  """The identity "model": an image [1, 1, D] is its own embedding."""
+  return np.asarray(images).reshape(len(images), -1)
+
+
+def toy_splits(seed=0):
+  """Splits whose images are embeddings: train / test / query / gallery, with label sets."""
+  rng = np.random.default_rng(seed)
+
+  def split(name, n, classes):
+    y = rng.integers(0, classes, size=n)
+    y[:classes] = np.arange(classes)   # contiguous ids
+    x = rng.normal(size=(n, 1, 1, 4)) + 2.0 * np.eye(4)[y % 4][:, None, None, :]
+    return digits.Split(images=x, labels=y, label_sets={"coarse": y // 2, "fine": y},
+                        name=f"toy:{name}")
+
+  return {"train": split("train", 40, 6), "test": split("test", 30, 6),
+          "query": split("query", 25, 6), "gallery": split("gallery", 35, 6)}
+
+
+def test_parse_protocol_gallery_syntax():
+  splits = toy_splits()
+  assert evaluate.parse_protocol("query@gallery", splits) == ("query", None, "gallery")
+  assert evaluate.parse_protocol("test:coarse@train", splits) == ("test", "coarse", "train")
+  for bad, match in [
+      ("test@test", "the gallery is the query split; use 'test'"),
+      ("test:coarse@test", "use 'test:coarse'"),
+      ("test@", "malformed"), ("@train", "malformed"), ("a@b@c", "malformed"),
+      ("test:a:b", "malformed"), ("", "malformed"),
+      ("test@train:coarse", "the label set goes after the query split"),
+      ("test@val", "unknown split 'val'"),
+  ]:
+    with pytest.raises(ValueError, match=match):
+      evaluate.parse_protocol(bad, splits)
+  splits["train"] = digits.Split(images=splits["train"].images, labels=splits["train"].labels,
+                                 name="toy:train")
+  with pytest.raises(ValueError, match="split 'train' has no label set 'coarse'"):
+    evaluate.parse_protocol("test:coarse@train", splits)
+
+
+def test_protocols_score_the_right_embeddings_and_labels():
+  splits = toy_splits()
+  res = evaluate.evaluate_splits(
+      flat, splits, protocols=("test", "query@gallery", "test:coarse@train"), ks=(1, 3),
+      similarity="cosine", batch_size=8, metrics_groups=("retrieval", "clustering",
+                                                         "spectral_decay"), rho_skip=1)
+  emb = {name: flat(s.images) for name, s in splits.items()}
+  lab = {name: s.labels for name, s in splits.items()}
+  want = {
+      "test": metrics.retrieval_metrics(emb["test"], lab["test"], ks=(1, 3)),
+      "query@gallery": metrics.retrieval_metrics(emb["query"], lab["query"], emb["gallery"],
+                                                 lab["gallery"], ks=(1, 3)),
+      "test:coarse@train": metrics.retrieval_metrics(emb["test"], lab["test"] // 2,
+                                                     emb["train"], lab["train"] // 2,
+                                                     ks=(1, 3)),
+  }
+  for protocol, split, labels in (("test", "test", lab["test"]),
+                                  ("query@gallery", "query", lab["query"]),
+                                  ("test:coarse@train", "test", lab["test"] // 2)):
+    unit = emb[split] / np.linalg.norm(emb[split], axis=1, keepdims=True)
+    want[protocol].update(metrics.clustering_metrics(unit, labels))
+    want[protocol]["rho"] = metrics.spectral_decay(unit, skip_largest=1)
+    assert res[protocol] == pytest.approx(want[protocol], rel=1e-6, abs=1e-9), protocol
+  assert list(res["test"]) == ["recall@1", "recall@3", "map@r", "r_precision", "nmi", "rho"]
+
+
+def test_default_ks_by_dataset_and_metric_groups():
+  splits = toy_splits()
+  evaluate.DEFAULT_KS["toy"] = (1, 2)   # the dataset is read from the split names 'toy:*'
+  try:
+    res = evaluate.evaluate_splits(flat, splits, protocols=("test",), ks=(), batch_size=64,
+                                   metrics_groups=("retrieval",))
+  finally:
+    del evaluate.DEFAULT_KS["toy"]
+  assert list(res["test"]) == ["recall@1", "recall@2", "map@r", "r_precision"]
+  assert evaluate.default_ks("sop") == (1, 10, 100, 1000)
+  assert evaluate.default_ks("cars196") == (1, 2, 4, 8, 16, 32)
+  assert evaluate.default_ks("inshop") == (1, 10, 20, 30, 40, 50)
+  assert evaluate.default_ks("digits_evenodd") == (1, 5, 10)
+  with pytest.raises(ValueError, match="No default Recall@K list for dataset 'toy'"):
+    evaluate.evaluate_splits(flat, splits, protocols=("test",), ks=(), batch_size=64)
+  with pytest.raises(ValueError, match="Unknown evaluation metrics .*'map'"):
+    evaluate.evaluate_splits(flat, splits, protocols=("test",), ks=(1,),
+                             metrics_groups=("retrieval", "map"))
+
+
+def test_bad_embeddings_and_large_k_name_the_protocol():
+  splits = toy_splits()
+
+  def diverged(images):
+    out = flat(images).copy()
+    out[1, 2] = np.nan
+    return out
+
+  with pytest.raises(ValueError, match=r"embeddings of split 'test' has 1 non-finite .*"
+                                       r"rows \[1\]"):
+    evaluate.evaluate_splits(diverged, splits, protocols=("test",), ks=(1,), batch_size=64)
+  with pytest.raises(ValueError, match=r"protocol 'query@gallery': Recall@50 .* 35 gallery"):
+    evaluate.evaluate_splits(flat, splits, protocols=("query@gallery",), ks=(1, 50),
+                             batch_size=64)
+
+
+def test_model_selection_refuses_test_splits():
+  assert evaluate.parse_selection("val/recall@1") == ("val", "recall@1")
+  assert evaluate.parse_selection("train:digit/map@r") == ("train:digit", "map@r")
+  for spec in ("test/recall@1", "test:digit/map@r", "query@gallery/recall@1",
+               "val@test/recall@1", "test_small/nmi"):
+    with pytest.raises(ValueError, match="is a test split"):
+      evaluate.parse_selection(spec)
+  for spec, match in (("val", "PROTOCOL/METRIC"), ("val/", "PROTOCOL/METRIC"),
+                      ("val/rho", "higher is")):
+    with pytest.raises(ValueError, match=match):
+      evaluate.parse_selection(spec)
+  history = {10: {"val": {"recall@1": 0.5}}, 20: {"val": {"recall@1": 0.7}},
+             30: {"val": {"recall@1": 0.7}}}
+  assert evaluate.best_step(history, protocol="val", metric="recall@1") == 20
+  with pytest.raises(ValueError, match="no val/map@r"):
+    evaluate.best_step(history, protocol="val", metric="map@r")
+
+
+def test_aggregate_tables_and_curves(tmp_path):
+  runs = [{"test": {"recall@1": 0.5, "rho": 1.0}}, {"test": {"recall@1": 0.7, "rho": 2.0}},
+          {"test": {"recall@1": 0.6, "rho": 3.0}}]
+  summary = evaluate.aggregate(runs)
+  assert summary["test"]["recall@1"]["mean"] == pytest.approx(0.6)
+  assert summary["test"]["recall@1"]["std"] == pytest.approx(0.1)   # ddof = 1
+  assert summary["test"]["rho"]["values"] == [1.0, 2.0, 3.0]
+  table = evaluate.format_aggregate_table(summary)
+  assert "| test | 60.00 ± 10.00 | 2.0000 ± 1.0000 |" in table
+  assert evaluate.aggregate(runs[:1])["test"]["rho"]["std"] == 0.0
+  with pytest.raises(ValueError, match="Run 1 has protocols / metrics"):
+    evaluate.aggregate([runs[0], {"test": {"recall@1": 0.5}}])
+  assert "| test | 50.00 | 1.0000 |" in evaluate.format_table(runs[0])
+  history = {10: runs[0], 20: runs[1]}
+  assert "| 20 | test | 70.00 | 2.0000 |" in evaluate.format_history_table(history)
+  path = evaluate.plot_curves(history, path=str(tmp_path / "curves.png"), title="t")
+  assert os.path.getsize(path) > 1000

@@ -153,3 +153,36 @@ def test_memory_budget_blocks_and_stays_exact():
 def test_bad_input_raises_clear_value_error(call, match):
   with pytest.raises(ValueError, match=match):
     call()
+
+
+def test_non_finite_rows_are_named():
+  x = np.ones((30, 2))
+  x[[3, 17], 1] = np.nan
+  x[25, 0] = np.inf
+  with pytest.raises(ValueError, match=r"3 non-finite entries .* in 3 of 30 rows: "
+                                       r"rows \[3, 17, 25\]"):
+    knn.nearest_neighbors(x, k=1)
+  x[:12, 0] = np.nan
+  with pytest.raises(ValueError, match=r"rows \[0, 1, 2, 3, 4, 5, 6, 7, 8, 9\] and 4 more"):
+    knn.as_embeddings("gallery", x)
+
+
+@pytest.mark.parametrize("gallery", [False, True])
+@pytest.mark.parametrize("block_size,gallery_block_size", [(4, 5), (None, None)])
+def test_neighbor_relevance_matches_the_neighbour_labels(gallery, block_size,
+                                                         gallery_block_size):
+  # Integer points: duplicates and exact ties; the first relevant rank and the relevance
+  # columns are those of the oracle's neighbour list (ties by lower index).
+  rng = np.random.default_rng(4)
+  q, qy = rng.integers(-2, 3, size=(13, 2)).astype(np.float32), rng.integers(0, 4, size=13)
+  g, gy = ((rng.integers(-2, 3, size=(11, 2)).astype(np.float32), rng.integers(0, 4, size=11))
+           if gallery else (None, None))
+  first, relevant = knn.neighbor_relevance(q, qy * 1000, g, None if g is None else gy * 1000,
+                                           k=8, num_columns=3, similarity="neg_sq_euclidean",
+                                           block_size=block_size,
+                                           gallery_block_size=gallery_block_size)
+  idx, _ = oracle(q, g, 8, "neg_sq_euclidean")
+  want = (qy if g is None else gy)[idx] == qy[:, None]
+  np.testing.assert_array_equal(relevant, want[:, :3])
+  np.testing.assert_array_equal(first, np.where(want.any(1), want.argmax(1), 8))
+  assert first.dtype == np.int32 and relevant.dtype == bool

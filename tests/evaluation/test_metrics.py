@@ -36,6 +36,8 @@ def oracle(query, query_labels, gallery, gallery_labels, ks, kind):
         continue
       if kind == "cosine":
         s = q[i] @ g[j] / (np.linalg.norm(q[i]) * np.linalg.norm(g[j]))
+      elif kind == "dot":
+        s = q[i] @ g[j]
       else:
         s = -np.sum((q[i] - g[j]) ** 2)
       scored.append((-s, j))
@@ -214,3 +216,119 @@ def test_nmi_near_zero_for_random_labels_and_seeded():
 def test_clustering_bad_input_raises_clear_value_error(kwargs, match):
   with pytest.raises(ValueError, match=match):
     evaluation.clustering_metrics(**kwargs)
+
+
+def hard_case(seed, n, num_classes):
+  """Integer points (exact ties), some rows duplicated, labels with singleton classes and
+  classes smaller than the largest K."""
+  rng = np.random.default_rng(seed)
+  x = rng.integers(-2, 3, size=(n, 3)).astype(np.float32)
+  x[n // 2:n // 2 + 4] = x[:4]   # exact duplicates of other rows
+  y = rng.integers(0, num_classes, size=n)
+  y[-2:] = [100, 101]            # two singleton classes
+  return x, y
+
+
+@pytest.mark.parametrize("kind", ["dot", "neg_sq_euclidean"])
+@pytest.mark.parametrize("block_size,memory_bytes", [
+    (None, None),   # one block
+    (7, 16 * 60),   # 7 does not divide 29; a budget so small that the gallery is scanned too
+])
+def test_self_protocol_with_ties_singletons_and_large_k_matches_oracle(kind, block_size,
+                                                                      memory_bytes):
+  x, y = hard_case(5, 29, 5)
+  ks = (1, 2, 4, 8, 16)   # 16 exceeds every class size
+  kwargs = {} if memory_bytes is None else {"memory_bytes": memory_bytes}
+  got = evaluation.retrieval_metrics(x, y, ks=ks, similarity=kind, block_size=block_size,
+                                     **kwargs)
+  assert_metrics_equal(got, oracle(x, y, None, None, ks, kind))
+
+
+@pytest.mark.parametrize("block_size,memory_bytes", [(None, None), (5, 16 * 50)])
+def test_query_gallery_protocol_with_ties_and_absent_classes_matches_oracle(block_size,
+                                                                           memory_bytes):
+  qx, qy = hard_case(6, 17, 4)
+  gx, gy = hard_case(7, 23, 4)
+  gx[:3] = qx[:3]   # a query with an identical gallery twin
+  ks = (1, 3, 10, 20)
+  kwargs = {} if memory_bytes is None else {"memory_bytes": memory_bytes}
+  got = evaluation.retrieval_metrics(qx, qy, gx, gy, ks=ks, similarity="neg_sq_euclidean",
+                                     block_size=block_size, **kwargs)
+  assert_metrics_equal(got, oracle(qx, qy, gx, gy, ks, "neg_sq_euclidean"))
+
+
+def test_blocked_equals_unblocked_on_random_embeddings():
+  rng = np.random.default_rng(8)
+  x, y = rng.normal(size=(41, 6)), rng.integers(0, 6, size=41)
+  whole = evaluation.retrieval_metrics(x, y, ks=(1, 5, 20), block_size=41)
+  for block_size, memory_bytes in ((3, 1 << 28), (10, 16 * 70), (None, 16 * 200)):
+    assert evaluation.retrieval_metrics(x, y, ks=(1, 5, 20), block_size=block_size,
+                                        memory_bytes=memory_bytes) == whole
+
+
+def test_empty_gallery_and_single_query_are_clear_errors():
+  with pytest.raises(ValueError, match="gallery is empty"):
+    evaluation.retrieval_metrics(np.zeros((3, 2)), np.zeros(3, int), np.zeros((0, 2)),
+                                 np.zeros(0, int), ks=(1,))
+  with pytest.raises(ValueError, match="single item"):
+    evaluation.retrieval_metrics(np.zeros((1, 2)), np.zeros(1, int), ks=(1,))
+
+
+def test_nan_query_rows_are_named():
+  x = np.random.default_rng(0).normal(size=(6, 2))
+  x[4, 0] = np.nan
+  with pytest.raises(ValueError, match=r"query has 1 non-finite .* rows \[4\]"):
+    evaluation.retrieval_metrics(x, np.array([0, 0, 1, 1, 2, 2]), ks=(1,))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_nmi_equals_sklearn_on_the_same_assignment(seed):
+  from sklearn import metrics as sk_metrics  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(seed)
+  n = int(rng.integers(5, 200))
+  labels = rng.integers(0, int(rng.integers(1, 9)), size=n) * 7 - 3
+  assignment = rng.integers(0, int(rng.integers(1, 12)), size=n)
+  np.testing.assert_allclose(evaluation.nmi(labels, assignment),
+                             sk_metrics.normalized_mutual_info_score(labels, assignment),
+                             rtol=1e-10, atol=1e-12)
+  np.testing.assert_allclose(evaluation.nmi(labels, labels), 1.0)
+  assert evaluation.nmi(np.zeros(5, int), np.zeros(5, int)) == 1.0
+  assert evaluation.nmi(np.zeros(4, int), np.array([0, 1, 0, 1])) == 0.0
+
+
+def test_clustering_nmi_is_sklearn_nmi_of_the_seeded_kmeans():
+  from sklearn import cluster as sk_cluster  # pylint: disable=import-outside-toplevel
+  from sklearn import metrics as sk_metrics  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(1)
+  x, y = rng.normal(size=(90, 3)), rng.integers(0, 4, size=90)
+  got = evaluation.clustering_metrics(x, y, overcluster=2, seed=3, n_init=4)
+  for key, k in (("nmi", 4), ("nmi+", 8)):
+    assignment = sk_cluster.KMeans(n_clusters=k, n_init=4, random_state=3).fit_predict(x)
+    np.testing.assert_allclose(got[key], sk_metrics.normalized_mutual_info_score(y, assignment),
+                               rtol=1e-10)
+  with pytest.raises(ValueError, match="n_init"):
+    evaluation.clustering_metrics(x, y, n_init=0)
+
+
+def test_spectral_decay_by_hand_and_against_numpy_svd():
+  # Singular values 3 and 1: S = (3/4, 1/4), rho = 1/2 log(2/3) + 1/2 log(2) = 1/2 log(4/3).
+  x = np.array([[3.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
+  np.testing.assert_allclose(evaluation.spectral_decay(x), 0.5 * np.log(4 / 3), rtol=1e-12)
+  # Orthonormal rows: a flat spectrum, rho = 0; dropping the largest keeps it flat.
+  np.testing.assert_allclose(evaluation.spectral_decay(np.eye(4)), 0.0, atol=1e-12)
+  rng = np.random.default_rng(2)
+  x = rng.normal(size=(50, 6)) * np.array([5.0, 3, 2, 1, 0.5, 0.1])
+  for skip in (0, 1, 3):
+    s = np.linalg.svd(x, compute_uv=False)[skip:]
+    p = s / s.sum()
+    want = np.sum(np.log((1 / len(p)) / p)) / len(p)
+    np.testing.assert_allclose(evaluation.spectral_decay(x, skip_largest=skip), want,
+                               rtol=1e-7)
+  # N < D uses the N x N Gram matrix; the spectrum is the same.
+  np.testing.assert_allclose(evaluation.spectral_decay(x.T), evaluation.spectral_decay(x),
+                             rtol=1e-7)
+  # A collapsed (rank-1) embedding gets a large but finite rho.
+  collapsed = np.outer(rng.normal(size=20), rng.normal(size=4))
+  assert 10 < evaluation.spectral_decay(collapsed) < np.inf
+  with pytest.raises(ValueError, match=r"skip_largest must be an integer in \[0, 5\]"):
+    evaluation.spectral_decay(x, skip_largest=6)

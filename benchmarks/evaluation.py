@@ -1,0 +1,256 @@
+r"""Speed and memory of the retrieval metrics at benchmark scale, against faiss and PML.
+
+  python benchmarks/evaluation.py                       # N = 10,000 and 60,000, D = 512
+  python benchmarks/evaluation.py --smoke --out=/tmp/b  # seconds; what the test runs
+
+For each N: synthetic L2-normalised embeddings ``[N, D]`` with about N/5 classes (labels
+uniform at random, so class sizes are Poisson(5): singletons included, as in SOP), each
+point its class centre plus Gaussian noise; query = gallery, self excluded (the SOP
+protocol). Methods, each in a fresh subprocess:
+
+* ``dml_jax``: ``evaluation.retrieval_metrics`` (exact blocked kNN in JAX, k = max(max K,
+  max R)); Recall@K for every K, MAP@R, R-precision.
+* ``faiss``: ``faiss.IndexFlatIP`` exact search for ``k + 1`` neighbours (self removed),
+  then the same metrics from the neighbour labels with dml_jax's numpy functions;
+  ``faiss_1t`` the same with one OpenMP thread (faster than faiss's default on some small
+  VMs). The target compares with the faster of the two.
+* ``pml``: pytorch-metric-learning's ``AccuracyCalculator`` (``precision_at_1``,
+  ``r_precision``, ``mean_average_precision_at_r``; ``k='max_bin_count'``; its kNN uses faiss
+  when installed). It has no Recall@K for K > 1, so it searches only max R neighbours.
+
+faiss and PML are optional (``requirements-bench.txt``); a missing one is reported and
+skipped. Wall time is one call in a fresh process (JAX compilation included). Peak memory is
+the process's peak resident memory during the call minus its resident memory just before it
+(embeddings, libraries and inputs already loaded), read from /proc (Linux). Prints a markdown
+table with the time and memory ratios to dml_jax and writes ``<out>/evaluation.json``.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from absl import app
+from absl import flags
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("sizes", ["10000", "60000"], "Numbers of embeddings N.")
+flags.DEFINE_integer("dim", 512, "Embedding dimension D.")
+flags.DEFINE_list("ks", ["1", "10", "100", "1000"], "Recall@K cut-offs (SOP's by default).")
+flags.DEFINE_list("methods", ["dml_jax", "faiss", "faiss_1t", "pml"], "Methods to run.")
+flags.DEFINE_float("noise", 2.25, "Noise scale around the class centres (sets the recall; "
+                   "--smoke uses 1.5).")
+flags.DEFINE_integer("seed", 0, "Data seed.")
+flags.DEFINE_string("out", "runs/bench_evaluation", "Directory of evaluation.json.")
+flags.DEFINE_bool("smoke", False, "Tiny sizes (N = 2000, D = 64, K up to 100) for tests.")
+flags.DEFINE_integer("timeout", 3600, "Seconds per method and size.")
+flags.DEFINE_string("worker", None, "Internal: run one method in this process.")
+flags.DEFINE_integer("n", 0, "Internal: N of the worker.")
+flags.DEFINE_string("result", None, "Internal: JSON path the worker writes.")
+
+METHODS = ("dml_jax", "faiss", "faiss_1t", "pml")
+
+
+# ------------------------------------------------------------------------------ data
+
+
+def make_data(n: int, dim: int, *, noise: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+  """Unit-norm float32 ``[n, dim]`` embeddings and int64 labels ``[n]`` (about n/5 classes).
+
+  ``x_i = normalise(c_{y_i} + noise * e_i / sqrt(dim))`` with unit class centres ``c`` and
+  ``e_i ~ N(0, I)``; generated in chunks so that no float64 ``[n, dim]`` array exists.
+  """
+  rng = np.random.default_rng(seed)
+  num_classes = max(2, n // 5)
+  centres = rng.standard_normal((num_classes, dim), dtype=np.float32)
+  centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+  labels = rng.integers(0, num_classes, size=n)
+  x = np.empty((n, dim), np.float32)
+  for start in range(0, n, 8192):
+    stop = min(n, start + 8192)
+    chunk = rng.standard_normal((stop - start, dim), dtype=np.float32)
+    chunk *= np.float32(noise / np.sqrt(dim))
+    chunk += centres[labels[start:stop]]
+    chunk /= np.linalg.norm(chunk, axis=1, keepdims=True)
+    x[start:stop] = chunk
+  return x, labels
+
+
+# ---------------------------------------------------------------------------- methods
+
+
+def run_dml_jax(x, y, ks):
+  from dml_jax import evaluation  # pylint: disable=import-outside-toplevel
+  return evaluation.retrieval_metrics(x, y, ks=ks, similarity="cosine")
+
+
+def run_faiss(x, y, ks, *, threads: int = 0):
+  import faiss  # pylint: disable=import-outside-toplevel
+  from dml_jax.evaluation import metrics  # pylint: disable=import-outside-toplevel
+  if threads:
+    faiss.omp_set_num_threads(threads)
+  num_relevant = metrics.positive_counts(y, y, exclude_self=True)
+  k = max(max(ks), int(num_relevant.max()))
+  index = faiss.IndexFlatIP(x.shape[1])
+  index.add(x)
+  _, neighbours = index.search(x, k + 1)
+  # Remove self (the query's own row); if ties pushed it out, drop the last neighbour.
+  is_self = neighbours == np.arange(x.shape[0])[:, None]
+  is_self[~is_self.any(axis=1), -1] = True
+  neighbours = neighbours[~is_self].reshape(x.shape[0], k)
+  relevant = y[neighbours] == y[:, None]
+  del neighbours
+  valid = num_relevant > 0
+  relevant, num_relevant = relevant[valid], num_relevant[valid]
+  result = {f"recall@{kk}": float(r)
+            for kk, r in zip(ks, metrics.recall_at_k(relevant, ks=ks).mean(axis=0))}
+  result["map@r"] = float(metrics.map_at_r(relevant, num_relevant).mean())
+  result["r_precision"] = float(metrics.r_precision(relevant, num_relevant).mean())
+  return result
+
+
+def run_pml(x, y, ks):
+  del ks  # PML has no Recall@K for K > 1.
+  import torch  # pylint: disable=import-outside-toplevel
+  from pytorch_metric_learning.utils import (  # pylint: disable=import-outside-toplevel
+      accuracy_calculator)
+  calc = accuracy_calculator.AccuracyCalculator(
+      include=("precision_at_1", "r_precision", "mean_average_precision_at_r"),
+      k="max_bin_count", device=torch.device("cpu"))
+  out = calc.get_accuracy(torch.from_numpy(x), torch.from_numpy(y))
+  return {"recall@1": float(out["precision_at_1"]),
+          "map@r": float(out["mean_average_precision_at_r"]),
+          "r_precision": float(out["r_precision"])}
+
+
+RUNNERS = {"dml_jax": run_dml_jax, "faiss": run_faiss,
+           "faiss_1t": lambda x, y, ks: run_faiss(x, y, ks, threads=1), "pml": run_pml}
+IMPORTS = {"dml_jax": ("jax",), "faiss": ("faiss",), "faiss_1t": ("faiss",),
+           "pml": ("torch", "pytorch_metric_learning")}
+
+
+def _proc_kib(field: str) -> int:
+  with open("/proc/self/status") as f:
+    for line in f:
+      if line.startswith(field + ":"):
+        return int(line.split()[1])
+  raise RuntimeError(f"/proc/self/status has no {field}.")
+
+
+def worker(method: str, n: int, dim: int, ks, *, noise: float, seed: int) -> dict:
+  """Runs one method in this process; returns its metrics, time and peak memory."""
+  import importlib  # pylint: disable=import-outside-toplevel
+  try:
+    for module in IMPORTS[method]:
+      importlib.import_module(module)
+  except ImportError as e:
+    return {"method": method, "n": n, "skipped": f"not installed ({e})"}
+  import jax  # pylint: disable=import-outside-toplevel,unused-import
+  from dml_jax.evaluation import metrics  # pylint: disable=import-outside-toplevel,unused-import
+  x, y = make_data(n, dim, noise=noise, seed=seed)
+  baseline = _proc_kib("VmRSS")
+  with open("/proc/self/clear_refs", "w") as f:  # Resets the peak (VmHWM) to the current RSS.
+    f.write("5")
+  start = time.perf_counter()
+  result = RUNNERS[method](x, y, tuple(ks))
+  seconds = time.perf_counter() - start
+  peak = _proc_kib("VmHWM")
+  return {"method": method, "n": n, "dim": dim, "seconds": seconds,
+          "peak_mib_above": (peak - baseline) / 1024, "embeddings_mib": x.nbytes / 2**20,
+          "metrics": result}
+
+
+# ------------------------------------------------------------------------------ driver
+
+
+def run_worker_subprocess(method: str, n: int, *, dim: int, ks, out: str) -> dict:
+  path = os.path.join(out, f"worker_{method}_{n}.json")
+  args = [sys.executable, os.path.abspath(__file__), f"--worker={method}", f"--n={n}",
+          f"--dim={dim}", f"--ks={','.join(map(str, ks))}", f"--noise={FLAGS.noise}",
+          f"--seed={FLAGS.seed}", f"--result={path}"]
+  try:
+    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True,
+                          timeout=FLAGS.timeout, check=False)
+  except subprocess.TimeoutExpired:
+    return {"method": method, "n": n, "skipped": f"timed out after {FLAGS.timeout} s"}
+  if proc.returncode != 0:
+    return {"method": method, "n": n,
+            "skipped": f"failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}"}
+  with open(path) as f:
+    return json.load(f)
+
+
+def format_table(rows: list[dict], ks) -> str:
+  keys = [f"recall@{k}" for k in ks] + ["map@r", "r_precision"]
+  lines = ["| N | method | time (s) | time / dml_jax | peak MiB above embeddings | "
+           + " | ".join(keys) + " |", "|---|---|---|---|---|" + "---|" * len(keys)]
+  for row in rows:
+    if "skipped" in row:
+      lines.append(f"| {row['n']} | {row['method']} | skipped: {row['skipped'][:80]} |")
+      continue
+    ours = next((r for r in rows if r["n"] == row["n"] and r["method"] == "dml_jax"
+                 and "skipped" not in r), None)
+    ratio = f"{row['seconds'] / ours['seconds']:.2f}" if ours else ""
+    cells = [f"{100 * row['metrics'][k]:.2f}" if k in row["metrics"] else "—" for k in keys]
+    lines.append(f"| {row['n']} | {row['method']} | {row['seconds']:.1f} | {ratio} | "
+                 f"{row['peak_mib_above']:.0f} | " + " | ".join(cells) + " |")
+  return "\n".join(lines)
+
+
+def main(argv):
+  del argv
+  ks = [int(k) for k in FLAGS.ks]
+  if FLAGS.worker:
+    result = worker(FLAGS.worker, FLAGS.n, FLAGS.dim, ks, noise=FLAGS.noise, seed=FLAGS.seed)
+    with open(FLAGS.result, "w") as f:
+      json.dump(result, f)
+    return
+  sizes, dim = [int(n) for n in FLAGS.sizes], FLAGS.dim
+  if FLAGS.smoke:
+    sizes, dim, ks = [2000], 64, [1, 10, 100]
+    FLAGS.noise = 1.5
+  bad = [m for m in FLAGS.methods if m not in METHODS]
+  if bad:
+    raise app.UsageError(f"Unknown methods {bad}; allowed: {', '.join(METHODS)}.")
+  os.makedirs(FLAGS.out, exist_ok=True)
+  rows = []
+  for n in sizes:
+    for method in FLAGS.methods:
+      row = run_worker_subprocess(method, n, dim=dim, ks=ks, out=FLAGS.out)
+      rows.append(row)
+      status = row.get("skipped") or f"{row['seconds']:.1f} s, {row['peak_mib_above']:.0f} MiB"
+      print(f"N={n} {method}: {status}", flush=True)
+  table = format_table(rows, ks)
+  checks = {}
+  for n in sizes:
+    ours = next((r for r in rows if r["n"] == n and r["method"] == "dml_jax"
+                 and "skipped" not in r), None)
+    faiss_rows = [r for r in rows if r["n"] == n and r["method"].startswith("faiss")
+                  and "skipped" not in r]
+    faiss_row = min(faiss_rows, key=lambda r: r["seconds"]) if faiss_rows else None
+    if ours:
+      checks[n] = {"peak_within_2gib": ours["peak_mib_above"] <= 2048}
+      if faiss_row:
+        checks[n]["fastest_faiss"] = faiss_row["method"]
+        checks[n]["not_slower_than_faiss"] = ours["seconds"] <= faiss_row["seconds"]
+        checks[n]["max_metric_difference_vs_faiss"] = max(
+            abs(ours["metrics"][k] - faiss_row["metrics"][k]) for k in faiss_row["metrics"])
+  print(f"\nD = {dim}, about N/5 classes, query = gallery (self excluded); "
+        f"{os.cpu_count()} CPU cores\n")
+  print(table)
+  print("\nchecks:", json.dumps(checks))
+  path = os.path.join(FLAGS.out, "evaluation.json")
+  with open(path, "w") as f:
+    json.dump({"dim": dim, "ks": ks, "noise": FLAGS.noise, "seed": FLAGS.seed,
+               "cpu_count": os.cpu_count(), "rows": rows, "checks": checks, "table": table},
+              f, indent=2)
+  print(f"Written {path}")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,143 @@
+"""The evaluation binary on tiny digits runs: evaluate_checkpoint == train, --all_steps with
+model selection, --workdirs aggregation, errors; eval.py itself in subprocesses (slow)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from dml_jax import training
+from dml_jax.evaluation import evaluate
+from dml_test_support import ROOT
+from dml_test_support import small_config
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+  """A 20-step run with checkpoints at 10 and 20, and a copy of it standing for a second seed
+  (aggregation over distinct values is tested in tests/evaluation): {workdir: results}."""
+  workdir = str(tmp_path_factory.mktemp("run0"))
+  results = training.train_and_evaluate(small_config(), workdir, show_progress=False)
+  copy = str(tmp_path_factory.mktemp("copies") / "run1")
+  shutil.copytree(workdir, copy)
+  return {workdir: results, copy: results}
+
+
+def test_evaluate_checkpoint_equals_what_train_reported(runs):
+  workdir, train_results = next(iter(runs.items()))
+  step, results = training.evaluate_checkpoint(workdir)
+  assert step == 20
+  assert results == train_results   # bit-identical: same checkpoint, same computation
+  with open(evaluate.results_path(workdir, 20)) as f:
+    assert json.load(f)["results"] == train_results
+  step, earlier = training.evaluate_checkpoint(workdir, step=10)
+  assert step == 10 and earlier != train_results
+  with pytest.raises(ValueError, match="No checkpoint for step 15"):
+    training.evaluate_checkpoint(workdir, step=15)
+
+
+def test_all_steps_and_best_checkpoint_on_a_validation_protocol(runs):
+  workdir = next(iter(runs))
+  out = training.evaluate_all_steps(workdir, best_by="train:digit/map@r")
+  assert sorted(out["steps"]) == [10, 20]
+  assert out["steps"][20] == runs[workdir]
+  values = {s: r["train:digit"]["map@r"] for s, r in out["steps"].items()}
+  assert out["best"] == {"step": max(values, key=values.get), "protocol": "train:digit",
+                         "metric": "map@r", "value": max(values.values())}
+  with open(out["json"]) as f:
+    saved = json.load(f)
+  assert saved["steps"]["10"] == out["steps"][10] and saved["best"] == out["best"]
+  assert out["png"].endswith("eval_all_steps.png") and os.path.getsize(out["png"]) > 1000
+  with pytest.raises(ValueError, match="'test' is a test split"):
+    training.evaluate_all_steps(workdir, best_by="test/recall@1")
+
+
+def test_workdirs_aggregate_mean_and_std_over_runs(runs, tmp_path):
+  output = str(tmp_path / "summary.json")
+  out = training.evaluate_workdirs(list(runs), output=output)
+  assert out["steps"] == [20, 20]
+  assert out["runs"] == list(runs.values())
+  for protocol, row in next(iter(runs.values())).items():
+    for metric, value in row.items():
+      assert out["summary"][protocol][metric] == {"mean": value, "std": 0.0,
+                                                  "values": [value, value]}
+  with open(output) as f:
+    assert json.load(f)["summary"] == out["summary"]
+  with open(str(tmp_path / "summary.md")) as f:
+    assert out["table"] in f.read()
+  with pytest.raises(ValueError, match="more than once"):
+    training.evaluate_workdirs([output, output])
+
+
+def test_workdir_without_checkpoints_is_a_clear_error(runs, tmp_path):
+  workdir = str(tmp_path / "fresh")
+  training.write_workdir_config(small_config(), workdir)
+  with pytest.raises(FileNotFoundError, match="No checkpoint in .*fresh"):
+    training.evaluate_checkpoint(workdir)
+  with pytest.raises(FileNotFoundError, match="No checkpoint"):
+    training.evaluate_workdirs([next(iter(runs)), workdir])
+
+
+def eval_py(*args):
+  return subprocess.run([sys.executable, "eval.py", "--noprogress", *args], cwd=ROOT,
+                        capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_eval_py_prints_the_table_train_printed(runs):
+  workdir, train_results = next(iter(runs.items()))
+  out = eval_py(f"--workdir={workdir}")
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert "Step 20" in out.stdout
+  assert evaluate.format_table(train_results) in out.stdout
+
+
+@pytest.mark.slow
+def test_eval_py_all_steps_and_workdirs(runs, tmp_path):
+  first = next(iter(runs))
+  out = eval_py(f"--workdir={first}", "--all_steps", "--best_by=train:digit/recall@1",
+                f"--output={tmp_path / 'steps.json'}")
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert "| 10 | test |" in out.stdout and "Best checkpoint by train:digit/recall@1" in out.stdout
+  assert os.path.exists(tmp_path / "steps.png")
+  out = eval_py(f"--workdirs={','.join(runs)}", f"--output={tmp_path / 'seeds.json'}")
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert "2 runs" in out.stdout and " ± " in out.stdout
+  with open(tmp_path / "seeds.json") as f:
+    assert json.load(f)["runs"] == list(runs.values())
+
+
+@pytest.mark.slow
+def test_eval_py_errors_exit_nonzero_without_traceback(runs):
+  workdir = next(iter(runs))
+  for args, message in ((["--all_steps", "--best_by=test/map@r"], "is a test split"),
+                        (["--all_steps", "--step=7"], "takes neither --step"),
+                        ([f"--workdirs={workdir}"], "exactly one of --workdir")):
+    out = eval_py(f"--workdir={workdir}", *args)
+    assert out.returncode == 1, args
+    assert message in out.stderr and "Traceback" not in out.stderr, out.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_evaluation_benchmark_smoke(tmp_path):
+  out = subprocess.run([sys.executable, "benchmarks/evaluation.py", "--smoke",
+                        f"--out={tmp_path}"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600)
+  assert out.returncode == 0, out.stderr[-3000:]
+  with open(tmp_path / "evaluation.json") as f:
+    report = json.load(f)
+  rows = {r["method"]: r for r in report["rows"]}
+  ours = rows["dml_jax"]
+  assert ours["seconds"] > 0 and ours["peak_mib_above"] < 2048
+  assert 0 < ours["metrics"]["recall@1"] < 1 and "recall@100" in ours["metrics"]
+  assert "| 2000 | dml_jax |" in out.stdout
+  for method in ("faiss", "faiss_1t", "pml"):   # optional: same numbers, or skipped
+    row = rows[method]
+    if "skipped" in row:
+      assert "not installed" in row["skipped"]
+    else:
+      for key, value in row["metrics"].items():
+        assert value == pytest.approx(ours["metrics"][key], abs=1e-3), (method, key)
