@@ -1,0 +1,136 @@
+"""benchmarks/objectives.py: the smoke mode runs in-process and writes the JSON it documents."""
+
+import importlib.util
+import json
+import math
+import os
+import sys
+import time
+
+import pytest
+
+from dml_test_support import ROOT
+
+
+def _load_bench():
+  """The benchmark module, loaded by path (benchmarks/ is not a package)."""
+  path = os.path.join(ROOT, "benchmarks", "objectives.py")
+  spec = importlib.util.spec_from_file_location("bench_objectives", path)
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = module   # dataclasses resolve annotations through sys.modules
+  spec.loader.exec_module(module)
+  return module
+
+
+bench = _load_bench()
+
+TIMING_KEYS = {"median_ms", "q25_ms", "q75_ms", "iqr_ms", "min_ms", "repeats", "capped"}
+MEMORY_KEYS = {"temp_bytes", "argument_bytes", "output_bytes", "alias_bytes", "peak_bytes"}
+
+
+def _smoke(tmp_path, names, *, pml):
+  out = tmp_path / "bench.json"
+  report = bench.run(batch_sizes=bench.SMOKE_BATCH_SIZES, repeats=bench.SMOKE_REPEATS,
+                     warmup=1, objective_names=names, pml=pml, out=str(out), log=lambda s: None)
+  with open(out) as f:
+    written = json.load(f)
+  return report, written
+
+
+def _check_ours(row):
+  ours = row["ours"]
+  assert ours is not None, row.get("error")
+  assert TIMING_KEYS | {"compile_s", "memory", "loss"} <= set(ours)
+  assert ours["repeats"] == bench.SMOKE_REPEATS and not ours["capped"]
+  assert 0 < ours["q25_ms"] <= ours["median_ms"] <= ours["q75_ms"]
+  assert ours["compile_s"] > 0 and math.isfinite(ours["loss"])
+  mem = ours["memory"]
+  assert set(mem) == MEMORY_KEYS
+  assert mem["argument_bytes"] >= 32 * 512 * 4   # the embeddings [32, 512] float32
+  assert mem["output_bytes"] >= 32 * 512 * 4     # their gradient
+  assert mem["peak_bytes"] == (mem["temp_bytes"] + mem["argument_bytes"] + mem["output_bytes"]
+                               - mem["alias_bytes"])
+
+
+def test_smoke_run_writes_the_documented_json(tmp_path):
+  report, written = _smoke(tmp_path, ("nca",), pml=False)
+  assert written == json.loads(json.dumps(report))
+  assert {"config", "results", "memory_growth", "checks", "skipped"} <= set(written)
+  config = written["config"]
+  assert config["batch_sizes"] == [32] and config["repeats"] == bench.SMOKE_REPEATS
+  assert config["objectives"] == ["nca"] and config["cpus"] >= 1
+  assert {"start", "end"} <= set(config["load_average"])
+  (row,) = written["results"]
+  assert (row["label"], row["objective"], row["batch_size"], row["dim"]) == ("nca", "nca", 32, 512)
+  assert row["hparams"]["positive"] == "easy" and row["hparams"]["negative"] == "hard"
+  _check_ours(row)
+  assert row["pml"] is None and row["ratio"] is None
+  assert written["memory_growth"] == []   # one batch size: nothing to compare
+  assert "| nca | 32 |" in bench.markdown_table(report)
+
+
+def test_smoke_run_against_pml(tmp_path):
+  pytest.importorskip("torch")
+  pytest.importorskip("pytorch_metric_learning")
+  report, written = _smoke(tmp_path, ("triplet",), pml=True)
+  labels = [r["label"] for r in written["results"]]
+  assert labels == ["triplet", "triplet(positive=easy, negative=hard)",
+                    "triplet(positive=all, negative=semihard)",
+                    "triplet(positive=all, negative=all)"]
+  for row in written["results"]:
+    _check_ours(row)
+    if row["label"] == "triplet":
+      assert row["pml_pair"] is None and row["pml"] is None
+      continue
+    assert TIMING_KEYS <= set(row["pml"]) and row["pml"]["median_ms"] > 0
+    assert row["ratio"] == pytest.approx(row["pml"]["median_ms"] / row["ours"]["median_ms"])
+  checks = {c["pair"]: c for c in written["checks"]}
+  assert set(checks) == {"triplet_easy_hard", "triplet_semihard", "triplet_all"}
+  # Same semantics: PML and ours agree on the value and the gradient.
+  for key in ("triplet_easy_hard", "triplet_all"):
+    assert checks[key]["agree"] is True, checks[key]
+    assert checks[key]["loss_abs_diff"] < 1e-4
+  # Different by design (PML keeps every semi-hard triplet): reported, not asserted equal.
+  assert checks["triplet_semihard"]["agree"] is None
+  assert any("agree" in line for line in bench.summary_lines(report))
+
+
+def test_memory_growth_flags_cubic_temp_bytes():
+  def row(label, b, temp):
+    return {"label": label, "batch_size": b, "ours": {"memory": {"temp_bytes": temp}}}
+  results = [row("square", 128, 10), row("square", 512, 16 * 1000),
+             row("square", 2048, 16 ** 2 * 1000), row("cube", 512, 1000),
+             row("cube", 2048, 64 * 1000), row("single", 512, 5)]
+  growth = {g["label"]: g for g in bench.memory_growth(results)}
+  assert set(growth) == {"square", "cube"}
+  assert (growth["square"]["b_small"], growth["square"]["b_large"]) == (512, 2048)
+  assert growth["square"]["exponent"] == pytest.approx(2.0) and not growth["square"]["cubic"]
+  assert growth["cube"]["exponent"] == pytest.approx(3.0) and growth["cube"]["cubic"]
+  lines = bench.summary_lines({"checks": [], "memory_growth": list(growth.values()),
+                               "results": [], "skipped": []})
+  assert any(line.startswith("MEMORY: cube") for line in lines)
+
+
+def test_select_cases_and_errors():
+  cases, _ = bench.select_cases(("triplet",))
+  assert cases[0].label == "triplet" and cases[0].pair is None
+  assert all(c.name == "triplet" for c in cases)
+  everything, skipped = bench.select_cases(("all",))
+  registered = set(bench.objectives.names())
+  assert {c.name for c in everything} == registered
+  assert len(skipped) == sum(p.objective not in registered for p in bench.PML_PAIRS)
+  with pytest.raises(ValueError, match="no_such_loss.*registered"):
+    bench.select_cases(("no_such_loss",))
+  with pytest.raises(ValueError, match="multiple of per_class"):
+    bench.make_batch(30, 4, per_class=8)
+
+
+def test_time_calls_caps_at_max_seconds():
+  calls = []
+  stats, capped, last = bench.time_calls(lambda: calls.append(1) or len(calls), repeats=5,
+                                         warmup=2)
+  assert stats["repeats"] == 5 and not capped and len(calls) == 7 and last == 7
+  stats, capped, _ = bench.time_calls(lambda: time.sleep(0.01), repeats=50, warmup=0,
+                                      max_seconds=0.03, min_repeats=3)
+  assert capped and 3 <= stats["repeats"] < 50
+  assert stats["min_ms"] >= 10 and stats["q25_ms"] <= stats["median_ms"] <= stats["q75_ms"]
