@@ -24,8 +24,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.data.group_size = 8           # n examples per class in a batch
   c.data.small_class = "replace"  # class with < n examples: 'replace' | 'all' | 'skip'
   c.data.image_size = 0           # 0: the dataset's native size
-  c.data.label_noise = 0.0        # rate p of uniform label noise (not implemented yet)
-  c.data.clean_fraction = 1.0     # clean 'topline' subsample (not implemented yet)
+  c.data.label_noise = 0.0        # rate p of uniform label noise on the train split (eq. 6)
+  c.data.clean_fraction = 1.0     # < 1: the clean 'topline', a random subset of the train split
+  c.data.noise_seed = 0           # seed of the label noise / the clean subset (not c.seed)
 
   c.model = ml_collections.ConfigDict()
   c.model.name = "small_cnn"

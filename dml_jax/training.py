@@ -31,6 +31,7 @@ import tqdm
 from dml_jax import checkpointing
 from dml_jax import data as data_lib
 from dml_jax import models
+from dml_jax.data import noise as noise_lib
 from dml_jax import objectives
 from dml_jax import parallel
 from dml_jax.evaluation import evaluate as evaluate_lib
@@ -78,14 +79,10 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
       raise ValueError(f"config.{key} must be a positive integer, got {value!r}.")
   if config.eval_every_steps < 0:
     raise ValueError(f"config.eval_every_steps must be >= 0, got {config.eval_every_steps}.")
-  if config.data.label_noise:
-    raise NotImplementedError(
-        f"config.data.label_noise={config.data.label_noise}: label noise is not implemented "
-        "yet (planned with the real-dataset pipeline); use 0.0.")
-  if config.data.clean_fraction != 1.0:
-    raise NotImplementedError(
-        f"config.data.clean_fraction={config.data.clean_fraction}: the clean subsample is "
-        "not implemented yet; use 1.0.")
+  if config.data.label_noise and config.data.clean_fraction != 1.0:
+    raise ValueError(
+        f"config.data.label_noise={config.data.label_noise} and config.data.clean_fraction="
+        f"{config.data.clean_fraction}: the clean topline is a separate run; set one of them.")
   if config.data.image_size:
     raise NotImplementedError(
         f"config.data.image_size={config.data.image_size}: resizing is not implemented for "
@@ -94,6 +91,32 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     raise NotImplementedError(
         f"config.model.pretrained={config.model.pretrained!r}: pretrained weights are not "
         "implemented yet (planned with the ResNet backbones); use ''.")
+
+
+def prepare_train_split(train, *, label_noise: float, clean_fraction: float, seed: int):
+  """Applies the label-noise paper's training-set options to the train ``Split``.
+
+  ``label_noise = p > 0``: labels are corrupted once with uniform noise (eq. 6, seed
+  ``seed``); the clean labels stay available as ``label_sets['clean']``.
+  ``clean_fraction < 1``: the clean "topline", a random subset of that fraction of the
+  training examples with their true labels.
+  """
+  if label_noise:
+    noisy = noise_lib.uniform_label_noise(train.labels, rate=label_noise,
+                                          num_classes=train.num_classes, seed=seed)
+    return data_lib.Split(images=train.images, labels=noisy,
+                          label_sets={**train.label_sets, "clean": train.labels},
+                          name=f"{train.name} (label noise p={label_noise})")
+  if clean_fraction != 1.0:
+    idx = noise_lib.clean_subsample(len(train.labels), fraction=clean_fraction, seed=seed)
+    kept = np.unique(train.labels[idx])
+    if len(kept) != train.num_classes:
+      raise ValueError(f"config.data.clean_fraction={clean_fraction} leaves only {len(kept)} "
+                       f"of {train.num_classes} training classes; use a larger fraction.")
+    return data_lib.Split(images=train.images[idx], labels=train.labels[idx],
+                          label_sets={k: v[idx] for k, v in train.label_sets.items()},
+                          name=f"{train.name} (clean {clean_fraction:.2f})")
+  return train
 
 
 # -------------------------------------------------------------------------- optimizer
@@ -172,7 +195,10 @@ def build(config: ml_collections.ConfigDict) -> Setup:
   validate_config(config)
   mesh = parallel.make_mesh(config.num_devices)
   parallel.check_batch_size(config.batch_size, mesh)
-  splits = data_lib.load(config.data.name, **config.data.options.to_dict())
+  splits = dict(data_lib.load(config.data.name, **config.data.options.to_dict()))
+  splits["train"] = prepare_train_split(
+      splits["train"], label_noise=config.data.label_noise,
+      clean_fraction=config.data.clean_fraction, seed=config.data.noise_seed)
   validate_eval_config(config, splits)
   train = splits["train"]
   sampler = data_lib.NPerClassSampler(

@@ -151,9 +151,28 @@ def test_train_step_keeps_state_on_nan():
 
 @pytest.mark.parametrize("key,value,match", [
     ("num_train_steps", 0, "num_train_steps"),
-    ("data.label_noise", 0.2, "label_noise"),
+    ("data.image_size", 32, "image_size"),
     ("model.pretrained", "w.msgpack", "pretrained"),
 ])
 def test_bad_config_values(key, value, match):
   with pytest.raises((ValueError, NotImplementedError), match=match):
     training.validate_config(small_config(**{key: value}))
+
+
+def test_label_noise_and_clean_topline_change_only_the_train_split():
+  clean = training.build(small_config())
+  noisy = training.build(small_config(**{"data.label_noise": 0.4, "data.noise_seed": 3}))
+  tr_clean, tr_noisy = clean.splits["train"], noisy.splits["train"]
+  np.testing.assert_array_equal(tr_noisy.label_sets["clean"], tr_clean.labels)
+  flipped = np.mean(tr_noisy.labels != tr_clean.labels)
+  assert 0.3 < flipped < 0.5          # p = 0.4 over K = 2 classes: every flip changes the label
+  np.testing.assert_array_equal(noisy.splits["test"].labels, clean.splits["test"].labels)
+  again = training.build(small_config(**{"data.label_noise": 0.4, "data.noise_seed": 3}))
+  np.testing.assert_array_equal(again.splits["train"].labels, tr_noisy.labels)
+
+  top = training.build(small_config(**{"data.clean_fraction": 0.6}))
+  n = len(tr_clean.labels)
+  assert len(top.splits["train"].labels) == round(0.6 * n)
+  with pytest.raises(ValueError, match="clean topline is a separate run"):
+    training.validate_config(small_config(**{"data.label_noise": 0.2,
+                                             "data.clean_fraction": 0.8}))
