@@ -32,8 +32,13 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.name = "small_cnn"
   c.model.embedding_dim = 128
   c.model.normalize = True        # L2-normalise the embedding
-  c.model.pretrained = ""         # path of converted weights ('' = none; not implemented yet)
+  c.model.pretrained = ""         # converted ImageNet weights (.npz, see models/pretrained.py)
   c.model.freeze_bn = False       # BatchNorm uses running statistics while training
+  # Backbone options (ResNet / BN-Inception; the small CNN takes none of them):
+  c.model.dtype = "float32"       # 'bfloat16': compute in bf16, float32 params and embeddings
+  c.model.pooling = ""            # '' = the model's default; 'avg' | 'max' | 'avg+max'
+  c.model.bn_mode = "train"       # 'frozen': running statistics fixed, affine params trained
+  c.model.embedding_hidden = ()   # extra Linear+ReLU widths in the embedding head
 
   c.loss = ml_collections.ConfigDict()
   c.loss.name = "nca"
@@ -48,6 +53,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.optimizer.decay_factor = 0.1
   c.optimizer.warmup_steps = 0
   c.optimizer.objective_learning_rate = 0.0   # objective parameters (beta, proxies); 0: same
+  c.optimizer.backbone_learning_rate = 0.0    # per-part rates (0: learning_rate)
+  c.optimizer.head_learning_rate = 0.0
 
   c.eval = ml_collections.ConfigDict()
   c.eval.ks = (1, 2, 4, 8)        # Recall@K; () = the dataset's evaluate.DEFAULT_KS list

@@ -87,10 +87,11 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     raise NotImplementedError(
         f"config.data.image_size={config.data.image_size}: resizing is not implemented for "
         "the embedded digits data yet; use 0 (native 8x8).")
-  if config.model.pretrained:
-    raise NotImplementedError(
-        f"config.model.pretrained={config.model.pretrained!r}: pretrained weights are not "
-        "implemented yet (planned with the ResNet backbones); use ''.")
+  if config.model.pretrained and not os.path.exists(config.model.pretrained):
+    raise FileNotFoundError(
+        f"config.model.pretrained={config.model.pretrained!r} does not exist. Convert "
+        "torchvision weights first: python -m dml_jax.models.pretrained convert --arch "
+        f"{config.model.name} --torch_checkpoint <file.pth> --output {config.model.pretrained}")
 
 
 def prepare_train_split(train, *, label_noise: float, clean_fraction: float, seed: int):
@@ -142,12 +143,14 @@ def learning_rate_schedule(*, learning_rate: float, schedule: str, num_train_ste
   return sched
 
 
-def make_optimizer(opt: ml_collections.ConfigDict, *,
-                   num_train_steps: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
+def make_optimizer(opt: ml_collections.ConfigDict, *, num_train_steps: int,
+                   model_params=None) -> tuple[optax.GradientTransformation, optax.Schedule]:
   """The optax transformation for ``{'model': ..., 'objective': ...}`` parameter trees.
 
-  Model and objective parameters (margin beta, proxies) get their own learning rates
-  through ``optax.multi_transform``; ``objective_learning_rate = 0`` means the model's.
+  Objective parameters (margin beta, proxies) get ``objective_learning_rate`` through
+  ``optax.multi_transform``. When ``backbone_learning_rate`` or ``head_learning_rate`` is set,
+  the model's parameters are split by ``models.param_labels(model_params)`` into backbone and
+  embedding head, each with its own rate. A rate of 0 means ``learning_rate``.
   """
   def one(learning_rate):
     sched = learning_rate_schedule(
@@ -166,9 +169,16 @@ def make_optimizer(opt: ml_collections.ConfigDict, *,
     raise ValueError(f"Unknown optimizer.name {opt.name!r}; allowed: adam, sgd.")
 
   model_tx, sched = one(opt.learning_rate)
-  objective_tx, _ = one(opt.objective_learning_rate or opt.learning_rate)
-  tx = optax.multi_transform({"model": model_tx, "objective": objective_tx},
-                             {"model": "model", "objective": "objective"})
+  transforms = {"model": model_tx,
+                "objective": one(opt.objective_learning_rate or opt.learning_rate)[0]}
+  model_labels = "model"
+  if opt.backbone_learning_rate or opt.head_learning_rate:
+    if model_params is None:
+      raise ValueError("per-part learning rates need the model parameters (model_params).")
+    transforms["backbone"] = one(opt.backbone_learning_rate or opt.learning_rate)[0]
+    transforms["head"] = one(opt.head_learning_rate or opt.learning_rate)[0]
+    model_labels = models.param_labels(model_params)
+  tx = optax.multi_transform(transforms, {"model": model_labels, "objective": "objective"})
   return tx, sched
 
 
@@ -190,6 +200,19 @@ class Setup:
   mesh: jax.sharding.Mesh
 
 
+def model_options(model: ml_collections.ConfigDict) -> dict:
+  """The backbone options of ``config.model`` that differ from the defaults, as keyword
+  arguments of ``models.make`` (so the small CNN, which has none, gets none)."""
+  defaults = {"dtype": "float32", "pooling": "", "bn_mode": "train", "embedding_hidden": ()}
+  options = {}
+  for key, default in defaults.items():
+    value = model.get(key, default)
+    value = tuple(value) if isinstance(value, (list, tuple)) else value
+    if value != default:
+      options[key] = value
+  return options
+
+
 def build(config: ml_collections.ConfigDict) -> Setup:
   """Loads data, builds the model, objective and optimizer, and the initial train state."""
   validate_config(config)
@@ -209,8 +232,10 @@ def build(config: ml_collections.ConfigDict) -> Setup:
   key = jax.random.key(config.seed)
   model_key, objective_key = jax.random.split(key)
   model = models.make(config.model.name, embedding_dim=config.model.embedding_dim,
-                      normalize=config.model.normalize,
-                      rngs=nnx.Rngs(params=model_key))
+                      normalize=config.model.normalize, rngs=nnx.Rngs(params=model_key),
+                      **model_options(config.model))
+  if config.model.pretrained:
+    models.load_pretrained(model, config.model.pretrained)
   model.train()
   train_graphdef, params, batch_stats = nnx.split(model, nnx.Param, ...)
   model.eval()
@@ -219,7 +244,8 @@ def build(config: ml_collections.ConfigDict) -> Setup:
   num_classes = int(np.max(train.labels)) + 1
   objective_params = objective.init(objective_key, num_classes=num_classes,
                                     dim=config.model.embedding_dim)
-  tx, schedule = make_optimizer(config.optimizer, num_train_steps=config.num_train_steps)
+  tx, schedule = make_optimizer(config.optimizer, num_train_steps=config.num_train_steps,
+                                model_params=params)
   trainable = {"model": params, "objective": objective_params}
   init_state = parallel.replicate(mesh, {
       "step": jnp.zeros((), jnp.int32),

@@ -155,7 +155,7 @@ def test_train_step_keeps_state_on_nan():
     ("model.pretrained", "w.msgpack", "pretrained"),
 ])
 def test_bad_config_values(key, value, match):
-  with pytest.raises((ValueError, NotImplementedError), match=match):
+  with pytest.raises((ValueError, NotImplementedError, FileNotFoundError), match=match):
     training.validate_config(small_config(**{key: value}))
 
 
@@ -176,3 +176,28 @@ def test_label_noise_and_clean_topline_change_only_the_train_split():
   with pytest.raises(ValueError, match="clean topline is a separate run"):
     training.validate_config(small_config(**{"data.label_noise": 0.2,
                                              "data.clean_fraction": 0.8}))
+
+
+def _one_step_change(config):
+  setup = training.build(config)
+  step = training.make_train_step(setup)
+  idx = setup.sampler.batch_indices(0)
+  train = setup.splits["train"]
+  new, _ = step(setup.init_state, train.images[idx], train.labels[idx], training.step_key(0, 1))
+  return max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+             for a, b in zip(jax.tree.leaves(new["params"]),
+                             jax.tree.leaves(setup.init_state["params"])))
+
+
+def test_per_part_learning_rates_reach_the_model():
+  # The small CNN is all 'backbone' (models.param_labels); Adam's first step is ~lr per weight.
+  assert _one_step_change(small_config()) > 1e-4
+  assert _one_step_change(small_config(**{"optimizer.backbone_learning_rate": 1e-9})) < 1e-8
+
+
+def test_model_options_and_pretrained_errors():
+  assert training.model_options(small_config().model) == {}
+  with pytest.raises(ValueError, match="dtype"):
+    training.build(small_config(**{"model.dtype": "bfloat16"}))
+  with pytest.raises(FileNotFoundError, match="pretrained convert"):
+    training.validate_config(small_config(**{"model.pretrained": "missing.npz"}))

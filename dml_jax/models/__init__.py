@@ -14,9 +14,18 @@ from flax import nnx
 
 from dml_jax.models.heads import LinearEmbedding, finalize_embedding, global_average_pool
 from dml_jax.models.small_cnn import SmallCNN
+# --- backbones (issue 5) ---
+from dml_jax.models.bn_inception import BNInception
+from dml_jax.models.heads import EmbeddingHead, global_pool
+from dml_jax.models.pretrained import load_pretrained, param_labels
+from dml_jax.models.resnet import ResNet, ResNet18, ResNet34, ResNet50
 
 MODELS: dict[str, type[nnx.Module]] = {
     "small_cnn": SmallCNN,
+    "resnet18": ResNet18,
+    "resnet34": ResNet34,
+    "resnet50": ResNet50,
+    "bn_inception": BNInception,
 }
 
 
@@ -54,4 +63,6 @@ def make(name: str, *, embedding_dim: int, normalize: bool = True, rngs: nnx.Rng
 
 
 __all__ = ["MODELS", "LinearEmbedding", "SmallCNN", "finalize_embedding",
-           "global_average_pool", "make", "names"]
+           "global_average_pool", "make", "names",
+           "BNInception", "EmbeddingHead", "ResNet", "ResNet18", "ResNet34", "ResNet50",
+           "global_pool", "load_pretrained", "param_labels"]

@@ -1,0 +1,88 @@
+"""Tests of the BN-Inception backbone (Cadene's pretrainedmodels port layout)."""
+
+import chex
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from dml_jax.models import bn_inception, heads, pretrained
+
+
+def _torch_ceil_max_pool_oracle(x, window, stride):
+  """Loop oracle of torch.nn.MaxPool2d(window, stride, ceil_mode=True), x [H, W]."""
+  h, w = x.shape
+  def out(n):
+    o = -(-(n - window) // stride) + 1
+    return o - 1 if (o - 1) * stride >= n else o
+  return np.array([[x[i * stride:i * stride + window, j * stride:j * stride + window].max()
+                    for j in range(out(w))] for i in range(out(h))])
+
+
+@pytest.mark.parametrize("size", [7, 8, 15, 28, 112])
+def test_max_pool_ceil_matches_torch_ceil_mode(size):
+  x = np.random.default_rng(size).standard_normal((size, size + 1)).astype(np.float32)
+  got = bn_inception.max_pool_ceil(jnp.asarray(x)[None, :, :, None], window=3, stride=2)
+  np.testing.assert_array_equal(got[0, :, :, 0], _torch_ceil_max_pool_oracle(x, 3, 2))
+
+
+def test_spec_channels_chain():
+  # Each block's input width is the previous block's concatenated output width.
+  width = 192
+  for (tag, cin, c1, _, c3, _, cd, pool, proj, _) in bn_inception.INCEPTION_SPECS:
+    assert cin == width, tag
+    width = c1 + c3 + cd + (proj if proj else cin)
+  assert width == 1024
+  names = bn_inception.conv_names()
+  assert len(names) == len(set(names)) == 3 + 8 * 7 + 2 * 5  # 3 stem + 66 in 10 blocks
+  assert len(pretrained.torch_key_table("bn_inception")) == 69 * 7 + 2
+
+
+_FILLED = {}
+
+
+def _filled(**kwargs):
+  key = tuple(sorted(kwargs.items()))
+  if key not in _FILLED:
+    rng = np.random.default_rng(0)
+    sd = {}
+    for k, shape in pretrained.torch_key_table("bn_inception").items():
+      if len(shape) == 4:
+        sd[k] = (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32)
+      elif k.endswith(("running_var", "_bn.weight")):
+        sd[k] = rng.uniform(0.5, 1.5, shape).astype(np.float32)
+      else:
+        sd[k] = (0.1 * rng.standard_normal(shape)).astype(np.float32)
+    model = pretrained.build_abstract("bn_inception", **kwargs)
+    pretrained.assign_backbone(model, pretrained.convert_state_dict(sd, "bn_inception"))
+    model.head = heads.EmbeddingHead(1024, 8, pooling=kwargs.get("pooling", "max"),
+                                     rngs=nnx.Rngs(0))
+    model.eval()
+    _FILLED[key] = model
+  return _FILLED[key]
+
+
+@nnx.jit
+def _fmap_and_embed(model, x):
+  return model.feature_map(x), model(x)
+
+
+def test_feature_map_embedding_shapes_and_default_max_pooling():
+  model = _filled()
+  assert model.head.pooling == "max" and model.arch == "bn_inception"
+  fmap, e = _fmap_and_embed(model, jnp.ones((2, 64, 64, 3)))
+  chex.assert_shape(fmap, (2, 2, 2, 1024))
+  chex.assert_shape(e, (2, 8))
+  chex.assert_type(e, jnp.float32)
+  np.testing.assert_allclose(np.linalg.norm(e, axis=1), 1.0, rtol=1e-5)
+  np.testing.assert_allclose(model.head.pool(fmap), np.asarray(fmap).max((1, 2)), rtol=1e-6)
+  assert np.all(np.asarray(fmap) >= 0)  # every concatenated branch is post-ReLU
+
+
+def test_port_module_names_and_conv_biases():
+  model = _filled()
+  unit = model.backbone.inception_5b_pool_proj
+  assert unit.conv.kernel[...].shape == (1, 1, 1024, 128) and unit.conv.bias is not None
+  assert model.backbone.inception_3c_3x3.conv.strides == (2, 2)
+  with pytest.raises(ValueError, match=r"\[B, H, W, 3\], got shape \(2, 8, 8\)"):
+    model.feature_map(jnp.ones((2, 8, 8)))
