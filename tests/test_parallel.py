@@ -179,3 +179,15 @@ def test_two_processes_with_4_devices_equal_one_process_with_8(tmp_path):
   _, single, _ = final_state(trained(8)[0])
   for a, b in zip(jax.tree.leaves(single), jax.tree.leaves(multi)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-4, rtol=1e-4)
+
+
+def test_checkpoint_saved_on_1_device_resumes_on_8(tmp_path):
+  workdir = str(tmp_path)
+  training.train_and_evaluate(small_config(10, num_devices=1, **STABLE), workdir,
+                              show_progress=False)
+  training.train_and_evaluate(small_config(20, num_devices=8, **STABLE), workdir,
+                              show_progress=False)
+  _, ref, _ = final_state(trained(8)[0])
+  _, state, _ = final_state(workdir)
+  for a, b in zip(jax.tree.leaves(ref), jax.tree.leaves(state)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-4, rtol=1e-4)
