@@ -47,6 +47,16 @@ class NonFiniteLossError(FloatingPointError):
 # ----------------------------------------------------------------------------- config
 
 
+# Keys added to the config schema after workdirs were first written, with the value that
+# reproduces the older behaviour; load_workdir_config fills them into older config.json files.
+ADDED_CONFIG_KEYS = {
+    "num_devices": 0,
+    "data.noise_seed": 0,
+    "optimizer.backbone_learning_rate": 0.0,
+    "optimizer.head_learning_rate": 0.0,
+}
+
+
 def load_workdir_config(workdir: str) -> ml_collections.ConfigDict:
   """The resolved config that ``train.py`` wrote into ``workdir``."""
   path = os.path.join(workdir, CONFIG_FILE)
@@ -54,7 +64,15 @@ def load_workdir_config(workdir: str) -> ml_collections.ConfigDict:
     raise FileNotFoundError(
         f"{path} does not exist: {workdir!r} is not a dml_jax workdir (train.py writes it).")
   with open(path) as f:
-    return ml_collections.ConfigDict(json.load(f))
+    config = ml_collections.ConfigDict(json.load(f))
+  for dotted, value in ADDED_CONFIG_KEYS.items():
+    *parents, leaf = dotted.split(".")
+    node = config
+    for p in parents:
+      node = node[p]
+    if leaf not in node:
+      node[leaf] = value
+  return config
 
 
 def is_main_process() -> bool:

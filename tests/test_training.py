@@ -201,3 +201,13 @@ def test_model_options_and_pretrained_errors():
     training.build(small_config(**{"model.dtype": "bfloat16"}))
   with pytest.raises(FileNotFoundError, match="pretrained convert"):
     training.validate_config(small_config(**{"model.pretrained": "missing.npz"}))
+
+
+def test_older_workdir_config_gets_keys_added_since(tmp_path):
+  config = small_config()
+  del config.data["noise_seed"]
+  del config.optimizer["head_learning_rate"]
+  training.write_workdir_config(config, str(tmp_path))
+  loaded = training.load_workdir_config(str(tmp_path))
+  assert loaded.data.noise_seed == 0 and loaded.optimizer.head_learning_rate == 0.0
+  training.validate_config(loaded)

@@ -226,8 +226,46 @@ def load_digits_evenodd(*, train_digits: Sequence[int] = (0, 1, 2, 3, 4, 5),
   return out
 
 
+def load_digits_split(*, train_digits: Sequence[int] = (0, 1, 2, 3, 4, 5, 6, 7),
+                      test_digits: Sequence[int] = (8, 9)) -> dict[str, Split]:
+  """All-digit class-disjoint protocol on scikit-learn's 8x8 digits: labels = the digit.
+
+  For sweeps that need more training classes than the even/odd protocol's two (e.g. the
+  EPHN paper's group-size sweep, Fig. 4, or the label-noise paper's experiments).
+
+  * ``'train'``: the examples of ``train_digits``; ``labels`` = rank of the digit in
+    ``sorted(train_digits)``.
+  * ``'test'``: the examples of ``test_digits``; ``labels`` = rank in ``sorted(test_digits)``.
+
+  Both splits carry ``label_sets['digit']`` (the raw digit 0..9) and
+  ``label_sets['parity']`` (digit % 2).
+
+  Args:
+    train_digits: digits used for training (default 0-7, 8 classes).
+    test_digits: unseen digits used for evaluation (default 8, 9); disjoint from train.
+
+  Returns:
+    ``{'train': Split, 'test': Split}``.
+
+  Raises:
+    ValueError: a digit outside 0..9, an empty or duplicated list, or overlapping lists.
+  """
+  for what, digits in (("train_digits", train_digits), ("test_digits", test_digits)):
+    bad = [d for d in _check_classes(digits, what) if not 0 <= d <= 9]
+    if bad:
+      raise ValueError(f"{what} contains {bad}; digits must be in 0..9.")
+  images, digits = _sklearn_digits()
+  splits = class_split(images, digits, train_classes=train_digits, test_classes=test_digits,
+                       name="digits")
+  return {split: Split(images=s.images, labels=s.labels,
+                       label_sets={"digit": s.label_sets["class"],
+                                   "parity": s.label_sets["class"] % 2}, name=s.name)
+          for split, s in splits.items()}
+
+
 DATASETS: dict[str, Callable[..., dict[str, Split]]] = {
     "digits_evenodd": load_digits_evenodd,
+    "digits": load_digits_split,
 }
 
 

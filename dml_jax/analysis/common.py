@@ -1,0 +1,109 @@
+"""Shared helpers of the analysis tools: embeddings of a workdir's checkpoint, numpy
+similarity matrices and matplotlib set-up."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+SIMILARITIES = ("cosine", "dot", "neg_sq_euclidean")
+
+
+def similarity_matrix(x, y=None, *, kind: str = "cosine") -> np.ndarray:
+  """float32 ``[N, M]`` similarity (higher = closer) of ``x [N, D]`` and ``y [M, D]`` (``x`` when
+  None): ``'cosine'`` (rows L2-normalised first), ``'dot'`` or ``'neg_sq_euclidean'`` (-d^2)."""
+  if kind not in SIMILARITIES:
+    raise ValueError(f"Unknown similarity {kind!r}; allowed: {', '.join(SIMILARITIES)}.")
+  x = np.asarray(x, np.float32)
+  y = x if y is None else np.asarray(y, np.float32)
+  if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[1]:
+    raise ValueError(f"Embeddings must be [N, D] and [M, D], got {x.shape} and {y.shape}.")
+  if kind == "cosine":
+    x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+    y = y / np.maximum(np.linalg.norm(y, axis=1, keepdims=True), 1e-12)
+  s = x @ y.T
+  if kind == "neg_sq_euclidean":
+    s = 2 * s - np.sum(x * x, 1)[:, None] - np.sum(y * y, 1)[None, :]
+  return s.astype(np.float32)
+
+
+def pyplot():
+  """``matplotlib.pyplot`` with the non-interactive Agg backend."""
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  return plt
+
+
+def save(fig, path: str) -> str:
+  """Saves and closes ``fig``; creates the directory. Returns ``path``."""
+  plt = pyplot()
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  fig.tight_layout()
+  fig.savefig(path)
+  plt.close(fig)
+  return path
+
+
+def labels_of(split, label_set: str | None) -> np.ndarray:
+  """``split.labels`` or ``split.label_sets[label_set]`` (ValueError listing the sets)."""
+  if not label_set:
+    return np.asarray(split.labels)
+  if label_set not in split.label_sets:
+    raise ValueError(f"Split {split.name!r} has no label set {label_set!r}; available: "
+                     f"{sorted(split.label_sets)}.")
+  return np.asarray(split.label_sets[label_set])
+
+
+def load_embeddings(workdir: str, *, step: int | None = None,
+                    splits: Sequence[str] = ("train", "test"), batch_size: int | None = None,
+                    at_init: bool = False):
+  """Embeds ``splits`` with a checkpoint of ``workdir`` (newest readable when ``step`` is None),
+  or with the config's initial parameters (``at_init=True``; returned step 0).
+
+  Uses ``training.build(load_workdir_config(workdir))``, ``checkpointing.restore``,
+  ``training.make_embed_fn`` and ``evaluation.evaluate.embed``.
+
+  Returns:
+    ``(step, {split: (embeddings float32 [N, D], Split)}, config)``.
+
+  Raises:
+    FileNotFoundError: not a workdir or no checkpoint. ValueError: unknown split or step.
+  """
+  from dml_jax import checkpointing  # pylint: disable=import-outside-toplevel
+  from dml_jax import training  # pylint: disable=import-outside-toplevel
+  from dml_jax.evaluation import evaluate as evaluate_lib  # pylint: disable=import-outside-toplevel
+
+  config = training.load_workdir_config(workdir)
+  setup = training.build(config)
+  for name in splits:
+    if name not in setup.splits:
+      raise ValueError(f"Unknown split {name!r}; the dataset has {sorted(setup.splits)}.")
+  if at_init:
+    restored_step, state = 0, setup.init_state
+  else:
+    training.checkpoint_steps(workdir)  # FileNotFoundError with a helpful message
+    manager = checkpointing.make_manager(workdir, read_only=True)
+    try:
+      restored_step, state, _ = checkpointing.restore(manager, setup.init_state, step=step)
+    finally:
+      manager.close()
+  embed_fn = training.make_embed_fn(setup)
+  bs = batch_size or config.eval.batch_size
+  out = {}
+  for name in splits:
+    split = setup.splits[name]
+    out[name] = (evaluate_lib.embed(lambda images: embed_fn(state, images), split.images,
+                                    batch_size=bs), split)
+  return restored_step, out, config
+
+
+def add_workdir_args(parser) -> None:
+  """The flags every checkpoint tool shares: ``--workdir``, ``--step``, ``--out``."""
+  parser.add_argument("--workdir", required=True, help="a directory written by train.py")
+  parser.add_argument("--step", type=int, default=None, help="checkpoint step (default newest)")
+  parser.add_argument("--out", default=None, help="output directory (default: the workdir)")
+  parser.add_argument("--at_init", action="store_true",
+                      help="use the initial (untrained) parameters instead of a checkpoint")

@@ -1,0 +1,380 @@
+r"""The sweep runner: a grid of config overrides x seeds, run sequentially, mean ± std.
+
+  python -m dml_jax.experiments sweep --config=configs/digits_evenodd_eps.py \
+      --grid='loss.positive=easy,random' --seeds=5 --workdir=runs/sweep_eps \
+      [--set=num_train_steps=300 ...] [--x=data.group_size] [--metric=recall@1]
+
+Grid syntax (``--grid`` may be repeated; axes may also be separated by ``;``):
+
+* ``key=v1,v2,...``: one axis over a config key (dotted, e.g. ``loss.positive``);
+* ``key1+key2=a1+a2,b1+b2``: one axis that sets several keys together (e.g. an objective's
+  ``positive`` and ``negative`` modes: ``loss.positive+loss.negative=easy+hard,hard+all``).
+
+The grid is the Cartesian product of the axes. Values are converted to the type of the
+config field they replace (bool, int, float, str; tuples via ``ast.literal_eval``).
+
+Each (grid point, seed) trains in ``<workdir>/<point>/seed_<s>`` through
+``training.train_and_evaluate`` with ``config.seed = seed_offset + s``. A run is *finished*
+when its final ``eval_step_<num_train_steps>.json`` exists; finished runs are skipped (their
+results are read back), so an interrupted sweep resumes where it stopped (an unfinished run
+resumes from its own newest checkpoint). At the end it writes into ``<workdir>``:
+
+* ``sweep.json``: ``{'axes', 'seeds', 'runs': [{'point', 'name', 'seed', 'workdir',
+  'results'}], 'summary': {name: evaluate.aggregate(...)}}``;
+* ``sweep.md``: the mean ± std table (sample std, ``ddof=1``; metrics in percent);
+* ``sweep.png``: ``metric`` on ``protocol`` per grid point with ±std error bars (bars), or
+  against the numeric axis ``x`` (one line per other combination) when ``--x`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import itertools
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+
+import ml_collections
+import numpy as np
+
+from dml_jax.evaluation import evaluate as evaluate_lib
+
+SWEEP_JSON = "sweep.json"
+
+
+# ------------------------------------------------------------------------------- grid
+
+
+def parse_grid(specs: Sequence[str]) -> list[tuple[tuple[str, ...], list[tuple[str, ...]]]]:
+  """Parses grid axes: ``['a.b=1,2', 'x+y=u+v,w+z']`` -> ``[(('a.b',), [('1',), ('2',)]),
+  (('x', 'y'), [('u', 'v'), ('w', 'z')])]`` (values stay strings).
+
+  Raises:
+    ValueError: an axis without ``=``, an empty value list, a repeated key, or a value with
+      the wrong number of ``+`` parts (naming the axis).
+  """
+  axes, seen = [], set()
+  for spec in specs:
+    for part in (p.strip() for p in spec.split(";")):
+      if not part:
+        continue
+      if "=" not in part:
+        raise ValueError(f"Grid axis {part!r} has no '='; write key=v1,v2 or k1+k2=a1+a2,b1+b2.")
+      lhs, rhs = part.split("=", 1)
+      keys = tuple(k.strip() for k in lhs.split("+"))
+      if not all(keys):
+        raise ValueError(f"Grid axis {part!r} has an empty key.")
+      for key in keys:
+        if key in seen:
+          raise ValueError(f"Grid key {key!r} appears in more than one axis.")
+        seen.add(key)
+      values = []
+      for raw in (v.strip() for v in rhs.split(",")):
+        if not raw:
+          raise ValueError(f"Grid axis {part!r} has an empty value.")
+        parts = tuple(p.strip() for p in raw.split("+")) if len(keys) > 1 else (raw,)
+        if len(parts) != len(keys):
+          raise ValueError(f"Grid axis {part!r}: value {raw!r} has {len(parts)} '+' parts, the "
+                           f"axis sets {len(keys)} keys {keys}.")
+        values.append(parts)
+      axes.append((keys, values))
+  return axes
+
+
+def grid_points(axes) -> list[dict[str, str]]:
+  """The Cartesian product of :func:`parse_grid` axes as ``[{key: value_string}]`` in order
+  (the first axis varies slowest). No axis gives one empty point."""
+  points = []
+  for combo in itertools.product(*[values for _, values in axes]):
+    point = {}
+    for (keys, _), parts in zip(axes, combo):
+      point.update(dict(zip(keys, parts)))
+    points.append(point)
+  return points
+
+
+def point_name(point: Mapping[str, str]) -> str:
+  """A directory-safe name of a grid point: ``'loss.positive=easy,data.group_size=4'``
+  (``'base'`` for the empty point)."""
+  if not point:
+    return "base"
+  name = ",".join(f"{k}={v}" for k, v in point.items())
+  return re.sub(r"[^A-Za-z0-9_.,=+-]", "_", name)
+
+
+def _convert(key: str, raw: str, current):
+  """``raw`` converted to the type of the config value ``current``."""
+  try:
+    if isinstance(current, bool):
+      if raw.lower() in ("true", "1", "yes"):
+        return True
+      if raw.lower() in ("false", "0", "no"):
+        return False
+      raise ValueError
+    if isinstance(current, int):
+      return int(raw)
+    if isinstance(current, float):
+      return float(raw)
+    if isinstance(current, (tuple, list)):
+      value = ast.literal_eval(raw)
+      return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+    if isinstance(current, str) or current is None:
+      return raw
+  except (ValueError, SyntaxError):
+    raise ValueError(f"Cannot convert {raw!r} for config key {key!r} to the type of its "
+                     f"current value {current!r} ({type(current).__name__}).") from None
+  raise ValueError(f"Config key {key!r} holds a {type(current).__name__}; the sweep can set "
+                   "bool, int, float, str and tuple keys.")
+
+
+def apply_overrides(config: ml_collections.ConfigDict,
+                    overrides: Mapping[str, str]) -> ml_collections.ConfigDict:
+  """A copy of ``config`` with dotted ``key -> value string`` overrides applied.
+
+  Raises:
+    ValueError: a key the config does not have (listing the keys at that level) or a value
+      that cannot be converted to the field's type.
+  """
+  config = ml_collections.ConfigDict(config.to_dict())
+  for key, raw in overrides.items():
+    *parents, leaf = key.split(".")
+    node = config
+    for i, parent in enumerate(parents):
+      if parent not in node or not isinstance(node[parent], ml_collections.ConfigDict):
+        raise ValueError(f"Config has no section {'.'.join(parents[:i + 1])!r} (key {key!r}).")
+      node = node[parent]
+    if leaf not in node:
+      raise ValueError(f"Config has no key {key!r}; keys here: {sorted(node.keys())}.")
+    node[leaf] = _convert(key, raw, node[leaf])
+  return config
+
+
+def load_config(spec: str) -> ml_collections.ConfigDict:
+  """``'configs/X.py'`` or ``'configs/X.py:arg'`` -> ``get_config(arg)`` of that file."""
+  path, _, arg = spec.partition(":")
+  if not os.path.exists(path):
+    raise ValueError(f"--config file {path!r} does not exist.")
+  root = os.path.dirname(os.path.dirname(os.path.abspath(path)))
+  if root not in sys.path:
+    sys.path.insert(0, root)
+  module_spec = importlib.util.spec_from_file_location("_sweep_config", path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module.get_config(arg) if arg else module.get_config()
+
+
+# ----------------------------------------------------------------------------- runs
+
+
+def final_results_path(workdir: str, num_train_steps: int) -> str:
+  """The final evaluation JSON whose presence marks a finished run."""
+  return evaluate_lib.results_path(workdir, num_train_steps)
+
+
+def read_final_results(workdir: str, num_train_steps: int) -> dict | None:
+  """The final results of a finished run, or ``None`` if it has not finished."""
+  path = final_results_path(workdir, num_train_steps)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)["results"]
+
+
+def summarize(runs: Sequence[Mapping]) -> dict:
+  """``{point name: evaluate.aggregate(results of its seeds)}`` in first-seen order."""
+  by_name: dict[str, list] = {}
+  for run in runs:
+    by_name.setdefault(run["name"], []).append(run["results"])
+  return {name: evaluate_lib.aggregate(results) for name, results in by_name.items()}
+
+
+def _metric_order(metric: str):
+  """Sort key: ``recall@K`` by K first, then the other metrics alphabetically."""
+  if metric.startswith("recall@") and metric[7:].isdigit():
+    return (0, int(metric[7:]), "")
+  return (1, 0, metric)
+
+
+def format_summary_table(summary: Mapping, *, metrics: Sequence[str] | None = None) -> str:
+  """Markdown ``| point | protocol | metric ... |`` table of mean ± std (fractions in %)."""
+  first = next(iter(summary.values()))
+  keys = list(metrics) if metrics else sorted(
+      dict.fromkeys(k for p in first.values() for k in p), key=_metric_order)
+  n = len(next(iter(next(iter(first.values())).values()))["values"])
+  lines = [f"mean ± std over {n} seed(s)", "",
+           "| point | protocol | " + " | ".join(keys) + " |",
+           "|---|---|" + "---|" * len(keys)]
+  for name, per_protocol in summary.items():
+    for protocol, row in per_protocol.items():
+      cells = []
+      for k in keys:
+        scale, digits = (100.0, 1) if evaluate_lib.is_fraction(k) else (1.0, 3)
+        cells.append(f"{scale * row[k]['mean']:.{digits}f} ± {scale * row[k]['std']:.{digits}f}")
+      lines.append(f"| {name} | {protocol} | " + " | ".join(cells) + " |")
+  return "\n".join(lines)
+
+
+def plot_summary(summary: Mapping, points: Mapping[str, Mapping[str, str]], *, path: str,
+                 metric: str = "recall@1", protocol: str | None = None,
+                 x: str | None = None, title: str = "") -> str:
+  """PNG of ``metric`` (mean ± std) on ``protocol`` (default: the first) per grid point.
+
+  Without ``x``: a bar per point. With ``x`` (a numeric grid key): ``metric`` against ``x``,
+  one line per combination of the other keys.
+  """
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+
+  protocol = protocol or next(iter(next(iter(summary.values()))))
+  scale = 100.0 if evaluate_lib.is_fraction(metric) else 1.0
+
+  def stat(name):
+    cell = summary[name][protocol][metric]
+    return scale * cell["mean"], scale * cell["std"]
+
+  fig, ax = plt.subplots(figsize=(7, 4.5), dpi=90)
+  if x is None:
+    names = list(summary)
+    means, stds = zip(*(stat(n) for n in names))
+    ax.bar(range(len(names)), means, yerr=stds, capsize=4, color="tab:blue", alpha=0.8)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels([n.replace(",", "\n") for n in names], fontsize=7)
+  else:
+    lines: dict[str, list] = {}
+    for name in summary:
+      point = points[name]
+      if x not in point:
+        raise ValueError(f"--x={x!r} is not a grid key; grid keys: {sorted(point)}.")
+      rest = ",".join(f"{k}={v}" for k, v in point.items() if k != x) or "all"
+      lines.setdefault(rest, []).append((float(point[x]), *stat(name)))
+    for label, rows in lines.items():
+      rows.sort()
+      xs, means, stds = map(np.asarray, zip(*rows))
+      ax.errorbar(xs, means, yerr=stds, marker="o", capsize=3, label=label)
+    ax.set_xlabel(x)
+    ax.set_xscale("log", base=2)
+    ax.legend(fontsize=7)
+  ax.set_ylabel(f"{metric} on {protocol}" + (" (%)" if scale == 100.0 else ""))
+  ax.set_title(title, fontsize=9)
+  ax.grid(alpha=0.3)
+  fig.tight_layout()
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  fig.savefig(path)
+  plt.close(fig)
+  return path
+
+
+def sweep(config: ml_collections.ConfigDict, *, grid: Sequence[str] = (), seeds: int = 1,
+          workdir: str, seed_offset: int = 0, overrides: Mapping[str, str] | None = None,
+          metric: str = "recall@1", protocol: str | None = None, x: str | None = None,
+          train_fn: Callable | None = None, log: Callable[[str], None] = print) -> dict:
+  """Runs ``grid x seeds`` sequentially (skipping finished runs) and aggregates them.
+
+  Args:
+    config: the base config (``load_config``).
+    grid: axis specs (:func:`parse_grid`).
+    seeds: number of seeds per point (``seed_offset .. seed_offset + seeds - 1``).
+    workdir: the sweep directory.
+    seed_offset: first seed.
+    overrides: fixed ``key -> value string`` overrides applied before the grid.
+    metric, protocol, x: what :func:`plot_summary` plots.
+    train_fn: ``train_fn(config, workdir) -> results``; default
+      ``training.train_and_evaluate`` without a progress bar.
+    log: progress lines.
+
+  Returns:
+    The ``sweep.json`` content plus ``'table'``, ``'json'``, ``'md'``, ``'png'`` paths/text.
+  """
+  if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+    raise ValueError(f"seeds must be a positive integer, got {seeds!r}.")
+  if train_fn is None:
+    from dml_jax import training  # pylint: disable=import-outside-toplevel
+
+    def train_fn(cfg, wd):
+      return training.train_and_evaluate(cfg, wd, show_progress=False)
+
+  base = apply_overrides(config, overrides or {})
+  axes = parse_grid(grid)
+  points = grid_points(axes)
+  configs = [(point, apply_overrides(base, point)) for point in points]  # validate all first
+  runs = []
+  total, done = len(points) * seeds, 0
+  for point, cfg in configs:
+    name = point_name(point)
+    for s in range(seeds):
+      seed = seed_offset + s
+      run_dir = os.path.join(workdir, name, f"seed_{seed}")
+      run_cfg = apply_overrides(cfg, {"seed": str(seed)})
+      results = read_final_results(run_dir, run_cfg.num_train_steps)
+      done += 1
+      if results is None:
+        log(f"[{done}/{total}] training {name} seed {seed} -> {run_dir}")
+        train_fn(run_cfg, run_dir)
+        results = read_final_results(run_dir, run_cfg.num_train_steps)
+        if results is None:
+          raise RuntimeError(f"Run {run_dir} ended without writing "
+                             f"{final_results_path(run_dir, run_cfg.num_train_steps)}.")
+      else:
+        log(f"[{done}/{total}] {name} seed {seed}: finished, skipped")
+      runs.append({"point": point, "name": name, "seed": seed, "workdir": run_dir,
+                   "results": results})
+  summary = summarize(runs)
+  table = format_summary_table(summary)
+  os.makedirs(workdir, exist_ok=True)
+  out = {"axes": [[list(k), [list(v) for v in vals]] for k, vals in axes], "seeds": seeds,
+         "seed_offset": seed_offset, "overrides": dict(overrides or {}), "runs": runs,
+         "summary": summary}
+  json_path = os.path.join(workdir, SWEEP_JSON)
+  with open(json_path, "w") as f:
+    json.dump(out, f, indent=2, sort_keys=True)
+  md_path = os.path.join(workdir, "sweep.md")
+  with open(md_path, "w") as f:
+    f.write(table + "\n")
+  png = plot_summary(summary, {point_name(p): p for p in points},
+                     path=os.path.join(workdir, "sweep.png"), metric=metric,
+                     protocol=protocol, x=x, title=os.path.basename(os.path.abspath(workdir)))
+  return {**out, "table": table, "json": json_path, "md": md_path, "png": png}
+
+
+# ------------------------------------------------------------------------------- CLI
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(prog="python -m dml_jax.experiments",
+                                   description=__doc__.split("\n\n")[0])
+  sub = parser.add_subparsers(dest="command", required=True)
+  p = sub.add_parser("sweep", help="run a grid of overrides x seeds and aggregate")
+  p.add_argument("--config", required=True, help="configs/X.py[:arg]")
+  p.add_argument("--grid", action="append", default=[], help="key=v1,v2 or k1+k2=a1+a2,b1+b2")
+  p.add_argument("--seeds", type=int, default=1)
+  p.add_argument("--seed_offset", type=int, default=0)
+  p.add_argument("--workdir", required=True)
+  p.add_argument("--set", action="append", default=[], dest="overrides",
+                 help="fixed override key=value (repeatable)")
+  p.add_argument("--metric", default="recall@1")
+  p.add_argument("--protocol", default=None)
+  p.add_argument("--x", default=None, help="numeric grid key for a line plot")
+  args = parser.parse_args(argv)
+  overrides = {}
+  for item in args.overrides:
+    if "=" not in item:
+      parser.error(f"--set {item!r} needs key=value")
+    key, value = item.split("=", 1)
+    overrides[key.strip()] = value.strip()
+  from dml_jax import training  # pylint: disable=import-outside-toplevel
+  training.quiet_checkpoint_logs()
+  out = sweep(load_config(args.config), grid=args.grid, seeds=args.seeds,
+              workdir=args.workdir, seed_offset=args.seed_offset, overrides=overrides,
+              metric=args.metric, protocol=args.protocol, x=args.x)
+  print(out["table"])
+  print(f"Written: {out['json']}, {out['md']}, {out['png']}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

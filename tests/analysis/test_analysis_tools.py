@@ -1,0 +1,147 @@
+"""Collapse, sampling skew, distributions, t-SNE: numpy oracles on small batches, PNGs, CLIs."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from dml_jax import mining
+from dml_jax.analysis import collapse, common, distributions, scatter, skew, tsne
+
+
+def blobs(centres, per, scale, rng):
+  return np.concatenate([c + scale * rng.normal(size=(per, len(c))) for c in centres])
+
+
+def test_similarity_matrix_kinds():
+  rng = np.random.default_rng(0)
+  x, y = rng.normal(size=(4, 3)), rng.normal(size=(5, 3))
+  d2 = ((x[:, None] - y[None]) ** 2).sum(-1)
+  np.testing.assert_allclose(common.similarity_matrix(x, y, kind="neg_sq_euclidean"), -d2,
+                             rtol=1e-5, atol=1e-5)
+  xn = x / np.linalg.norm(x, axis=1, keepdims=True)
+  yn = y / np.linalg.norm(y, axis=1, keepdims=True)
+  np.testing.assert_allclose(common.similarity_matrix(x, y), xn @ yn.T, rtol=1e-5, atol=1e-6)
+  with pytest.raises(ValueError, match="similarity"):
+    common.similarity_matrix(x, kind="l1")
+
+
+def test_collapse_counts_modes_and_spread(tmp_path):
+  rng = np.random.default_rng(0)
+  class0 = blobs([[5, 0], [-5, 0], [0, 5]], 40, 0.3, rng)    # 3 modes
+  class1 = blobs([[0, -5]], 120, 0.3, rng)                    # collapsed: 1 mode
+  x = np.concatenate([class0, class1])
+  y = np.repeat([0, 1], 120)
+  sub = np.concatenate([np.repeat([0, 1, 2], 40), np.full(120, 3)])
+  for method in collapse.MODE_METHODS:
+    got = collapse.modes_per_class(x, y, similarity="dot", method=method, max_modes=4)
+    assert got["modes"].tolist() == [3, 1], method
+  spread = collapse.intra_class_spread(x, y, similarity="dot")
+  want0 = np.mean(np.sum((class0 - class0.mean(0)) ** 2, 1))
+  assert spread["spread"][0] == pytest.approx(want0)
+  assert spread["relative_spread"][1] < 0.02 < spread["relative_spread"][0]
+  report = collapse.collapse_report(x, y, sub, similarity="dot", max_modes=4)
+  assert report["subclasses"] == [3, 1] and report["rho"] >= 0
+  json.dumps(report)
+  collapse.plot_collapse(report, path=str(tmp_path / "c.png"))
+  assert (tmp_path / "c.png").stat().st_size > 1000
+
+
+def test_skew_selected_distances_follow_mining_select():
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(12, 4)).astype(np.float32)
+  y = np.repeat(np.arange(4), 3)
+  xn = x / np.linalg.norm(x, axis=1, keepdims=True)
+  d = np.sqrt(np.maximum(((xn[:, None] - xn[None]) ** 2).sum(-1), 0))
+  chosen, all_neg = skew.selected_negative_distances(x, y, strategy="semihard",
+                                                     key=jax.random.key(0))
+  # Oracle: for each (a, p) positive pair, the closest negative farther than the positive.
+  want = []
+  for a in range(12):
+    for p in range(12):
+      if p != a and y[p] == y[a]:
+        cands = [d[a, n] for n in range(12) if y[n] != y[a] and d[a, n] ** 2 >= d[a, p] ** 2]
+        if cands:
+          want.append(min(cands))
+  np.testing.assert_allclose(np.sort(chosen), np.sort(want), rtol=1e-4)
+  np.testing.assert_allclose(np.sort(all_neg),
+                             np.sort(d[y[:, None] != y[None, :]]), rtol=1e-4)
+  hard, _ = skew.selected_negative_distances(x, y, strategy="hard", key=jax.random.key(0))
+  assert np.all(hard <= np.sort(chosen).max() + 1e-6)
+  with pytest.raises(ValueError, match="strategy"):
+    skew.selected_negative_distances(x, y, strategy="easy", key=jax.random.key(0))
+
+
+def test_skew_measures_uniform_vs_skewed(tmp_path):
+  rng = np.random.default_rng(0)
+  reference = rng.uniform(0, 2, 100_000)
+  uniform = skew.skew_measures(rng.choice(reference, 20_000), reference)
+  assert uniform["eta_hat"] < 1.15 and uniform["kl"] < 0.01 and abs(uniform["mean_shift"]) < 0.05
+  hard = skew.skew_measures(reference[reference < 0.5], reference)
+  assert hard["eta_hat"] == pytest.approx(4.0, rel=0.05) and hard["mean_shift"] < -1
+  x = rng.normal(size=(32, 8)).astype(np.float32)
+  y = np.repeat(np.arange(8), 4)
+  report = skew.skew_report([(x, y)], strategies=("semihard", "hard", "random"), min_count=5)
+  assert report["hard"]["mean_shift"] < report["random"]["mean_shift"]
+  skew.plot_skew(report, path=str(tmp_path / "k.png"))
+  assert (tmp_path / "k.png").stat().st_size > 1000
+
+
+def test_distributions_oracle_and_plot(tmp_path):
+  rng = np.random.default_rng(0)
+  train, test = rng.normal(size=(10, 3)), rng.normal(size=(6, 3))
+  ytr, yte = np.arange(10) % 3, np.arange(6) % 2
+  same, diff = distributions.pair_similarities(train, ytr)
+  s = common.similarity_matrix(train)
+  want_same = [s[i, j] for i in range(10) for j in range(i + 1, 10) if ytr[i] == ytr[j]]
+  np.testing.assert_allclose(np.sort(same), np.sort(want_same), rtol=1e-5)
+  assert len(same) + len(diff) == 45
+  closest = distributions.closest_gallery_similarity(test, train, block_size=4)
+  np.testing.assert_allclose(closest, common.similarity_matrix(test, train).max(1), rtol=1e-6)
+  d = distributions.distributions(train, ytr, test, yte)
+  np.testing.assert_allclose(d["test_s_ap"], scatter.scatter_points(test, yte)[0])
+  distributions.plot_distributions(d, path=str(tmp_path / "d.png"))
+  assert (tmp_path / "d.png").stat().st_size > 1000
+
+
+def test_tsne_plot(tmp_path):
+  rng = np.random.default_rng(0)
+  x = blobs([[4, 0, 0], [-4, 0, 0]], 15, 0.2, rng)
+  points, idx = tsne.tsne_2d(x, max_points=20, similarity="dot", max_iter=250)
+  assert points.shape == (20, 2) and len(np.unique(idx)) == 20
+  labels = (idx >= 15).astype(int)
+  tsne.plot_tsne([("train", points, {"class": labels, "sub": idx % 3})],
+                 path=str(tmp_path / "t.png"))
+  assert (tmp_path / "t.png").stat().st_size > 1000
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+  from dml_jax import training
+  from dml_test_support import small_config
+  wd = str(tmp_path_factory.mktemp("analysis_run"))
+  training.train_and_evaluate(small_config(10), wd, show_progress=False)
+  return wd
+
+
+def test_clis_write_pngs(workdir, tmp_path):
+  from dml_jax.analysis import scatter as sc
+  out = str(tmp_path)
+  assert sc.main([f"--workdir={workdir}", f"--out={out}", "--split=train",
+                  "--label_set=digit"]) == 0
+  assert sc.main([f"--workdir={workdir}", f"--out={out}", "--at_init"]) == 0
+  assert collapse.main([f"--workdir={workdir}", f"--out={out}", "--sub_label_set=digit",
+                        "--max_modes=2"]) == 0
+  assert skew.main([f"--workdir={workdir}", f"--out={out}", "--num_batches=2"]) == 0
+  assert distributions.main([f"--workdir={workdir}", f"--out={out}"]) == 0
+  assert tsne.main([f"--workdir={workdir}", f"--out={out}", "--max_points=60",
+                    "--max_iter=250", "--splits=test"]) == 0
+  pngs = sorted(f for f in os.listdir(out) if f.endswith(".png"))
+  assert pngs == ["collapse_train_step_10.png", "sampling_skew_train_step_10.png",
+                  "similarity_distributions_step_10.png", "triplet_scatter_test_step_0.png",
+                  "triplet_scatter_train_digit_step_10.png", "tsne_step_10.png"]
+  assert all(os.path.getsize(os.path.join(out, f)) > 1000 for f in pngs)
+  with open(os.path.join(out, "collapse_train_step_10.json")) as f:
+    assert json.load(f)["subclasses"] == [3, 3]

@@ -1,0 +1,127 @@
+"""The sweep runner: grid parsing, overrides, resume (finished runs skipped), mean ± std."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from dml_jax import experiments
+from dml_jax.evaluation import evaluate as evaluate_lib
+from dml_test_support import small_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_parse_grid_and_points():
+  axes = experiments.parse_grid(["loss.positive=easy,random",
+                                 "loss.positive_x+loss.negative=a+b,c+d; data.group_size=2,4"])
+  assert axes[0] == (("loss.positive",), [("easy",), ("random",)])
+  assert axes[1] == (("loss.positive_x", "loss.negative"), [("a", "b"), ("c", "d")])
+  points = experiments.grid_points(axes)
+  assert len(points) == 8
+  assert points[0] == {"loss.positive": "easy", "loss.positive_x": "a", "loss.negative": "b",
+                       "data.group_size": "2"}
+  assert experiments.grid_points([]) == [{}]
+  assert experiments.point_name({}) == "base"
+  assert experiments.point_name({"a.b": "x/y"}) == "a.b=x_y"
+  for bad, match in (("nokey", "no '='"), ("a=1,,2", "empty value"), ("a+b=1", "parts"),
+                     ("a=1;a=2", "more than one")):
+    with pytest.raises(ValueError, match=match):
+      experiments.parse_grid([bad])
+
+
+def test_apply_overrides_types_and_errors():
+  c = small_config(10)
+  got = experiments.apply_overrides(c, {"data.group_size": "4", "loss.margin": "0.5",
+                                        "eval.plot": "true", "loss.positive": "random",
+                                        "eval.ks": "(1, 2)"})
+  assert got.data.group_size == 4 and isinstance(got.data.group_size, int)
+  assert got.loss.margin == 0.5 and got.eval.plot is True and got.eval.ks == (1, 2)
+  assert c.data.group_size == 16    # the input config is not modified
+  with pytest.raises(ValueError, match="no key"):
+    experiments.apply_overrides(c, {"loss.nope": "1"})
+  with pytest.raises(ValueError, match="Cannot convert"):
+    experiments.apply_overrides(c, {"data.group_size": "four"})
+
+
+def fake_train(values):
+  """A train_fn writing the final eval JSON with recall@1 from ``values[(positive, seed)]``."""
+  calls = []
+
+  def train_fn(config, workdir):
+    calls.append((config.loss.positive, config.seed))
+    os.makedirs(workdir, exist_ok=True)
+    r1 = values[(config.loss.positive, config.seed)]
+    evaluate_lib.write_results({"test": {"recall@1": r1, "nmi": 0.5}}, workdir=workdir,
+                               step=config.num_train_steps)
+    return {}
+
+  return train_fn, calls
+
+
+def test_sweep_aggregates_and_resumes(tmp_path):
+  values = {("easy", 0): 0.6, ("easy", 1): 0.7, ("easy", 2): 0.8,
+            ("random", 0): 0.5, ("random", 1): 0.5, ("random", 2): 0.2}
+  train_fn, calls = fake_train(values)
+  wd = str(tmp_path / "sweep")
+  # A finished run already on disk (seed 1 of 'easy') must be skipped.
+  done = os.path.join(wd, "loss.positive=easy", "seed_1")
+  os.makedirs(done)
+  evaluate_lib.write_results({"test": {"recall@1": 0.7, "nmi": 0.5}}, workdir=done, step=10)
+  out = experiments.sweep(small_config(10), grid=["loss.positive=easy,random"], seeds=3,
+                          workdir=wd, train_fn=train_fn, log=lambda s: None)
+  assert calls == [("easy", 0), ("easy", 2), ("random", 0), ("random", 1), ("random", 2)]
+  easy = out["summary"]["loss.positive=easy"]["test"]["recall@1"]
+  assert easy["mean"] == pytest.approx(0.7) and easy["std"] == pytest.approx(0.1)
+  rnd = out["summary"]["loss.positive=random"]["test"]["recall@1"]
+  assert rnd["mean"] == pytest.approx(0.4)
+  assert rnd["std"] == pytest.approx(np.std([0.5, 0.5, 0.2], ddof=1))
+  assert "| loss.positive=easy | test | 70.0 ± 10.0 | 50.0 ± 0.0 |" in out["table"]
+  with open(os.path.join(wd, "sweep.json")) as f:
+    saved = json.load(f)
+  assert saved["summary"] == json.loads(json.dumps(out["summary"]))
+  assert [r["seed"] for r in saved["runs"]] == [0, 1, 2, 0, 1, 2]
+  assert os.path.getsize(os.path.join(wd, "sweep.png")) > 1000
+  assert os.path.exists(os.path.join(wd, "sweep.md"))
+  # Second call: everything finished, nothing retrained, same summary.
+  calls.clear()
+  again = experiments.sweep(small_config(10), grid=["loss.positive=easy,random"], seeds=3,
+                            workdir=wd, train_fn=train_fn, log=lambda s: None)
+  assert calls == [] and again["summary"] == out["summary"]
+
+
+def test_sweep_line_plot_and_bad_x(tmp_path):
+  values = {(p, s): 0.1 * s + (0.3 if p == "easy" else 0.1) for p in ("easy", "random")
+            for s in range(2)}
+  train_fn, _ = fake_train(values)
+  out = experiments.sweep(small_config(10), grid=["loss.positive=easy,random",
+                                                  "data.group_size=4,8"], seeds=2,
+                          workdir=str(tmp_path), train_fn=train_fn, x="data.group_size",
+                          log=lambda s: None)
+  assert len(out["summary"]) == 4 and os.path.getsize(out["png"]) > 1000
+  with pytest.raises(ValueError, match="not a grid key"):
+    experiments.sweep(small_config(10), grid=["loss.positive=easy"], seeds=2,
+                      workdir=str(tmp_path / "b"), train_fn=train_fn, x="data.group_size",
+                      log=lambda s: None)
+
+
+def test_cli(tmp_path, monkeypatch):
+  """The command line: load_config (file + ':arg'), --set, --grid, default train function."""
+  from dml_jax import training
+  train_fn, calls = fake_train({("easy", 3): 0.9, ("easy", 4): 0.7})
+  monkeypatch.setattr(training, "train_and_evaluate",
+                      lambda config, workdir, show_progress: train_fn(config, workdir))
+  wd = str(tmp_path / "cli")
+  rc = experiments.main(["sweep", f"--config={ROOT}/configs/digits_ephn_groupsize.py:smoke",
+                         "--grid=loss.positive=easy", "--seeds=2", "--seed_offset=3",
+                         f"--workdir={wd}", "--set=num_train_steps=4"])
+  assert rc == 0 and calls == [("easy", 3), ("easy", 4)]
+  with open(os.path.join(wd, "loss.positive=easy", "seed_3", "eval_step_4.json")) as f:
+    assert json.load(f)["step"] == 4
+  with open(os.path.join(wd, "sweep.json")) as f:
+    saved = json.load(f)
+  r1 = saved["summary"]["loss.positive=easy"]["test"]["recall@1"]
+  assert r1["mean"] == pytest.approx(0.8) and r1["values"] == [0.9, 0.7]
+  with pytest.raises(ValueError, match="does not exist"):
+    experiments.load_config("configs/nope.py")
