@@ -53,7 +53,11 @@ Negatives (``N_a`` = negatives of anchor ``a``), per term ``(a, p)``:
 The pair-dependent modes sort each anchor's negative scores once (``O(B N log N)``) and find the
 admissible rank range of every term with ``searchsorted``; a random choice is a uniform draw in
 that contiguous range. Ties are broken deterministically (first index for ``argmax``/``argmin``,
-stable-sort order for the range modes).
+stable-sort order for the range modes). With one positive per anchor (``positive`` not
+``'all'``), :func:`select` instead picks each anchor's negative in one ``O(B N)`` pass over its
+row (:func:`negatives_per_anchor`: the same semi-hard negative, ties included; the random modes
+draw from the same uniform distribution, by index order rather than score order, so a given key
+gives a different draw than the sorted path).
 
 Pair selections (pair-based objectives: every ordered pair ``(i, j)``, ``i != j``, is a term):
 multi-similarity mining (:func:`multi_similarity_pairs`), DRO top-K / top-K-PN
@@ -130,7 +134,8 @@ def positives(s: jax.Array, pos_mask: jax.Array, *, mode: str,
   """Selects positives per anchor.
 
   ``'easy'``: ``p_a = argmax_{p in P_a} s_ap``; ``'hard'``: ``argmin``; ``'random'``: uniform
-  over ``P_a`` (Gumbel-max: ``argmax_{p in P_a} g_ap``, ``g ~ Gumbel``); ``'all'``: ``P_a``.
+  over ``P_a`` (one ``u ~ U[0, 1)`` per anchor: the ``floor(u |P_a|)``-th positive in index
+  order, ``O(B N)`` with ``B`` random numbers); ``'all'``: ``P_a``.
 
   Args:
     s: float ``[B, N]`` scores, higher = closer (stop-gradient is applied).
@@ -153,8 +158,7 @@ def positives(s: jax.Array, pos_mask: jax.Array, *, mode: str,
   elif mode == "hard":
     idx = jnp.argmin(jnp.where(pos_mask, s, jnp.inf), axis=1)
   else:
-    g = jax.random.gumbel(_need_key(key, mode), s.shape, jnp.float32)
-    idx = jnp.argmax(jnp.where(pos_mask, g, -jnp.inf), axis=1)
+    idx, _ = _uniform_member(_need_key(key, mode), pos_mask)
   return idx.astype(jnp.int32), has
 
 
@@ -280,6 +284,87 @@ def negatives(s: jax.Array, neg_mask: jax.Array, pairs: jax.Array, *, mode: str,
   return idx, pairs & found
 
 
+# --- Per-anchor negatives (one positive per anchor): O(B N), no sort ---------------------
+#
+# With ``positive`` in ``'easy'``, ``'hard'``, ``'random'`` every anchor has at most one term,
+# so a pair-dependent negative needs only the anchor's own ``s_ap``: one masked pass over the
+# row replaces the row sort + ``searchsorted`` of :func:`negatives` (``O(B N)`` instead of
+# ``O(B N log N)``). :func:`select` takes this path for those positive modes.
+
+PER_ANCHOR_NEGATIVE_MODES = ("hard", "semihard", "semihard_random", "easy", "random")
+
+
+def _last_argmax(x: jax.Array) -> jax.Array:
+  """Row-wise ``argmax`` of ``x [B, N]`` breaking ties by the *last* index; int32 ``[B]``."""
+  n = x.shape[1]
+  return (n - 1 - jnp.argmax(x[:, ::-1], axis=1)).astype(jnp.int32)
+
+
+def _uniform_member(key: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Per row of ``mask [B, N]``, a uniform draw over its True entries (inverse CDF of counts).
+
+  ``c = |mask_a|``, ``u ~ U[0, 1)``, ``j = min(floor(u c), c - 1)``; the drawn index is the
+  ``j``-th True entry in index order (first ``n`` with ``cumsum(mask_a)_n > j``). Returns
+  ``(idx int32 [B], found bool [B])``; ``idx`` is arbitrary where the row is empty.
+  """
+  count = jnp.sum(mask, axis=1, dtype=jnp.int32)
+  j = _uniform_in_range(key, jnp.zeros_like(count), count)            # [B] in [0, count)
+  csum = jnp.cumsum(mask, axis=1, dtype=jnp.int32)                     # [B, N]
+  idx = jnp.argmax(csum > j[:, None], axis=1).astype(jnp.int32)
+  return idx, count > 0
+
+
+def negatives_per_anchor(s: jax.Array, neg_mask: jax.Array, pos_idx: jax.Array, *, mode: str,
+                         margin: float = 0.0, key: jax.Array | None = None):
+  """One negative per anchor for its single positive ``p_a = pos_idx[a]`` (``O(B N)``, no sort).
+
+  The selections of :func:`negatives` for a selection with one positive per anchor, with
+  ``s_ap = s[a, p_a]`` and ``N_a`` the anchor's negatives:
+
+  * ``'hard'`` / ``'easy'``: ``argmax`` / ``argmin_{n in N_a} s_an`` (first index on ties);
+  * ``'semihard'``: ``argmax {s_an : n in N_a, s_an <= s_ap}``, ties by the *last* index —
+    exactly the negative of the sorted path (the last stable-sort rank with ``s_an <= s_ap``);
+  * ``'semihard_random'``: uniform over ``{n in N_a : s_an > s_ap - margin}``;
+  * ``'random'``: uniform over ``N_a``.
+
+  The random modes draw one ``u ~ U[0, 1)`` per anchor and take the ``floor(u c)``-th admissible
+  negative in index order (``c`` admissible negatives): the same uniform distribution over the
+  same set as the sorted path, but not the same draw for a given key (the sorted path indexes
+  the admissible set in score order, with a ``u`` per ``[B, N]`` entry).
+
+  Args:
+    s: float ``[B, N]`` scores, higher = closer (stop-gradient is applied).
+    neg_mask: bool ``[B, N]`` negatives.
+    pos_idx: int ``[B]`` each anchor's positive (arbitrary where the anchor has none: its term
+      is invalid anyway).
+    mode: one of ``PER_ANCHOR_NEGATIVE_MODES``.
+    margin: ``'semihard_random'`` only, in the units of ``s``.
+    key: PRNG key, required for ``'semihard_random'`` and ``'random'``.
+
+  Returns:
+    ``(idx, found)``: int32 ``[B]`` negative per anchor, bool ``[B]`` whether one was found.
+  """
+  if mode not in PER_ANCHOR_NEGATIVE_MODES:
+    raise ValueError(f"Unknown per-anchor negative mode {mode!r}; allowed: "
+                     f"{', '.join(PER_ANCHOR_NEGATIVE_MODES)}.")
+  s = _check_inputs(s, neg_mask, "neg_mask")
+  if pos_idx.shape != s.shape[:1]:
+    raise ValueError(f"pos_idx must have shape [{s.shape[0]}], got {pos_idx.shape}.")
+  if mode == "hard":
+    return (jnp.argmax(jnp.where(neg_mask, s, -jnp.inf), axis=1).astype(jnp.int32),
+            jnp.any(neg_mask, axis=1))
+  if mode == "easy":
+    return (jnp.argmin(jnp.where(neg_mask, s, jnp.inf), axis=1).astype(jnp.int32),
+            jnp.any(neg_mask, axis=1))
+  s_ap = jnp.take_along_axis(s, pos_idx.astype(jnp.int32)[:, None], axis=1)   # [B, 1]
+  if mode == "semihard":
+    admissible = neg_mask & (s <= s_ap)
+    return (_last_argmax(jnp.where(admissible, s, -jnp.inf)),
+            jnp.any(admissible, axis=1))
+  admissible = neg_mask & (s > s_ap - margin) if mode == "semihard_random" else neg_mask
+  return _uniform_member(_need_key(key, mode), admissible)
+
+
 def select(s: jax.Array, pos_mask: jax.Array, neg_mask: jax.Array, *, positive: str,
            negative: str, margin: float = 0.0, key: jax.Array | None = None,
            dim: int | None = None, cutoff: float = 0.5, nonzero_loss_cutoff: float = 1.4,
@@ -288,6 +373,14 @@ def select(s: jax.Array, pos_mask: jax.Array, neg_mask: jax.Array, *, positive: 
 
   ``key`` is split into a positive and a negative key (``jax.random.split(key)``), so a given
   key always gives the same selection.
+
+  With one positive per anchor (``positive`` not ``'all'``) and ``negative`` in
+  ``PER_ANCHOR_NEGATIVE_MODES`` the negatives come from :func:`negatives_per_anchor`
+  (``O(B N)``, no sort; the same deterministic selections as :func:`negatives`, and the same
+  uniform distributions for the random modes, drawn differently) and ``negative`` is that
+  per-anchor index broadcast over the row; ``'distance_weighted'`` then draws one negative per
+  anchor (same distribution as :func:`distance_weighted_negatives`, which draws one per
+  ``[B, N]`` entry). Otherwise :func:`negatives` (sorted rows).
 
   Args:
     s: float ``[B, N]`` scores, higher = closer (stop-gradient is applied).
@@ -309,6 +402,25 @@ def select(s: jax.Array, pos_mask: jax.Array, neg_mask: jax.Array, *, positive: 
     kp, kn = jax.random.split(_need_key(key, f"{positive}/{negative}"))
   else:
     kp = kn = None
+  if positive != "all" and negative in PER_ANCHOR_NEGATIVE_MODES:
+    # One positive per anchor: per-anchor negatives in O(B N) (same selection as below).
+    pos_idx, has = positives(s, pos_mask, mode=positive, key=kp)
+    pairs = pairs_from_index(pos_idx, has, num=s.shape[1])
+    neg_idx, found = negatives_per_anchor(s, neg_mask, pos_idx, mode=negative, margin=margin,
+                                          key=kn)
+    return Selection(pairs=pairs, valid=pairs & found[:, None],
+                     negative=jnp.broadcast_to(neg_idx[:, None], s.shape), negatives=neg_mask)
+  if positive != "all" and negative == "distance_weighted":
+    # One term per anchor: one draw per anchor instead of one per [B, N] entry.
+    check_distance_weighted(dim=dim, cutoff=cutoff, nonzero_loss_cutoff=nonzero_loss_cutoff,
+                            fallback=fallback)
+    pos_idx, has = positives(s, pos_mask, mode=positive, key=kp)
+    pairs = pairs_from_index(pos_idx, has, num=s.shape[1])
+    neg_idx, found = _distance_weighted_draws(
+        _check_inputs(s, neg_mask, "neg_mask"), neg_mask, dim=dim, cutoff=cutoff,
+        nonzero_loss_cutoff=nonzero_loss_cutoff, fallback=fallback, key=kn, num_draws=1)
+    return Selection(pairs=pairs, valid=pairs & found[:, None],
+                     negative=jnp.broadcast_to(neg_idx, s.shape), negatives=neg_mask)
   pairs = positive_pairs(s, pos_mask, mode=positive, key=kp)
   if negative == "all":
     sg = _check_inputs(s, neg_mask, "neg_mask")
@@ -449,10 +561,20 @@ def distance_weighted_negatives(s: jax.Array, neg_mask: jax.Array, pairs: jax.Ar
   """
   check_distance_weighted(dim=dim, cutoff=cutoff, nonzero_loss_cutoff=nonzero_loss_cutoff,
                           fallback=fallback)
+  if pairs.shape != s.shape:
+    raise ValueError(f"pairs must have the shape of the scores {s.shape}, got {pairs.shape}.")
+  idx, found = _distance_weighted_draws(s, neg_mask, dim=dim, cutoff=cutoff,
+                                        nonzero_loss_cutoff=nonzero_loss_cutoff,
+                                        fallback=fallback, key=key, num_draws=s.shape[1])
+  return idx, pairs & found[:, None]
+
+
+def _distance_weighted_draws(s, neg_mask, *, dim, cutoff, nonzero_loss_cutoff, fallback, key,
+                             num_draws: int):
+  """``num_draws`` distance-weighted negatives per anchor (see
+  :func:`distance_weighted_negatives`): ``(idx int32 [B, num_draws], found bool [B])``."""
   w = distance_weights(s, neg_mask, dim=dim, cutoff=cutoff,
                        nonzero_loss_cutoff=nonzero_loss_cutoff)
-  if pairs.shape != w.shape:
-    raise ValueError(f"pairs must have the shape of the scores {w.shape}, got {pairs.shape}.")
   has_weight = jnp.any(w > 0, axis=1)                                     # [B]
   if fallback == "negatives":
     w = jnp.where(has_weight[:, None], w, neg_mask.astype(jnp.float32))
@@ -462,8 +584,7 @@ def distance_weighted_negatives(s: jax.Array, neg_mask: jax.Array, pairs: jax.Ar
     found = jnp.ones_like(has_weight)
   else:  # drop
     found = has_weight
-  idx = _inverse_cdf_rows(_need_key(key, "distance_weighted"), w, w.shape[1])
-  return idx, pairs & found[:, None]
+  return _inverse_cdf_rows(_need_key(key, "distance_weighted"), w, num_draws), found
 
 
 def keep_easiest(values: jax.Array, valid: jax.Array, *, keep_fraction: float) -> jax.Array:
@@ -472,7 +593,10 @@ def keep_easiest(values: jax.Array, valid: jax.Array, *, keep_fraction: float) -
   The trimmed loss of Shen & Sanghavi (2019) as tested in the EPS paper (App. C, "Trimmed loss
   comparison"): back-propagate only the terms of the batch with the lowest current loss.
   Computed under stop-gradient: rank all valid terms by value (invalid ones last; ties by
-  flat index, row-major, stable sort) and keep ranks ``< k``. ``O(T log T)`` for ``T`` terms.
+  flat index, row-major, stable sort) and keep ranks ``< k``. ``O(T log T)`` for ``T`` terms,
+  computed without the rank scatter: the ``k``-th smallest value ``v_k`` by a plain sort, then
+  the terms ``< v_k`` and the first ``k - #{< v_k}`` valid terms equal to ``v_k`` (cumulative
+  count in flat order): the same selection.
   ``k >= 1`` whenever a term is valid; ``keep_fraction = 1`` keeps every valid term.
 
   Args:
@@ -489,13 +613,19 @@ def keep_easiest(values: jax.Array, valid: jax.Array, *, keep_fraction: float) -
   if valid.shape != values.shape:
     raise ValueError(f"valid must have the shape of the values {values.shape}, "
                      f"got {valid.shape}.")
-  v = jnp.where(valid, jax.lax.stop_gradient(values).astype(jnp.float32), jnp.inf).ravel()
-  rank = jnp.zeros(v.shape, jnp.int32).at[jnp.argsort(v, stable=True)].set(
-      jnp.arange(v.size, dtype=jnp.int32))
+  ok = valid.ravel()
+  v = jnp.where(ok, jax.lax.stop_gradient(values).astype(jnp.float32).ravel(), jnp.inf)
   n_valid = jnp.sum(valid, dtype=jnp.float32)
   # ceil(f n); the factor 1 - 1e-6 absorbs float32 rounding of f * n at exact integers.
-  k = jnp.ceil(keep_fraction * n_valid * (1.0 - 1e-6))
-  return valid & (rank.reshape(values.shape) < k)
+  k = jnp.ceil(keep_fraction * n_valid * (1.0 - 1e-6)).astype(jnp.int32)
+  # The k-th smallest valid value by a keys-only sort; keep everything below it and, of the
+  # valid terms equal to it, the first ones in flat order: the ranks < k of a stable sort.
+  thr = jnp.sort(v)[jnp.maximum(k - 1, 0)]
+  below = ok & (v < thr)
+  ties = ok & (v == thr)
+  tie_rank = jnp.cumsum(ties, dtype=jnp.int32) - 1
+  keep = below | (ties & (tie_rank < k - jnp.sum(below, dtype=jnp.int32)))
+  return (keep & (k > 0)).reshape(values.shape)
 
 
 # --- Pair selections: multi-similarity mining, DRO top-K / top-K-PN, KL weights and samples ---

@@ -142,6 +142,28 @@ def _aux(valid: jax.Array, active: jax.Array, s_ap: jax.Array, s_an: jax.Array) 
   }
 
 
+def _negative_of_term(x: jax.Array, sel: mining.Selection, *, positive: str) -> jax.Array:
+  """Each term's ``x[a, n]`` at its negative ``n = sel.negative[a, p]``, differentiably.
+
+  With one positive per anchor (``positive`` not ``'all'``) only the term ``(a, p_a)`` counts:
+  its negative ``i_a = sum_p [pairs_ap] negative_ap`` is gathered as ``[B, 1]`` (broadcasts over
+  the row; the gradient is a ``B``-entry scatter instead of ``B^2``). Equal to the ``[B, N]``
+  gather on every selected term; invalid terms are masked by the callers.
+
+  Args:
+    x: float ``[B, N]`` (e.g. ``S`` or ``d^2``).
+    sel: the :class:`mining.Selection`.
+    positive: the positive mode of ``sel``.
+
+  Returns:
+    float ``[B, 1]`` (single positive) or ``[B, N]`` (``'all'``).
+  """
+  if positive == "all":
+    return jnp.take_along_axis(x, sel.negative, axis=1)
+  i = jnp.sum(jnp.where(sel.pairs, sel.negative, 0), axis=1, dtype=jnp.int32)   # [B]
+  return jnp.take_along_axis(x, i[:, None], axis=1)
+
+
 # ------------------------------------------------------------------------------------------
 # Builders. Keyword-only arguments = hyper-parameters (the config keys).
 
@@ -182,7 +204,7 @@ def _nca_family(*, name: str, order: int, positive: str, negative: str, temperat
       terms = losses.nca_all_negatives(s, s, sel.negatives, temperature=temperature, order=order)
       s_an = _row_mean(s, sel.negatives)[:, None]
     else:
-      s_an = jnp.take_along_axis(s, sel.negative, axis=1)
+      s_an = _negative_of_term(s, sel, positive=positive)
       terms = single(s, s_an, temperature=temperature)
       if positive_similarity_only:
         valid = valid & (jax.lax.stop_gradient(s_an) > 0)
@@ -265,8 +287,9 @@ def _triplet_terms(embeddings, labels, key, *, positive: str, negative: str, mar
 
   Returns:
     ``(terms, valid, s, s_an)``: float32 ``[B, B]`` per-term losses, bool ``[B, B]`` valid terms,
-    the similarity ``S [B, B]`` and each term's ``S_an`` (``[B, B]``; ``[B, 1]``, the mean over
-    the anchor's negatives, for ``negative='all'``).
+    the similarity ``S [B, B]`` and each term's ``S_an`` (``[B, B]`` for ``positive='all'``;
+    ``[B, 1]`` for a single positive, or the mean over the anchor's negatives for
+    ``negative='all'``).
   """
   s = sim.pairwise_similarity(embeddings, kind=similarity)            # float32 [B, B]
   d2 = sim.squared_distance(s, kind=similarity)
@@ -278,9 +301,9 @@ def _triplet_terms(embeddings, labels, key, *, positive: str, negative: str, mar
                                          reduction=negative_reduction)
     s_an = _row_mean(s, sel.negatives)[:, None]
   else:
-    d2_an = jnp.take_along_axis(d2, sel.negative, axis=1)
+    d2_an = _negative_of_term(d2, sel, positive=positive)
     terms = losses.triplet(d2, d2_an, margin=margin)
-    s_an = jnp.take_along_axis(s, sel.negative, axis=1)
+    s_an = _negative_of_term(s, sel, positive=positive)
   return terms, sel.valid, s, s_an
 
 
@@ -494,7 +517,7 @@ def margin(*, positive: str = "random", negative: str = "distance_weighted",
                         cutoff=cutoff, nonzero_loss_cutoff=nonzero_loss_cutoff,
                         fallback=fallback)
     valid = sel.valid
-    d_an = jnp.take_along_axis(d, sel.negative, axis=1)
+    d_an = _negative_of_term(d, sel, positive=positive)
     pos, neg = losses.margin(d, d_an, beta_a[:, None], alpha=alpha)   # [B, B] each
     total = jnp.sum(jnp.where(valid, pos + neg + nu * beta_a[:, None], 0.0))
     if reduction == "nonzero":
@@ -503,7 +526,7 @@ def margin(*, positive: str = "random", negative: str = "distance_weighted",
     else:
       count = 2.0 * jnp.sum(valid, dtype=jnp.float32)
     loss = total / jnp.maximum(count, 1.0)
-    s_an = jnp.take_along_axis(s, sel.negative, axis=1)
+    s_an = _negative_of_term(s, sel, positive=positive)
     aux = _aux(valid, (pos > 0) | (neg > 0), s, s_an)
     aux["mean_beta"] = jnp.mean(jax.lax.stop_gradient(table))
     return loss, aux
@@ -616,7 +639,15 @@ def trimmed_triplet(*, positive: str = "random", negative: str = "semihard",
     terms, valid, s, s_an = _triplet_terms(
         embeddings, labels, key, positive=positive, negative=negative, margin=margin,
         similarity=similarity, negative_reduction=negative_reduction)
-    kept = mining.keep_easiest(terms, valid, keep_fraction=keep_fraction)
+    if positive == "all":
+      kept = mining.keep_easiest(terms, valid, keep_fraction=keep_fraction)
+    else:
+      # At most one valid term per row: rank the B row terms (same order: row-major flat
+      # index = row index) instead of all B^2 entries.
+      row_terms = jnp.sum(jnp.where(valid, terms, 0.0), axis=1)           # [B]
+      row_kept = mining.keep_easiest(row_terms, jnp.any(valid, axis=1),
+                                     keep_fraction=keep_fraction)
+      kept = valid & row_kept[:, None]
     loss = losses.masked_mean(terms, kept)
     aux = _aux(kept, terms > 0, s, s_an)
     aux["valid_fraction"] = jnp.mean(jnp.any(valid, axis=1).astype(jnp.float32))

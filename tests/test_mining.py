@@ -284,3 +284,72 @@ def test_selection_traces_once_per_shape():
   fn(jnp.asarray(np_scores(batch(0, b=6)), jnp.float32), jnp.arange(6, dtype=jnp.int32) % 3)
   assert len(count) == 2
 
+
+
+# --------------------------------------- per-anchor fast path == general sorted path (issue 3)
+
+
+def tie_scores(seed, b=B):
+  """Scores rounded to 1 decimal: many exact ties between negatives and with ``s_ap``."""
+  return jnp.asarray(np.round(np_scores(batch(seed, b=b)), 1), jnp.float32)
+
+
+@functools.partial(jax.jit, static_argnames=("negative",))
+def jit_general(s, labels, pairs, key, *, negative, margin=0.0):
+  """The general sorted path (:func:`mining.negatives`) for a given pair selection."""
+  _, neg = sim.label_masks(labels)
+  return mining.negatives(s, neg, pairs, mode=negative, margin=margin, key=key)
+
+
+@pytest.mark.parametrize("positive", ["easy", "hard", "random"])
+@pytest.mark.parametrize("negative", ["hard", "semihard", "easy"])
+def test_per_anchor_negatives_equal_the_sorted_path(positive, negative):
+  for seed in range(4):
+    s = tie_scores(seed)
+    labels = jnp.asarray(np.roll(LABELS, seed))
+    key = jax.random.key(seed)
+    sel = jit_select(s, labels, key, positive=positive, negative=negative)
+    idx, valid = jit_general(s, labels, sel.pairs, None, negative=negative)
+    np.testing.assert_array_equal(sel.valid, valid)
+    np.testing.assert_array_equal(np.where(valid, sel.negative, -1), np.where(valid, idx, -1))
+    assert sel.pairs.sum(axis=1).max() <= 1 and sel.valid.any()
+
+
+@pytest.mark.parametrize("negative,margin", [("semihard_random", 0.15), ("random", 0.0)])
+def test_per_anchor_random_negatives_draw_from_the_sorted_paths_set(negative, margin):
+  # Same validity and, per term, the same admissible set as the sorted path (uniformity over
+  # that set: test_random_negatives_are_admissible_uniform_and_deterministic).
+  s = tie_scores(6)
+  labels = jnp.asarray(LABELS)
+  sel = draws(s, labels, 300, positive="easy", negative=negative, margin=margin)
+  seen = {}
+  for t in range(300):
+    pairs = jnp.asarray(sel.pairs[t])
+    idx, valid = jit_general(s, labels, pairs, jax.random.key(t), negative=negative,
+                             margin=margin)
+    np.testing.assert_array_equal(sel.valid[t], valid)
+    for a, p in zip(*np.nonzero(np.asarray(valid))):
+      seen.setdefault((a, p), [set(), set()])
+      seen[a, p][0].add(int(sel.negative[t, a, p]))
+      seen[a, p][1].add(int(idx[a, p]))
+  assert seen and all(fast == general for fast, general in seen.values())
+
+
+def np_keep_easiest(values, valid, keep_fraction):
+  """The previous implementation: stable argsort of all flat entries, ranks < k."""
+  v = np.where(valid, values, np.inf).ravel()
+  rank = np.empty(v.size, np.int64)
+  rank[np.argsort(v, kind="stable")] = np.arange(v.size)
+  k = np.ceil(np.float32(keep_fraction) * np.float32(valid.sum()) * np.float32(1 - 1e-6))
+  return valid & (rank.reshape(values.shape) < k)
+
+
+@pytest.mark.parametrize("keep_fraction", [0.1, 0.5, 0.9, 1.0])
+def test_keep_easiest_equals_the_stable_rank_selection_with_ties(keep_fraction):
+  rng = np.random.default_rng(0)
+  for shape in [(8, 8), (13,), (5, 7)]:
+    values = np.maximum(np.round(rng.normal(size=shape), 1), 0).astype(np.float32)
+    for valid in (rng.random(shape) < 0.6, np.ones(shape, bool), np.zeros(shape, bool)):
+      got = mining.keep_easiest(jnp.asarray(values), jnp.asarray(valid),
+                                keep_fraction=keep_fraction)
+      np.testing.assert_array_equal(got, np_keep_easiest(values, valid, keep_fraction))

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from dml_jax import losses
 from dml_jax import mining
 from dml_jax import objectives
 from dml_jax import similarity as sim
@@ -430,3 +431,80 @@ def test_apply_rejects_bad_inputs():
     obj.apply({}, e, labels.astype(jnp.float32))
   with pytest.raises(ValueError, match="shape"):
     obj.apply({}, e, labels[:5])
+
+
+# ------------------------------ single-positive fast paths == general [B, N] path (issue 3)
+
+
+@functools.partial(jax.jit, static_argnames=("name", "positive", "negative", "keep"))
+def general_path_loss(e, labels, key, *, name, positive, negative, keep=None):
+  """Loss of the ``[B, N]`` general path: sorted-row negatives (``mining.negatives``), a
+  ``[B, N]`` gather and, for trimming, ``keep_easiest`` over all ``B^2`` entries."""
+  s = sim.pairwise_similarity(e)
+  pos, neg = sim.label_masks(labels)
+  kp = jax.random.split(key)[0] if positive == "random" else None
+  if name == "nca":
+    score, x = jax.lax.stop_gradient(s), s
+  else:
+    x = sim.squared_distance(s)
+    score = -jax.lax.stop_gradient(x)
+  pairs = mining.positive_pairs(score, pos, mode=positive, key=kp)
+  idx, valid = mining.negatives(score, neg, pairs, mode=negative)
+  x_an = jnp.take_along_axis(x, idx, axis=1)
+  if name == "nca":
+    terms = losses.nca(s, x_an, temperature=0.1)
+  else:
+    terms = losses.triplet(x, x_an, margin=0.2)
+  if keep is not None:
+    valid = mining.keep_easiest(terms, valid, keep_fraction=keep)
+  return losses.masked_mean(terms, valid)
+
+
+@pytest.mark.parametrize("name,positive,negative", [
+    ("nca", "easy", "hard"), ("nca", "hard", "semihard"), ("triplet", "easy", "hard"),
+    ("triplet", "random", "semihard"), ("triplet", "easy", "semihard"),
+    ("triplet", "hard", "hard"), ("nca", "random", "easy"),
+    ("trimmed_triplet", "random", "semihard"), ("trimmed_triplet", "easy", "hard")])
+def test_single_positive_fast_path_equals_general_path(name, positive, negative):
+  hp = dict(positive=positive, negative=negative)
+  keep = None
+  if name == "trimmed_triplet":
+    hp["keep_fraction"] = keep = 0.75
+  general = jax.value_and_grad(functools.partial(
+      general_path_loss, name="nca" if name == "nca" else "triplet", positive=positive,
+      negative=negative, keep=keep))
+  nonzero = 0
+  for seed in range(3):
+    e = batch(seed)
+    e[4] = e[1]   # a duplicate: ties between negatives and with s_ap
+    labels = np.roll(LABELS, seed)
+    key = jax.random.key(seed)
+    loss, _, grad = run(name, e, labels, rng=key, **hp)
+    ref_loss, ref_grad = general(jnp.asarray(e), jnp.asarray(labels), key)
+    nonzero += float(ref_loss) > 0
+    np.testing.assert_allclose(loss, ref_loss, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(grad, ref_grad, rtol=1e-5, atol=1e-7)
+  assert nonzero > 0
+
+
+def test_negative_of_term_gathers_each_selected_term_with_its_gradient():
+  # distance_weighted keeps a different negative in every column: the [B, 1] gather must
+  # read the selected column's one.
+  e = jnp.asarray(batch(7))
+  s = sim.pairwise_similarity(e)
+  pos, neg = sim.label_masks(jnp.asarray(LABELS))
+  score = -sim.squared_distance(jax.lax.stop_gradient(s))
+  sel = mining.select(score, pos, neg, positive="random", negative="distance_weighted",
+                      key=jax.random.key(3), dim=D)
+  assert sel.valid.any()
+
+  def total(x, fast):
+    if fast:
+      x_an = objectives._negative_of_term(x, sel, positive="random")
+    else:
+      x_an = jnp.take_along_axis(x, sel.negative, axis=1)
+    return jnp.sum(jnp.where(sel.valid, jnp.sin(3 * x_an) * x, 0.0))
+
+  x = s * s
+  np.testing.assert_allclose(total(x, True), total(x, False), rtol=1e-6)
+  np.testing.assert_allclose(jax.grad(total)(x, True), jax.grad(total)(x, False), rtol=1e-6)
