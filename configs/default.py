@@ -16,6 +16,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.log_every_steps = 50
   c.checkpoint_every_steps = 500
   c.eval_every_steps = 0          # 0: evaluate only at the end
+  c.scatter_every_steps = 0       # > 0: triplet scatter diagram PNG of the eval split
   c.max_checkpoints_to_keep = 3
 
   c.data = ml_collections.ConfigDict()

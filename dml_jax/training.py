@@ -54,6 +54,7 @@ ADDED_CONFIG_KEYS = {
     "data.noise_seed": 0,
     "optimizer.backbone_learning_rate": 0.0,
     "optimizer.head_learning_rate": 0.0,
+    "scatter_every_steps": 0,
 }
 
 
@@ -384,6 +385,27 @@ def _to_python(tree):
 # --------------------------------------------------------------------------- evaluate
 
 
+def log_scatter(setup: Setup, state: dict, embed_fn: Callable, *, workdir: str,
+                step: int) -> dict:
+  """Triplet scatter diagram (2nd-order paper Fig. 1) of the first evaluation protocol's split
+  at this step: ``scatter_<split>_step_<N>.png`` and summary numbers for metrics.jsonl."""
+  from dml_jax.analysis import scatter  # pylint: disable=import-outside-toplevel
+  protocol = evaluate_lib.parse_protocol(setup.config.eval.splits[0], setup.splits)
+  split = setup.splits[protocol.split]
+  labels = split.label_sets[protocol.label_set] if protocol.label_set else split.labels
+  emb = evaluate_lib.embed(lambda images: embed_fn(state, images), split.images,
+                           batch_size=setup.config.eval.batch_size)
+  s_ap, s_an, correct = scatter.scatter_points(emb, labels,
+                                               similarity=setup.config.eval.similarity)
+  if is_main_process():
+    scatter.plot_scatter(s_ap, s_an, correct, similarity=setup.config.eval.similarity,
+                         path=os.path.join(workdir, f"scatter_{protocol.split}_step_{step}.png"),
+                         title=f"{protocol.split}, step {step}")
+  return {"scatter/correct_fraction": float(np.mean(correct)),
+          "scatter/mean_s_ap": float(np.nanmean(s_ap)),
+          "scatter/mean_s_an": float(np.nanmean(s_an))}
+
+
 # ------------------------------------------------------------------------------ train
 
 
@@ -443,6 +465,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       window_t, window_n, history = time.perf_counter(), 0, []
     if step % config.checkpoint_every_steps == 0 or step == total:
       checkpointing.save(manager, step, state, {"step": step})
+    if config.scatter_every_steps and step % config.scatter_every_steps == 0:
+      append_metrics(workdir, {"step": step, **log_scatter(setup, state, embed_fn,
+                                                           workdir=workdir, step=step)})
     if config.eval_every_steps and step % config.eval_every_steps == 0 and step != total:
       results = evaluate_with_config(setup, state, embed_fn, workdir=workdir, step=step, plot=False)
       append_metrics(workdir, {"step": step, **evaluate_lib.flatten(results)})

@@ -211,3 +211,14 @@ def test_older_workdir_config_gets_keys_added_since(tmp_path):
   loaded = training.load_workdir_config(str(tmp_path))
   assert loaded.data.noise_seed == 0 and loaded.optimizer.head_learning_rate == 0.0
   training.validate_config(loaded)
+
+
+def test_scatter_diagram_is_logged_during_training(tmp_path):
+  workdir = str(tmp_path)
+  training.train_and_evaluate(small_config(10, scatter_every_steps=5), workdir,
+                              show_progress=False)
+  for step in (5, 10):
+    assert os.path.getsize(os.path.join(workdir, f"scatter_test_step_{step}.png")) > 0
+  rows = [r for r in read_rows(workdir) if "scatter/correct_fraction" in r]
+  assert [r["step"] for r in rows] == [5, 10]
+  assert all(0.0 <= r["scatter/correct_fraction"] <= 1.0 for r in rows)
