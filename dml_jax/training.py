@@ -378,10 +378,6 @@ def append_metrics(workdir: str, row: dict) -> None:
     f.write(json.dumps(row) + "\n")
 
 
-def _to_python(tree):
-  return jax.tree.map(lambda x: float(x) if np.ndim(x) == 0 else np.asarray(x).tolist(), tree)
-
-
 # --------------------------------------------------------------------------- evaluate
 
 

@@ -165,6 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   report = collapse_report(emb, labels, sub, similarity=config.eval.similarity,
                            max_modes=args.max_modes, method=args.method, seed=config.seed)
   out_dir = args.out or args.workdir
+  os.makedirs(out_dir, exist_ok=True)
   stem = os.path.join(out_dir, f"collapse_{args.split}_step_{step}")
   with open(stem + ".json", "w") as f:
     json.dump(report, f, indent=2)
