@@ -975,12 +975,7 @@ def dro_topk_pn(*, k: int = 160, pair_loss: str = "margin", margin: float = 0.2,
   mean is over what was selected. A per-group count above the ``B (B - 1)`` pairs of the batch
   is clamped with a ``warnings.warn`` at trace time. Default ``K = 160`` as ``dro_topk``.
 
-  Pair losses (``pair_loss``; DESIGN §4, DRO released scripts): ``'margin'`` (default)
-  ``l_ij = [m + y_ij (lambda - S_ij)]_+``, i.e. positives ``[m + lambda - S]_+`` and negatives
-  ``[m + S - lambda]_+`` with ``m = margin = 0.2``, ``lambda = base = 0.5``; ``'binomial'``
-  positives ``(2/beta) log(1 + e^{-beta (S - lambda)})``, negatives
-  ``(2/alpha) log(1 + e^{alpha (S - lambda)})`` with ``alpha = 40``, ``beta = 2``. ``margin``
-  is used only by ``'margin'``, ``alpha`` / ``beta`` only by ``'binomial'``.
+  Pair losses (``pair_loss``, ``margin``, ``base``, ``alpha``, ``beta``) as :func:`dro_topk`.
 
   Args:
     k: ``K``, an int ``>= 2``, default 160.
@@ -1035,12 +1030,7 @@ def dro_kl(*, gamma: float = 0.1, mode: str = "sample", k: int = 160,
   No candidate pair (e.g. every loss 0 with ``remove_zero_loss``, or ``B = 1``) gives 0.
   Default ``gamma = 0.1`` (§4.2.4; tuned in {0.1, 0.3, ..., 0.9}).
 
-  Pair losses (``pair_loss``; DESIGN §4, DRO released scripts): ``'margin'`` (default)
-  ``l_ij = [m + y_ij (lambda - S_ij)]_+``, i.e. positives ``[m + lambda - S]_+`` and negatives
-  ``[m + S - lambda]_+`` with ``m = margin = 0.2``, ``lambda = base = 0.5``; ``'binomial'``
-  positives ``(2/beta) log(1 + e^{-beta (S - lambda)})``, negatives
-  ``(2/alpha) log(1 + e^{alpha (S - lambda)})`` with ``alpha = 40``, ``beta = 2``. ``margin``
-  is used only by ``'margin'``, ``alpha`` / ``beta`` only by ``'binomial'``.
+  Pair losses (``pair_loss``, ``margin``, ``base``, ``alpha``, ``beta``) as :func:`dro_topk`.
 
   Args:
     gamma: ``> 0``, default 0.1.
@@ -1122,12 +1112,7 @@ def dro_kl_grouped(*, gamma_pos: float = 0.01, gamma_neg: float = 0.01,
   In-Shop), ``remove_zero_loss=True`` (§4.2.1: "we remove the pairs with zero loss"), margin
   pair loss with ``m = 0.2``, ``lambda = 0.5`` (§4.2.1).
 
-  Pair losses (``pair_loss``; DESIGN §4, DRO released scripts): ``'margin'`` (default)
-  ``l_ij = [m + y_ij (lambda - S_ij)]_+``, i.e. positives ``[m + lambda - S]_+`` and negatives
-  ``[m + S - lambda]_+`` with ``m = margin = 0.2``, ``lambda = base = 0.5``; ``'binomial'``
-  positives ``(2/beta) log(1 + e^{-beta (S - lambda)})``, negatives
-  ``(2/alpha) log(1 + e^{alpha (S - lambda)})`` with ``alpha = 40``, ``beta = 2``. ``margin``
-  is used only by ``'margin'``, ``alpha`` / ``beta`` only by ``'binomial'``.
+  Pair losses (``pair_loss``, ``margin``, ``base``, ``alpha``, ``beta``) as :func:`dro_topk`.
 
   Args:
     gamma_pos: ``> 0``, default 0.01.

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from dml_test_support import objective_value_and_grad, random_batch
 from dml_jax import losses
 from dml_jax import mining
 from dml_jax import objectives
@@ -25,15 +26,11 @@ EPS_D = 1e-8   # released margin code: d = sqrt(d^2 + 1e-8)
 
 
 def batch(seed=0, b=B, d=D):
-  x = np.random.default_rng(seed).normal(size=(b, d)).astype(np.float32)
-  return x / np.linalg.norm(x, axis=1, keepdims=True)
+  return random_batch(seed, b, d)
 
 
-@functools.cache
 def compiled(name, **hparams):
-  """One jitted value_and_grad w.r.t. (params, embeddings) per configuration."""
-  obj = objectives.make(name, **hparams)
-  return jax.jit(jax.value_and_grad(obj.apply, argnums=(0, 1), has_aux=True))
+  return objective_value_and_grad(name, (0, 1), **hparams)
 
 
 def run(name, params, e, labels, rng=RNG_KEY, **hparams):

@@ -4,30 +4,14 @@ import numpy as np
 import pytest
 
 from dml_jax.evaluation import knn
+from dml_test_support import ranked_gallery
 
 
 def oracle(query, gallery, k, kind):
   """Brute force in float64: every pair, sorted by (-similarity, gallery index)."""
-  exclude_self = gallery is None
-  gallery = query if exclude_self else gallery
-  q, g = np.asarray(query, np.float64), np.asarray(gallery, np.float64)
-  indices, sims = [], []
-  for i in range(q.shape[0]):
-    scored = []
-    for j in range(g.shape[0]):
-      if exclude_self and i == j:
-        continue
-      if kind == "cosine":
-        s = q[i] @ g[j] / (np.linalg.norm(q[i]) * np.linalg.norm(g[j]))
-      elif kind == "dot":
-        s = q[i] @ g[j]
-      else:
-        s = -np.sum((q[i] - g[j]) ** 2)
-      scored.append((-s, j))
-    scored.sort()
-    indices.append([j for _, j in scored[:k]])
-    sims.append([-s for s, _ in scored[:k]])
-  return np.array(indices), np.array(sims)
+  ranked = ranked_gallery(query, gallery, kind)
+  return (np.array([[j for _, j in row[:k]] for row in ranked]),
+          np.array([[s for s, _ in row[:k]] for row in ranked]))
 
 
 def test_points_on_a_line_by_hand():

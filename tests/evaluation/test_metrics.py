@@ -6,6 +6,7 @@ import pytest
 
 from dml_jax import evaluation
 from dml_jax.evaluation import metrics
+from dml_test_support import ranked_gallery
 
 # Points on a line, similarity -d^2. Worked out by hand (neighbours by distance, ties by lower
 # index; R = 2 for every query):
@@ -24,24 +25,10 @@ LINE_WANT = {"recall@1": 2 / 6, "recall@2": 4 / 6, "recall@4": 1.0, "map@r": 1.5
 
 def oracle(query, query_labels, gallery, gallery_labels, ks, kind):
   """Musgrave et al.'s definitions, one query at a time, over explicit (query, item) pairs."""
-  exclude_self = gallery is None
-  if exclude_self:
-    gallery, gallery_labels = query, query_labels
-  q, g = np.asarray(query, np.float64), np.asarray(gallery, np.float64)
+  if gallery is None:
+    gallery_labels = query_labels
   recalls, aps, rps = [], [], []
-  for i in range(q.shape[0]):
-    scored = []
-    for j in range(g.shape[0]):
-      if exclude_self and i == j:
-        continue
-      if kind == "cosine":
-        s = q[i] @ g[j] / (np.linalg.norm(q[i]) * np.linalg.norm(g[j]))
-      elif kind == "dot":
-        s = q[i] @ g[j]
-      else:
-        s = -np.sum((q[i] - g[j]) ** 2)
-      scored.append((-s, j))
-    scored.sort()
+  for i, scored in enumerate(ranked_gallery(query, gallery, kind)):
     rel = [int(gallery_labels[j] == query_labels[i]) for _, j in scored]
     r = sum(rel)
     if r == 0:
