@@ -11,8 +11,7 @@ MNIST even/odd experiment of the EPS paper (section 5.1) at this small scale: th
 trained on digits 0-5 with even/odd labels only and evaluated on the unseen digits 6-9 by
 digit.
 
-``DATASETS`` is the plain-dict registry of dataset loaders (``name -> function`` returning
-``dict[str, Split]``); ``load(name, **kwargs)`` calls one.
+The registry of all datasets is ``data.datasets.DATASETS``.
 """
 
 from __future__ import annotations
@@ -20,9 +19,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import types
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
+
+from dml_jax.data.images import LazyImages, take
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -30,7 +31,8 @@ class Split:
   """One split of a dataset.
 
   Attributes:
-    images: float32 ``[N, H, W, C]``.
+    images: float32 ``[N, H, W, C]``: a numpy array, or a ``LazyImages`` view (real image
+      datasets: decoded and transformed on access, see ``data.images``).
     labels: int32 ``[N]``, contiguous class ids ``0..C-1`` (every id in the range occurs).
       The labels used for training (train split) or the primary evaluation (test split).
     label_sets: other label views, ``name -> int32 [N]`` (e.g. ``{'digit': ..,
@@ -48,14 +50,16 @@ class Split:
   name: str = "split"
 
   def __post_init__(self):
-    images = np.asarray(self.images)
+    lazy = isinstance(self.images, LazyImages)
+    images = self.images if lazy else np.asarray(self.images)
     if images.ndim != 4:
       raise ValueError(f"Split {self.name!r}: images must have rank 4 [N, H, W, C], got "
                        f"shape {images.shape}.")
     n = images.shape[0]
     if n == 0:
       raise ValueError(f"Split {self.name!r} is empty (0 images).")
-    if not (np.issubdtype(images.dtype, np.floating) or np.issubdtype(images.dtype, np.integer)):
+    if not lazy and not (np.issubdtype(images.dtype, np.floating) or
+                         np.issubdtype(images.dtype, np.integer)):
       raise ValueError(f"Split {self.name!r}: images must be numeric, got dtype {images.dtype}.")
     labels = _as_int32_labels(self.labels, n, f"Split {self.name!r}: labels")
     classes = np.unique(labels)
@@ -67,7 +71,9 @@ class Split:
       if not isinstance(key, str):
         raise ValueError(f"Split {self.name!r}: label_sets keys must be strings, got {key!r}.")
       label_sets[key] = _as_int32_labels(values, n, f"Split {self.name!r}: label_sets[{key!r}]")
-    object.__setattr__(self, "images", images.astype(np.float32, copy=False))
+    if not lazy:
+      images = images.astype(np.float32, copy=False)
+    object.__setattr__(self, "images", images)
     object.__setattr__(self, "labels", labels)
     object.__setattr__(self, "label_sets", types.MappingProxyType(label_sets))
 
@@ -109,7 +115,7 @@ def class_split(images: np.ndarray, labels: np.ndarray, *, train_classes: Sequen
   label.
 
   Args:
-    images: ``[N, H, W, C]``.
+    images: ``[N, H, W, C]`` array or ``LazyImages`` (kept lazy).
     labels: int ``[N]`` original class ids.
     train_classes: the class ids of the train split (non-empty, no duplicates).
     test_classes: the class ids of the test split (non-empty, disjoint from train).
@@ -124,7 +130,8 @@ def class_split(images: np.ndarray, labels: np.ndarray, *, train_classes: Sequen
     ValueError: an empty or duplicated class list, overlapping classes, or a class with
       fewer than ``min_per_class`` examples (naming the class).
   """
-  images = np.asarray(images)
+  if not isinstance(images, LazyImages):
+    images = np.asarray(images)
   labels = np.asarray(labels)
   if images.ndim != 4:
     raise ValueError(f"images must have rank 4 [N, H, W, C], got shape {images.shape}.")
@@ -148,7 +155,8 @@ def class_split(images: np.ndarray, labels: np.ndarray, *, train_classes: Sequen
     classes = np.asarray(sorted(classes))
     keep = np.isin(labels, classes)
     original = labels[keep]
-    splits[split] = Split(images=images[keep], labels=np.searchsorted(classes, original),
+    splits[split] = Split(images=take(images, np.flatnonzero(keep)),
+                          labels=np.searchsorted(classes, original),
                           label_sets={"class": original}, name=f"{name}:{split}")
   return splits
 
@@ -261,20 +269,3 @@ def load_digits_split(*, train_digits: Sequence[int] = (0, 1, 2, 3, 4, 5, 6, 7),
                        label_sets={"digit": s.label_sets["class"],
                                    "parity": s.label_sets["class"] % 2}, name=s.name)
           for split, s in splits.items()}
-
-
-DATASETS: dict[str, Callable[..., dict[str, Split]]] = {
-    "digits_evenodd": load_digits_evenodd,
-    "digits": load_digits_split,
-}
-
-
-def load(name: str, **kwargs) -> dict[str, Split]:
-  """Loads the dataset ``name`` from ``DATASETS``: ``DATASETS[name](**kwargs)``.
-
-  Raises:
-    ValueError: ``name`` is not registered (the message lists the valid names).
-  """
-  if name not in DATASETS:
-    raise ValueError(f"Unknown dataset {name!r}; valid names: {', '.join(sorted(DATASETS))}.")
-  return DATASETS[name](**kwargs)

@@ -1,0 +1,258 @@
+"""Image decoding and augmentation on the host (numpy + Pillow), one example at a time.
+
+Every function takes one *record* and returns one float32 image ``[S, S, C]`` normalised
+with ``(x / 255 - mean) / std``. A record is what a dataset stores per example:
+
+* a uint8 array ``[H, W, C]`` or ``[H, W]`` (a TFDS ``data_source`` decodes images),
+* encoded bytes (JPEG / PNG / ...),
+* a file path (``str`` or ``os.PathLike``; image-list datasets).
+
+Training augmentations (``AUGMENTATIONS``), all followed by an optional horizontal flip:
+
+* ``'resize_crop'`` (EPHN / 2nd-order papers): resize the shorter side to ``resize_size``
+  (256), random crop ``image_size`` (224).
+* ``'random_resized_crop'`` (MS / DRO / Roth et al.): torchvision's RandomResizedCrop --
+  a crop of area fraction ``U(scale)`` and log-uniform aspect ratio in ``ratio`` (10 tries,
+  then the largest centred crop of allowed aspect), resized to ``image_size`` squared.
+* ``'pad_crop'`` (small images, e.g. Omniglot / MNIST): resize the shorter side to
+  ``image_size`` and centre crop it, pad ``pad`` pixels of zeros on each side, random crop
+  ``image_size``.
+* ``'none'``: the evaluation transform.
+
+Evaluation (``eval_transform``): resize the shorter side to ``resize_size`` and centre crop
+``image_size`` (with ``resize_size == image_size`` this is a shorter-side resize and a
+centre crop of the longer side).
+
+Randomness comes only from the ``numpy.random.Generator`` passed in; the pipeline derives it
+from ``(seed, step, row)``, so an augmented batch is reproducible and independent of the
+number of workers. Resizing is bilinear with antialiasing (Pillow), like torchvision on PIL
+images. JPEG bytes are decoded with Pillow's ``draft`` mode at the smallest DCT scale that
+still leaves the shorter side at least as large as the resize target, which is where most of
+the decode time goes.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+
+import numpy as np
+from PIL import Image
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+AUGMENTATIONS = ("resize_crop", "random_resized_crop", "pad_crop", "none")
+_MODES = {1: "L", 3: "RGB"}
+
+
+def check_options(*, augmentation: str = "none", image_size: int, resize_size: int,
+                  channels: int, mean, std) -> None:
+  """Validates the transform options; raises ``ValueError`` naming the bad value."""
+  if augmentation not in AUGMENTATIONS:
+    raise ValueError(f"Unknown augmentation {augmentation!r}; valid: {', '.join(AUGMENTATIONS)}.")
+  if int(image_size) < 1:
+    raise ValueError(f"image_size must be >= 1, got {image_size}.")
+  if int(resize_size) < int(image_size):
+    raise ValueError(f"resize_size ({resize_size}) must be >= image_size ({image_size}): the "
+                     "crop is taken from the resized image.")
+  if channels not in _MODES:
+    raise ValueError(f"channels must be 1 or 3, got {channels}.")
+  for what, values in (("mean", mean), ("std", std)):
+    if len(values) not in (1, channels):
+      raise ValueError(f"{what} must have 1 or channels={channels} values, got {tuple(values)}.")
+  if min(std) <= 0:
+    raise ValueError(f"std must be positive, got {tuple(std)}.")
+
+
+def load_image(record, *, channels: int, min_shorter_side: int = 0) -> Image.Image:
+  """Opens one record as a Pillow image of mode ``'RGB'`` (channels 3) or ``'L'`` (1).
+
+  For JPEG bytes or files, ``min_shorter_side > 0`` lets Pillow decode at a reduced DCT scale
+  whose shorter side is still at least ``min_shorter_side``.
+
+  Raises:
+    ValueError: the record cannot be decoded (message names the file for paths).
+  """
+  if channels not in _MODES:
+    raise ValueError(f"channels must be 1 or 3, got {channels}.")
+  mode = _MODES[channels]
+  if isinstance(record, np.ndarray):
+    array = record
+    if not (array.ndim == 2 or (array.ndim == 3 and array.shape[-1] in (1, 2, 3, 4))):
+      raise ValueError(f"Image arrays must be [H, W] or [H, W, C] with C in 1..4, got shape "
+                       f"{array.shape}.")
+    if array.ndim == 3 and array.shape[-1] == 1:
+      array = array[..., 0]
+    if array.dtype != np.uint8:
+      raise ValueError(f"Image arrays must be uint8, got {array.dtype}.")
+    image = Image.fromarray(array)
+  else:
+    source = record
+    if isinstance(record, (bytes, bytearray, memoryview)):
+      source = io.BytesIO(bytes(record))
+    elif not isinstance(record, (str, os.PathLike)):
+      raise ValueError(f"An image record must be a uint8 array, encoded bytes or a file path, "
+                       f"got {type(record).__name__}.")
+    image = None
+    try:
+      image = Image.open(source)
+      if min_shorter_side > 0 and image.format == "JPEG":
+        w, h = image.size
+        scale = min(w, h) / min_shorter_side
+        if scale >= 2:  # draft keeps both sides >= the requested size
+          image.draft(mode, (math.ceil(w / scale), math.ceil(h / scale)))
+      image.load()
+    except (OSError, SyntaxError) as e:
+      if image is not None:
+        image.close()  # a file Pillow opened stays open when load() fails
+      if isinstance(record, (str, os.PathLike)):
+        where = f" {os.fspath(record)!r}"
+      else:
+        where = f" ({len(bytes(record))} encoded bytes)"
+      raise ValueError(f"Cannot decode the image{where}: {e}") from e
+  if image.mode != mode:
+    image = image.convert(mode)
+  return image
+
+
+def decode(record, *, channels: int = 3) -> np.ndarray:
+  """One record -> uint8 ``[H, W, channels]`` (no resizing)."""
+  array = np.asarray(load_image(record, channels=channels))
+  return array[..., None] if array.ndim == 2 else array
+
+
+def resize_shorter(image: Image.Image, size: int) -> Image.Image:
+  """Resizes so the shorter side is ``size`` (aspect ratio kept, bilinear, antialiased)."""
+  w, h = image.size
+  if min(w, h) == size:
+    return image
+  if w <= h:
+    new = (size, max(1, round(h * size / w)))
+  else:
+    new = (max(1, round(w * size / h)), size)
+  return image.resize(new, Image.BILINEAR)
+
+
+def center_crop(image: Image.Image, size: int) -> Image.Image:
+  """Centre crop ``size x size`` (the image's shorter side must be >= ``size``)."""
+  w, h = image.size
+  left, top = (w - size) // 2, (h - size) // 2
+  return image.crop((left, top, left + size, top + size))
+
+
+def random_crop(image: Image.Image, size: int, rng: np.random.Generator) -> Image.Image:
+  """Uniformly placed ``size x size`` crop (the image's shorter side must be >= ``size``)."""
+  w, h = image.size
+  left = int(rng.integers(0, w - size + 1))
+  top = int(rng.integers(0, h - size + 1))
+  return image.crop((left, top, left + size, top + size))
+
+
+def random_resized_crop_box(width: int, height: int, rng: np.random.Generator, *,
+                            scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)) -> tuple[int, int, int, int]:
+  """torchvision's RandomResizedCrop box ``(left, top, w, h)`` for a ``width x height`` image.
+
+  Up to 10 draws of area ``width * height * U(scale)`` and aspect ``exp(U(log ratio))``;
+  the first that fits is placed uniformly. Otherwise the largest centred box whose aspect
+  is clipped to ``ratio``.
+  """
+  area = width * height
+  log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+  for _ in range(10):
+    target = area * rng.uniform(scale[0], scale[1])
+    aspect = math.exp(rng.uniform(*log_ratio))
+    w = int(round(math.sqrt(target * aspect)))
+    h = int(round(math.sqrt(target / aspect)))
+    if 0 < w <= width and 0 < h <= height:
+      left = int(rng.integers(0, width - w + 1))
+      top = int(rng.integers(0, height - h + 1))
+      return left, top, w, h
+  in_ratio = width / height
+  if in_ratio < ratio[0]:
+    w, h = width, int(round(width / ratio[0]))
+  elif in_ratio > ratio[1]:
+    w, h = int(round(height * ratio[1])), height
+  else:
+    w, h = width, height
+  return (width - w) // 2, (height - h) // 2, w, h
+
+
+def normalize(image: Image.Image, *, mean, std) -> np.ndarray:
+  """Pillow image -> float32 ``[H, W, C]`` with ``(x / 255 - mean) / std``."""
+  x = np.asarray(image, dtype=np.float32)
+  if x.ndim == 2:
+    x = x[..., None]
+  x *= 1.0 / 255.0
+  x -= np.asarray(mean, np.float32)
+  x /= np.asarray(std, np.float32)
+  return x
+
+
+def eval_transform(record, *, image_size: int, resize_size: int, channels: int = 3,
+                   mean=IMAGENET_MEAN, std=IMAGENET_STD) -> np.ndarray:
+  """Resize shorter side to ``resize_size``, centre crop ``image_size``, normalise.
+
+  Returns:
+    float32 ``[image_size, image_size, channels]``.
+
+  Raises:
+    ValueError: bad options (``check_options``) or an undecodable record.
+  """
+  check_options(image_size=image_size, resize_size=resize_size, channels=channels, mean=mean,
+                std=std)
+  image = load_image(record, channels=channels, min_shorter_side=resize_size)
+  image = center_crop(resize_shorter(image, resize_size), image_size)
+  return normalize(image, mean=mean, std=std)
+
+
+def train_transform(record, rng: np.random.Generator, *, augmentation: str, image_size: int,
+                    resize_size: int, channels: int = 3, mean=IMAGENET_MEAN,
+                    std=IMAGENET_STD, flip: bool = True, pad: int = 10,
+                    scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)) -> np.ndarray:
+  """One training augmentation (see the module docstring), then normalisation.
+
+  Args:
+    record: uint8 array, encoded bytes or a file path.
+    rng: the example's generator (the only source of randomness).
+    augmentation: one of ``AUGMENTATIONS``.
+    image_size: output side ``S``.
+    resize_size: shorter side before the crop (``'resize_crop'``, ``'none'``).
+    channels: 3 (RGB) or 1 (grey).
+    mean, std: per-channel normalisation (1 or ``channels`` values).
+    flip: horizontal flip with probability 1/2 (off for characters / digits).
+    pad: zero padding of ``'pad_crop'``.
+    scale, ratio: RandomResizedCrop's area fraction and aspect ranges.
+
+  Returns:
+    float32 ``[image_size, image_size, channels]``.
+
+  Raises:
+    ValueError: bad options (``check_options``, a negative ``pad``) or an undecodable record.
+  """
+  check_options(augmentation=augmentation, image_size=image_size, resize_size=resize_size,
+                channels=channels, mean=mean, std=std)
+  if int(pad) < 0:
+    raise ValueError(f"pad must be >= 0, got {pad}.")
+  if augmentation == "none":
+    return eval_transform(record, image_size=image_size, resize_size=resize_size,
+                          channels=channels, mean=mean, std=std)
+  if augmentation == "resize_crop":
+    image = load_image(record, channels=channels, min_shorter_side=resize_size)
+    image = random_crop(resize_shorter(image, resize_size), image_size, rng)
+  elif augmentation == "random_resized_crop":
+    image = load_image(record, channels=channels)
+    left, top, w, h = random_resized_crop_box(*image.size, rng, scale=scale, ratio=ratio)
+    image = image.resize((image_size, image_size), Image.BILINEAR,
+                         box=(left, top, left + w, top + h))
+  elif augmentation == "pad_crop":
+    image = load_image(record, channels=channels, min_shorter_side=image_size)
+    image = center_crop(resize_shorter(image, image_size), image_size)
+    padded = Image.new(image.mode, (image_size + 2 * pad, image_size + 2 * pad))
+    padded.paste(image, (pad, pad))
+    image = random_crop(padded, image_size, rng)
+  else:
+    raise ValueError(f"Unknown augmentation {augmentation!r}; valid: {', '.join(AUGMENTATIONS)}.")
+  if flip and rng.random() < 0.5:
+    image = image.transpose(Image.FLIP_LEFT_RIGHT)
+  return normalize(image, mean=mean, std=std)
