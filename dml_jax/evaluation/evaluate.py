@@ -56,6 +56,10 @@ DEFAULT_KS: dict[str, tuple[int, ...]] = {
     "deepfashion_inshop": (1, 10, 20, 30, 40, 50),
     "omniglot": (1, 2, 4, 8),
     "digits_evenodd": (1, 5, 10),
+    "mnist_evenodd": (1, 5, 10),
+    "flowers102": (1, 2, 4, 8),
+    "hotels": (1, 10, 100),
+    "oxford_flowers102": (1, 2, 4, 8),
 }
 METRIC_GROUPS = ("retrieval", "clustering", "spectral_decay")
 DEFAULT_METRICS = ("retrieval", "clustering")

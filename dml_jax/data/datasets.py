@@ -1,0 +1,52 @@
+"""The dataset registry: ``name -> loader`` returning ``dict[str, Split]``.
+
+* in memory, no download: ``digits_evenodd``, ``digits`` (scikit-learn's 8x8 digits);
+* TFDS ``data_source`` (``tfds_datasets.TFDS_DATASETS``): ``cub``, ``cars196``, ``sop``,
+  ``omniglot``, ``mnist_evenodd``, ``flowers102``;
+* image lists (``image_lists``): ``inshop``, ``image_list`` (CSV/TSV), ``image_folder``,
+  ``hotels``.
+
+Image datasets (``IMAGE_DATASETS``) take the ``ImageOptions`` keywords (``image_size``,
+``resize_size``, ``channels``, ``mean``, ``std``) besides their own options.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+from dml_jax.data import digits, image_lists, tfds_datasets
+from dml_jax.data.digits import Split
+
+DATASETS: dict[str, Callable[..., dict[str, Split]]] = {
+    "digits_evenodd": digits.load_digits_evenodd,
+    "digits": digits.load_digits_split,
+    **{name: functools.partial(tfds_datasets.load_tfds, name)
+       for name in tfds_datasets.TFDS_DATASETS},
+    **image_lists.LOADERS,
+}
+
+IMAGE_DATASETS = frozenset(tfds_datasets.TFDS_DATASETS) | frozenset(image_lists.LOADERS)
+
+
+def load(name: str, **kwargs) -> dict[str, Split]:
+  """Loads the dataset ``name`` from ``DATASETS``: ``DATASETS[name](**kwargs)``.
+
+  Raises:
+    ValueError: ``name`` is not registered (the message lists the valid names), or an
+      option the loader does not take (naming it and the loader's options).
+  """
+  if name not in DATASETS:
+    raise ValueError(f"Unknown dataset {name!r}; valid names: {', '.join(sorted(DATASETS))}.")
+  loader = DATASETS[name]
+  try:
+    bound = _signature(loader).bind(**kwargs)
+  except TypeError as e:
+    raise ValueError(f"Dataset {name!r} got bad options {sorted(kwargs)}: {e}. Its options: "
+                     f"{', '.join(_signature(loader).parameters)}.") from None
+  return loader(*bound.args, **bound.kwargs)
+
+
+def _signature(loader):
+  import inspect  # pylint: disable=import-outside-toplevel
+  return inspect.signature(loader)
