@@ -12,6 +12,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.seed = 0
   c.num_devices = 0              # data-parallel devices (0 = all local devices)
   c.num_train_steps = 1000
+  c.num_epochs = 0                # > 0: train this many sampler epochs (overrides num_train_steps)
   c.batch_size = 128              # global batch
   c.log_every_steps = 50
   c.checkpoint_every_steps = 500
@@ -24,7 +25,18 @@ def get_config() -> ml_collections.ConfigDict:
   c.data.options = ml_collections.ConfigDict()   # keyword arguments of the dataset loader
   c.data.group_size = 8           # n examples per class in a batch
   c.data.small_class = "replace"  # class with < n examples: 'replace' | 'all' | 'skip'
-  c.data.image_size = 0           # 0: the dataset's native size
+  c.data.image_size = 0           # image datasets: crop side (224); 0 for the in-memory digits
+  c.data.resize_size = 0          # shorter side before the crop; 0: image_size * 8/7 (256)
+  c.data.channels = 3             # 3 (RGB) or 1 (grey) model input channels
+  c.data.mean = (0.485, 0.456, 0.406)   # normalisation (x/255 - mean)/std: ImageNet
+  c.data.std = (0.229, 0.224, 0.225)
+  # 'none' | 'resize_crop' (EPHN) | 'random_resized_crop' (MS/DRO) | 'pad_crop' (characters)
+  c.data.augmentation = "none"
+  c.data.flip = True              # random horizontal flip in training augmentation
+  c.data.pad = 10                 # 'pad_crop' padding
+  c.data.num_threads = 8          # decoding threads (per worker process)
+  c.data.num_workers = 0          # grain worker processes (0: threads of the trainer only)
+  c.data.prefetch = 2             # batches decoded ahead
   c.data.label_noise = 0.0        # rate p of uniform label noise on the train split (eq. 6)
   c.data.clean_fraction = 1.0     # < 1: the clean 'topline', a random subset of the train split
   c.data.noise_seed = 0           # seed of the label noise / the clean subset (not c.seed)
@@ -45,12 +57,13 @@ def get_config() -> ml_collections.ConfigDict:
   c.loss.name = "nca"
 
   c.optimizer = ml_collections.ConfigDict()
-  c.optimizer.name = "adam"       # 'adam' | 'sgd' (with momentum)
+  c.optimizer.name = "adam"       # 'adam' | 'sgd' (with momentum) | 'rmsprop'
   c.optimizer.learning_rate = 1e-3
   c.optimizer.momentum = 0.9      # sgd only
   c.optimizer.weight_decay = 0.0  # decoupled (adamw) for adam, L2 added to gradients for sgd
   c.optimizer.schedule = "constant"   # 'constant' | 'step' | 'cosine'
   c.optimizer.decay_steps = (0,)  # 'step': multiply the rate by decay_factor at these steps
+  c.optimizer.decay_epochs = ()   # 'step': also decay at these epochs (papers: (20, 30))
   c.optimizer.decay_factor = 0.1
   c.optimizer.warmup_steps = 0
   c.optimizer.objective_learning_rate = 0.0   # objective parameters (beta, proxies); 0: same

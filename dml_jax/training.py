@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import json
 import os
 import time
@@ -32,6 +33,7 @@ from dml_jax import checkpointing
 from dml_jax import data as data_lib
 from dml_jax import models
 from dml_jax.data import noise as noise_lib
+from dml_jax.data import pipeline
 from dml_jax import objectives
 from dml_jax import parallel
 from dml_jax.evaluation import evaluate as evaluate_lib
@@ -55,6 +57,18 @@ ADDED_CONFIG_KEYS = {
     "optimizer.backbone_learning_rate": 0.0,
     "optimizer.head_learning_rate": 0.0,
     "scatter_every_steps": 0,
+    "num_epochs": 0,
+    "data.resize_size": 0,
+    "data.channels": 3,
+    "data.mean": (0.485, 0.456, 0.406),
+    "data.std": (0.229, 0.224, 0.225),
+    "data.augmentation": "none",
+    "data.flip": True,
+    "data.pad": 10,
+    "data.num_threads": 8,
+    "data.num_workers": 0,
+    "data.prefetch": 2,
+    "optimizer.decay_epochs": (),
 }
 
 
@@ -102,10 +116,16 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     raise ValueError(
         f"config.data.label_noise={config.data.label_noise} and config.data.clean_fraction="
         f"{config.data.clean_fraction}: the clean topline is a separate run; set one of them.")
-  if config.data.image_size:
-    raise NotImplementedError(
-        f"config.data.image_size={config.data.image_size}: resizing is not implemented for "
-        "the embedded digits data yet; use 0 (native 8x8).")
+  if config.data.name in data_lib.IMAGE_DATASETS:
+    if config.data.image_size <= 0:
+      raise ValueError(f"config.data.image_size must be > 0 for the image dataset "
+                       f"{config.data.name!r} (e.g. 224), got {config.data.image_size}.")
+  elif config.data.image_size:
+    raise ValueError(
+        f"config.data.image_size={config.data.image_size}: the in-memory dataset "
+        f"{config.data.name!r} has a fixed size; use 0 (its native size).")
+  if config.num_epochs < 0:
+    raise ValueError(f"config.num_epochs must be >= 0, got {config.num_epochs}.")
   if config.model.pretrained and not os.path.exists(config.model.pretrained):
     raise FileNotFoundError(
         f"config.model.pretrained={config.model.pretrained!r} does not exist. Convert "
@@ -133,7 +153,7 @@ def prepare_train_split(train, *, label_noise: float, clean_fraction: float, see
     if len(kept) != train.num_classes:
       raise ValueError(f"config.data.clean_fraction={clean_fraction} leaves only {len(kept)} "
                        f"of {train.num_classes} training classes; use a larger fraction.")
-    return data_lib.Split(images=train.images[idx], labels=train.labels[idx],
+    return data_lib.Split(images=data_lib.take(train.images, idx), labels=train.labels[idx],
                           label_sets={k: v[idx] for k, v in train.label_sets.items()},
                           name=f"{train.name} (clean {clean_fraction:.2f})")
   return train
@@ -163,18 +183,27 @@ def learning_rate_schedule(*, learning_rate: float, schedule: str, num_train_ste
 
 
 def make_optimizer(opt: ml_collections.ConfigDict, *, num_train_steps: int,
-                   model_params=None) -> tuple[optax.GradientTransformation, optax.Schedule]:
+                   model_params=None, steps_per_epoch: int = 0,
+                   ) -> tuple[optax.GradientTransformation, optax.Schedule]:
   """The optax transformation for ``{'model': ..., 'objective': ...}`` parameter trees.
 
   Objective parameters (margin beta, proxies) get ``objective_learning_rate`` through
   ``optax.multi_transform``. When ``backbone_learning_rate`` or ``head_learning_rate`` is set,
   the model's parameters are split by ``models.param_labels(model_params)`` into backbone and
-  embedding head, each with its own rate. A rate of 0 means ``learning_rate``.
+  embedding head, each with its own rate. A rate of 0 means ``learning_rate``. The 'step'
+  schedule decays at ``decay_steps`` and at ``decay_epochs * steps_per_epoch`` (the papers'
+  "divide by 10 after epochs 20 and 30").
   """
+  decay_epochs = tuple(opt.get("decay_epochs", ()))
+  if decay_epochs and steps_per_epoch <= 0:
+    raise ValueError(f"optimizer.decay_epochs={decay_epochs} needs steps_per_epoch > 0.")
+  decay_steps = tuple(d for d in opt.decay_steps if d) + tuple(
+      int(round(e * steps_per_epoch)) for e in decay_epochs)
+
   def one(learning_rate):
     sched = learning_rate_schedule(
         learning_rate=learning_rate, schedule=opt.schedule, num_train_steps=num_train_steps,
-        decay_steps=tuple(opt.decay_steps), decay_factor=opt.decay_factor,
+        decay_steps=tuple(sorted(decay_steps)), decay_factor=opt.decay_factor,
         warmup_steps=opt.warmup_steps)
     if opt.name == "adam":
       if opt.weight_decay:
@@ -185,7 +214,12 @@ def make_optimizer(opt: ml_collections.ConfigDict, *, num_train_steps: int,
       if opt.weight_decay:
         tx = optax.chain(optax.add_decayed_weights(opt.weight_decay), tx)
       return tx, sched
-    raise ValueError(f"Unknown optimizer.name {opt.name!r}; allowed: adam, sgd.")
+    if opt.name == "rmsprop":  # the label-noise paper
+      tx = optax.rmsprop(sched, momentum=opt.momentum or None)
+      if opt.weight_decay:
+        tx = optax.chain(optax.add_decayed_weights(opt.weight_decay), tx)
+      return tx, sched
+    raise ValueError(f"Unknown optimizer.name {opt.name!r}; allowed: adam, sgd, rmsprop.")
 
   model_tx, sched = one(opt.learning_rate)
   transforms = {"model": model_tx,
@@ -217,6 +251,7 @@ class Setup:
   schedule: optax.Schedule
   init_state: dict
   mesh: jax.sharding.Mesh
+  num_train_steps: int
 
 
 def model_options(model: ml_collections.ConfigDict) -> dict:
@@ -232,12 +267,45 @@ def model_options(model: ml_collections.ConfigDict) -> dict:
   return options
 
 
+def input_options(model_name: str, image_shape) -> dict:
+  """``image_size`` / ``in_channels`` for models whose layers depend on the input shape (the
+  small CNN's dense layer), from the train images ``[N, H, W, C]``."""
+  if model_name not in models.MODELS:
+    return {}
+  params = inspect.signature(models.MODELS[model_name].__init__).parameters
+  options = {}
+  if "image_size" in params:
+    options["image_size"] = tuple(int(d) for d in image_shape[1:3])
+  if "in_channels" in params:
+    options["in_channels"] = int(image_shape[3])
+  return options
+
+
+def dataset_options(data: ml_collections.ConfigDict) -> dict:
+  """Keyword arguments of the dataset loader: ``data.options`` plus, for image datasets, the
+  ``ImageOptions`` keys (``resize_size`` 0 means ``round(image_size * 8 / 7)``, 256 for 224)."""
+  options = data.options.to_dict()
+  if data.name in data_lib.IMAGE_DATASETS:
+    options.update(image_size=data.image_size,
+                   resize_size=data.resize_size or round(data.image_size * 8 / 7),
+                   channels=data.channels, mean=tuple(data.mean), std=tuple(data.std))
+  return options
+
+
+def resolve_num_train_steps(config: ml_collections.ConfigDict, steps_per_epoch: int) -> int:
+  """``num_epochs * steps_per_epoch`` when ``config.num_epochs > 0``, else
+  ``config.num_train_steps``."""
+  if config.num_epochs:
+    return int(config.num_epochs) * int(steps_per_epoch)
+  return int(config.num_train_steps)
+
+
 def build(config: ml_collections.ConfigDict) -> Setup:
   """Loads data, builds the model, objective and optimizer, and the initial train state."""
   validate_config(config)
   mesh = parallel.make_mesh(config.num_devices)
   parallel.check_batch_size(config.batch_size, mesh)
-  splits = dict(data_lib.load(config.data.name, **config.data.options.to_dict()))
+  splits = dict(data_lib.load(config.data.name, **dataset_options(config.data)))
   splits["train"] = prepare_train_split(
       splits["train"], label_noise=config.data.label_noise,
       clean_fraction=config.data.clean_fraction, seed=config.data.noise_seed)
@@ -252,7 +320,8 @@ def build(config: ml_collections.ConfigDict) -> Setup:
   model_key, objective_key = jax.random.split(key)
   model = models.make(config.model.name, embedding_dim=config.model.embedding_dim,
                       normalize=config.model.normalize, rngs=nnx.Rngs(params=model_key),
-                      **model_options(config.model))
+                      **model_options(config.model), **input_options(config.model.name,
+                                                                     train.images.shape))
   if config.model.pretrained:
     models.load_pretrained(model, config.model.pretrained)
   model.train()
@@ -263,8 +332,9 @@ def build(config: ml_collections.ConfigDict) -> Setup:
   num_classes = int(np.max(train.labels)) + 1
   objective_params = objective.init(objective_key, num_classes=num_classes,
                                     dim=config.model.embedding_dim)
-  tx, schedule = make_optimizer(config.optimizer, num_train_steps=config.num_train_steps,
-                                model_params=params)
+  num_train_steps = resolve_num_train_steps(config, sampler.steps_per_epoch)
+  tx, schedule = make_optimizer(config.optimizer, num_train_steps=num_train_steps,
+                                model_params=params, steps_per_epoch=sampler.steps_per_epoch)
   trainable = {"model": params, "objective": objective_params}
   init_state = parallel.replicate(mesh, {
       "step": jnp.zeros((), jnp.int32),
@@ -276,7 +346,7 @@ def build(config: ml_collections.ConfigDict) -> Setup:
   return Setup(config=config, splits=splits, sampler=sampler, objective=objective,
                train_graphdef=train_graphdef if not config.model.freeze_bn else eval_graphdef,
                eval_graphdef=eval_graphdef, tx=tx, schedule=schedule, init_state=init_state,
-               mesh=mesh)
+               mesh=mesh, num_train_steps=num_train_steps)
 
 
 def make_train_step(setup: Setup) -> Callable:
@@ -428,15 +498,20 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   train_step = make_train_step(setup)
   embed_fn = make_embed_fn(setup)
   train = setup.splits["train"]
-  total = config.num_train_steps
+  total = setup.num_train_steps
   local_rows = parallel.process_slice(config.batch_size)
+  batches = pipeline.train_batches(
+      train.images, train.labels, setup.sampler, seed=config.seed, start_step=start,
+      num_steps=total, rows=local_rows, augmentation=config.data.augmentation,
+      flip=config.data.flip, pad=config.data.pad, num_threads=config.data.num_threads,
+      num_workers=config.data.num_workers, prefetch=config.data.prefetch)
   bar = tqdm.tqdm(total=total, initial=start, unit="step", dynamic_ncols=True,
                   mininterval=0.5, disable=not (show_progress and is_main_process()))
   window_t, window_n = time.perf_counter(), 0
   history = []
-  for step in range(start + 1, total + 1):
-    idx = setup.sampler.batch_indices(step - 1)[local_rows]
-    images, labels = parallel.global_batch(setup.mesh, train.images[idx], train.labels[idx],
+  for batch_step, local_images, local_labels in batches:
+    step = batch_step + 1
+    images, labels = parallel.global_batch(setup.mesh, local_images, local_labels,
                                            batch_size=config.batch_size)
     state, metrics = train_step(state, images, labels, step_key(config.seed, step))
     metrics = jax.device_get(metrics)

@@ -69,3 +69,82 @@ def objective_value_and_grad(name, argnums=1, **hparams):
     obj = objectives.make(name, **hparams)
     _COMPILED[key] = jax.jit(jax.value_and_grad(obj.apply, argnums=argnums, has_aux=True))
   return _COMPILED[key]
+
+
+# ------------------------------------------------------------------ image datasets (mocked)
+
+SOP_MOCK_CLASSES = 8
+
+
+def mock_tfds(num_examples=96):
+  """``tfds.testing.mock_data`` for our TFDS builders: TFDS's random examples, except for
+  Stanford Online Products, whose random ``class_id`` over 22,634 classes would leave every
+  mock class a singleton; there the examples get ``class_id = i % 8`` (same features)."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+
+  class FewClasses:
+    """The SOP mock source with few classes (a picklable random-access sequence)."""
+
+    def __init__(self, split):
+      self.offset = 0 if split == "train" else 1000
+
+    def __len__(self):
+      return num_examples
+
+    def __getitem__(self, i):
+      rng = np.random.default_rng(i + self.offset)
+      return {"image": rng.integers(0, 256, (20 + i % 7, 24, 3), dtype=np.uint8),
+              "class_id": np.int64(self.offset + i % SOP_MOCK_CLASSES),
+              "super_class_id": np.int64(i % 3), "super_class_id/num": np.int64(3)}
+
+  return _MockTfds(num_examples, FewClasses)
+
+
+class _MockTfds:
+  """Context manager: TFDS's mock for every builder, SOP's replaced (see ``mock_tfds``)."""
+
+  def __init__(self, num_examples, sop_source):
+    self.num_examples, self.sop_source = num_examples, sop_source
+
+  def __enter__(self):
+    import contextlib  # pylint: disable=import-outside-toplevel
+    from unittest import mock  # pylint: disable=import-outside-toplevel
+    import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+    self.stack = contextlib.ExitStack()
+    self.stack.enter_context(tfds.testing.mock_data(num_examples=self.num_examples))
+    real = tfds.data_source
+    sop = self.sop_source
+
+    def data_source(name, *args, **kwargs):
+      if name == "stanford_online_products":
+        return sop(kwargs.get("split"))
+      return real(name, *args, **kwargs)
+
+    self.stack.enter_context(mock.patch.object(tfds, "data_source", data_source))
+    return self
+
+  def __exit__(self, *exc):
+    return self.stack.__exit__(*exc)
+
+
+def write_inshop_dataset(root, *, items=6, per_item=4, size=(20, 16)):
+  """A tiny In-Shop layout under ``root``: ``img/...`` JPEGs and ``list_eval_partition.txt``
+  with ``items`` train items and ``items`` query/gallery items (half of each item's images
+  in the query, half in the gallery)."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  from PIL import Image  # pylint: disable=import-outside-toplevel
+  lines = []
+  rng = np.random.default_rng(0)
+  for item in range(2 * items):
+    status_of = (lambda k: "train") if item < items else (
+        lambda k: "query" if k % 2 == 0 else "gallery")
+    for k in range(per_item):
+      rel = f"img/MEN/Tees/id_{item:08d}/{k:02d}_front.jpg"
+      path = os.path.join(root, rel)
+      os.makedirs(os.path.dirname(path), exist_ok=True)
+      pixels = rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+      Image.fromarray(pixels).save(path)
+      lines.append(f"{rel} id_{item:08d} {status_of(k)}")
+  with open(os.path.join(root, "list_eval_partition.txt"), "w") as f:
+    f.write(f"{len(lines)}\nimage_name item_id evaluation_status\n" + "\n".join(lines) + "\n")
+  return root

@@ -1,0 +1,134 @@
+"""The training input pipeline: sampler -> decode + augment -> batches (grain).
+
+``train_batches`` turns the n-per-class sampler's index batches into augmented float
+batches. It is a grain ``MapDataset`` over *examples* ``j = step * b + k`` (``b`` rows of the
+batch that this process loads, ``k`` the row), mapped by a picklable function and batched
+back to steps, so:
+
+* example ``(step, row)`` is augmented with ``numpy.random.default_rng([seed, step, row])``
+  (``row`` = the row in the *global* batch): batches do not depend on the number of threads,
+  worker processes or hosts, and a resumed run (``start_step > 0``) gets exactly the batches
+  of an uninterrupted one;
+* on a multi-host run each process passes its ``rows`` (``parallel.process_slice``) and
+  decodes only its share of every global batch;
+* decoding runs in ``num_threads`` threads of this process (Pillow releases the GIL) or, with
+  ``num_workers > 0``, in grain worker processes (``mp_prefetch``), each with its own threads.
+
+In-memory datasets (numpy image arrays, e.g. the embedded digits) skip grain: rows are
+gathered directly and ``augmentation`` must be ``'none'``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from dml_jax.data import augment
+from dml_jax.data.images import LazyImages
+
+
+def example_rng(seed: int, step: int, row: int) -> np.random.Generator:
+  """The generator of the augmentation of global batch row ``row`` at ``step``."""
+  return np.random.default_rng([int(seed), int(step), int(row)])
+
+
+class _Example:
+  """Picklable ``j -> {'step', 'image' [S, S, C], 'label'}`` for grain workers."""
+
+  def __init__(self, images: LazyImages, labels: np.ndarray, sampler, *, rows: range,
+               seed: int, augmentation: str, transform_kwargs: dict):
+    self.images, self.labels, self.sampler = images, labels, sampler
+    self.rows, self.seed = rows, seed
+    self.augmentation, self.transform_kwargs = augmentation, transform_kwargs
+
+  def __call__(self, j: int) -> dict:
+    b = len(self.rows)
+    step, k = divmod(int(j), b)
+    row = self.rows[k]
+    i = int(self.sampler.batch_indices(step)[row])
+    image = self.images.options.train_transform(
+        self.images.record(i), example_rng(self.seed, step, row),
+        augmentation=self.augmentation, **self.transform_kwargs)
+    return {"step": np.int64(step), "image": image, "label": np.int32(self.labels[i])}
+
+
+def _rows(rows: slice, batch_size: int) -> range:
+  rows = range(batch_size)[rows]
+  if len(rows) == 0:
+    raise ValueError(f"rows {rows} select no row of a batch of {batch_size}.")
+  return rows
+
+
+def train_batches(images, labels, sampler, *, seed: int, start_step: int, num_steps: int,
+                  rows: slice = slice(None), augmentation: str = "none", flip: bool = True,
+                  pad: int = 10, num_threads: int = 8, num_workers: int = 0,
+                  prefetch: int = 2) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+  """Yields ``(step, images [b, S, S, C] float32, labels [b] int32)`` for
+  ``step = start_step .. num_steps - 1`` (0-based; the train loop's step ``s + 1`` uses the
+  batch of ``s``).
+
+  Args:
+    images: ``LazyImages`` (decoded + augmented here) or an in-memory array ``[N, H, W, C]``.
+    labels: int ``[N]`` training labels (after label noise).
+    sampler: an object with ``batch_indices(step) -> int [B]`` and ``batch_size``
+      (``samplers.NPerClassSampler``).
+    seed: the augmentation seed.
+    start_step, num_steps: the steps to produce.
+    rows: the rows of each global batch this process loads (``b = len(rows)``).
+    augmentation: ``augment.AUGMENTATIONS`` (``'none'`` for in-memory arrays).
+    flip, pad: passed to ``augment.train_transform``.
+    num_threads: decoding threads (per worker process when ``num_workers > 0``).
+    num_workers: grain worker processes (0: threads of this process only).
+    prefetch: batches prepared ahead.
+
+  Raises:
+    ValueError: an unknown augmentation, an augmentation on in-memory arrays, bad counts.
+  """
+  if augmentation not in augment.AUGMENTATIONS:
+    raise ValueError(f"Unknown augmentation {augmentation!r}; valid: "
+                     f"{', '.join(augment.AUGMENTATIONS)}.")
+  if num_workers < 0 or num_threads < 1 or prefetch < 0:
+    raise ValueError(f"num_workers must be >= 0, num_threads >= 1 and prefetch >= 0, got "
+                     f"{num_workers}, {num_threads}, {prefetch}.")
+  labels = np.asarray(labels)
+  row_range = _rows(rows, sampler.batch_size)
+  if not isinstance(images, LazyImages):
+    if augmentation != "none":
+      raise ValueError(f"augmentation={augmentation!r} needs an image dataset (LazyImages); "
+                       "in-memory arrays (the digits) only support augmentation='none'.")
+    return _array_batches(images, labels, sampler, start_step, num_steps, rows)
+  return _grain_batches(images, labels, sampler, row_range, seed=seed, start_step=start_step,
+                        num_steps=num_steps, augmentation=augmentation,
+                        transform_kwargs={"flip": flip, "pad": pad}, num_threads=num_threads,
+                        num_workers=num_workers, prefetch=prefetch)
+
+
+def _array_batches(images, labels, sampler, start_step, num_steps, rows):
+  for step in range(start_step, num_steps):
+    idx = sampler.batch_indices(step)[rows]
+    yield step, images[idx], labels[idx]
+
+
+def _grain_batches(images, labels, sampler, rows, *, seed, start_step, num_steps,
+                   augmentation, transform_kwargs, num_threads, num_workers, prefetch):
+  import grain  # pylint: disable=import-outside-toplevel
+  b = len(rows)
+  if num_steps <= start_step:
+    return
+  fn = _Example(images, labels, sampler, rows=rows, seed=seed, augmentation=augmentation,
+                transform_kwargs=transform_kwargs)
+  ds = grain.MapDataset.range(start_step * b, num_steps * b).map(fn).batch(b)
+  ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads,
+                                            prefetch_buffer_size=max(1, prefetch) * b))
+  if num_workers > 0:
+    from absl import flags  # pylint: disable=import-outside-toplevel
+    if not flags.FLAGS.is_parsed():  # grain reads its absl flags; outside absl.app (notebooks,
+      flags.FLAGS.mark_as_parsed()   # tests) they would be unparsed
+    ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers,
+                                                     per_worker_buffer_size=max(1, prefetch)))
+  for batch in ds:
+    steps = batch["step"]
+    if not np.all(steps == steps[0]):
+      raise RuntimeError(f"A batch mixes steps {np.unique(steps)}; this is a bug.")
+    yield int(steps[0]), batch["image"], batch["label"]

@@ -1,0 +1,129 @@
+"""The training input pipeline: batch composition, determinism, resumption, per-process rows,
+threads and worker processes, on image files and on mocked TFDS data."""
+
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+
+from dml_jax import data
+from dml_jax.data import augment, pipeline
+from dml_jax.data.images import ImageOptions, LazyImages
+from dml_test_support import write_inshop_dataset
+
+OPTIONS = ImageOptions(image_size=12, resize_size=14)
+
+
+@pytest.fixture(scope="module")
+def inshop_train(tmp_path_factory):
+  root = write_inshop_dataset(str(tmp_path_factory.mktemp("inshop")), items=6, per_item=4)
+  return data.load("inshop", root=root, image_size=12, resize_size=14)["train"]
+
+
+def batches(split, sampler, *, start=0, steps=3, **kwargs):
+  kwargs.setdefault("augmentation", "resize_crop")
+  return list(pipeline.train_batches(split.images, split.labels, sampler, seed=3,
+                                     start_step=start, num_steps=steps, **kwargs))
+
+
+def make_sampler(split, batch_size=8, group_size=4):
+  return data.NPerClassSampler(split.labels, batch_size=batch_size, group_size=group_size,
+                               seed=0)
+
+
+def test_batches_follow_the_sampler_and_the_augmentation(inshop_train):
+  sampler = make_sampler(inshop_train)
+  out = batches(inshop_train, sampler, steps=2)
+  assert [s for s, _, _ in out] == [0, 1]
+  for step, images, labels in out:
+    idx = sampler.batch_indices(step)
+    np.testing.assert_array_equal(labels, inshop_train.labels[idx])
+    assert images.shape == (8, 12, 12, 3) and images.dtype == np.float32
+    # Row k is the augmentation of record idx[k] with the generator of (seed, step, k).
+    for k in (0, 5):
+      expected = OPTIONS.train_transform(inshop_train.images.record(idx[k]),
+                                         pipeline.example_rng(3, step, k),
+                                         augmentation="resize_crop")
+      np.testing.assert_array_equal(images[k], expected)
+    # Group composition: 2 classes x 4 consecutive rows each.
+    assert len(np.unique(labels)) == 2
+    assert all(len(set(labels[g * 4:(g + 1) * 4])) == 1 for g in range(2))
+
+
+def test_same_batches_for_any_thread_count_and_after_resuming(inshop_train):
+  sampler = make_sampler(inshop_train)
+  full = batches(inshop_train, sampler, steps=4, num_threads=4)
+  single = batches(inshop_train, sampler, steps=4, num_threads=1)
+  resumed = batches(inshop_train, sampler, start=2, steps=4, num_threads=2)
+  for (s1, x1, y1), (s2, x2, y2) in zip(full, single):
+    assert s1 == s2
+    np.testing.assert_array_equal(x1, x2)
+    np.testing.assert_array_equal(y1, y2)
+  for (s1, x1, _), (s2, x2, _) in zip(full[2:], resumed):
+    assert s1 == s2
+    np.testing.assert_array_equal(x1, x2)
+
+
+def test_process_rows_partition_the_global_batch(inshop_train):
+  """Multi-host: each process decodes its rows; together they are the global batch."""
+  sampler = make_sampler(inshop_train)
+  full = batches(inshop_train, sampler, steps=2)
+  halves = [batches(inshop_train, sampler, steps=2, rows=slice(0, 4)),
+            batches(inshop_train, sampler, steps=2, rows=slice(4, 8))]
+  for step in range(2):
+    np.testing.assert_array_equal(
+        np.concatenate([halves[0][step][1], halves[1][step][1]]), full[step][1])
+    np.testing.assert_array_equal(
+        np.concatenate([halves[0][step][2], halves[1][step][2]]), full[step][2])
+
+
+def test_different_seeds_and_steps_augment_differently(inshop_train):
+  sampler = make_sampler(inshop_train)
+  a = pipeline.train_batches(inshop_train.images, inshop_train.labels, sampler, seed=1,
+                             start_step=0, num_steps=1, augmentation="random_resized_crop")
+  b = pipeline.train_batches(inshop_train.images, inshop_train.labels, sampler, seed=2,
+                             start_step=0, num_steps=1, augmentation="random_resized_crop")
+  assert not np.array_equal(next(iter(a))[1], next(iter(b))[1])
+
+
+@pytest.mark.slow
+def test_worker_processes_give_the_same_batches(inshop_train):
+  sampler = make_sampler(inshop_train)
+  threads = batches(inshop_train, sampler, steps=3)
+  workers = batches(inshop_train, sampler, steps=3, num_workers=2)
+  assert [s for s, _, _ in workers] == [0, 1, 2]
+  for (_, x1, y1), (_, x2, y2) in zip(threads, workers):
+    np.testing.assert_array_equal(x1, x2)
+    np.testing.assert_array_equal(y1, y2)
+
+
+def test_mocked_tfds_dataset_through_the_pipeline():
+  with tfds.testing.mock_data(num_examples=64):
+    train = data.load("cub", image_size=16, resize_size=18)["train"]
+    sampler = data.NPerClassSampler(train.labels, batch_size=8, group_size=2, seed=0)
+    (step, images, labels), = batches(train, sampler, steps=1)
+  assert step == 0 and images.shape == (8, 16, 16, 3)
+  np.testing.assert_array_equal(labels, train.labels[sampler.batch_indices(0)])
+
+
+def test_in_memory_arrays_are_gathered_without_augmentation():
+  train = data.load("digits_evenodd")["train"]
+  sampler = data.NPerClassSampler(train.labels, batch_size=8, group_size=4, seed=0)
+  (_, images, labels), = batches(train, sampler, steps=1, augmentation="none")
+  np.testing.assert_array_equal(images, train.images[sampler.batch_indices(0)])
+  with pytest.raises(ValueError, match="in-memory arrays.*'none'"):
+    batches(train, sampler, steps=1, augmentation="resize_crop")
+
+
+def test_bad_pipeline_arguments(inshop_train):
+  sampler = make_sampler(inshop_train)
+  with pytest.raises(ValueError, match="Unknown augmentation 'crop'"):
+    batches(inshop_train, sampler, augmentation="crop")
+  with pytest.raises(ValueError, match="num_workers"):
+    batches(inshop_train, sampler, num_workers=-1)
+  with pytest.raises(ValueError, match="select no row"):
+    batches(inshop_train, sampler, rows=slice(8, 8))
+
+
+def test_lazy_images_view_is_used_by_augment(inshop_train):
+  assert isinstance(inshop_train.images, LazyImages)
+  assert augment.decode(inshop_train.images.record(0)).shape == (16, 20, 3)
