@@ -10,7 +10,8 @@ from dml_jax import objectives
 from dml_test_support import ROOT
 
 CONFIGS = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "configs", "*.py"))
-                 if not os.path.basename(p).startswith("_") and not p.endswith("default.py"))
+                 if not os.path.basename(p).startswith("_")
+                 and os.path.basename(p) not in ("default.py", "recipes.py"))
 SCHEMA = ("seed", "num_train_steps", "batch_size", "log_every_steps", "checkpoint_every_steps",
           "eval_every_steps", "data.name", "data.group_size", "data.image_size",
           "data.label_noise", "data.clean_fraction", "model.name", "model.embedding_dim",

@@ -1,0 +1,22 @@
+r"""EPHN paper, Table 2 row "EPSHN (512)", CUB-200-2011: R@1 64.9, R@2 75.3, R@4 83.5 (reported).
+
+Easy positive + semi-hard negative (the most similar negative less similar than the
+positive; anchors without one are dropped), 1st-order NCA loss with temperature 0.1;
+ResNet-50 (ImageNet), 512-D, batch 128 with n = 16, SGD learning rate 0.0001 (the EPHN
+paper's CUB rate) divided by 10 after epochs 20 and 30, 40 epochs.
+
+  python train.py --config=configs/cub_epshn.py --workdir=runs/cub_epshn
+  python train.py --config=configs/cub_epshn.py:smoke --workdir=/tmp/smoke
+"""
+
+from configs import default
+from configs import recipes
+
+
+def get_config(arg: str = ""):
+  c = default.get_config()
+  recipes.dataset(c, "cub")
+  recipes.ephn(c, learning_rate=1e-4, group_size=16)
+  c.loss.name = "nca"
+  c.loss.negative = "semihard"
+  return recipes.finish(c, arg)

@@ -1,0 +1,26 @@
+r"""Label-noise paper, Fig. 2 (c) (and the topline ratio (d)): Recall@1 against the label-noise
+rate p; the paper reports this only as a figure.
+
+CUB-200-2011 (classes 0-99 train / 100-199 test; the paper states no split); the marginal
+loss with beta = 1.4 fixed and alpha = 0.2, random semi-hard negatives; ResNet-34, RMSProp,
+batches of 60 = 12 classes x 5. Label noise (eq. 6) is set by data.label_noise (applied
+once, seed data.noise_seed, clean labels kept as label set 'clean'); the topline trains on a
+clean 1 - p fraction (data.clean_fraction).
+
+  python train.py --config=configs/cub_noise_margin.py --workdir=runs/cub_noise_margin
+  python train.py --config=configs/cub_noise_margin.py:smoke --workdir=/tmp/smoke
+  python -m dml_jax.experiments sweep --config=configs/cub_noise_margin.py \
+      --grid='data.label_noise+data.clean_fraction=0.0+1.0,0.2+1.0,0.4+1.0,0.6+1.0,0.0+0.8,0.0+0.6,0.0+0.4' \
+      --workdir=runs/cub_noise_margin
+"""
+
+from configs import default
+from configs import recipes
+
+
+def get_config(arg: str = ""):
+  c = default.get_config()
+  recipes.dataset(c, "cub")
+  recipes.label_noise(c)
+  recipes.noise_loss(c, "margin")
+  return recipes.finish(c, arg)
