@@ -133,6 +133,31 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         f"{config.model.name} --torch_checkpoint <file.pth> --output {config.model.pretrained}")
 
 
+TRAIN_LABELS_FILE = "train_labels.npz"
+
+
+def write_train_labels(train, data: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Records the training labels of a label-noise or clean-topline run in ``workdir``:
+  ``train_labels.npz`` (``labels`` used for training, and ``clean`` labels with noise) and a
+  summary in ``train_labels.json`` (rate asked, fraction actually flipped, sizes). Noise is
+  applied once per run (seed ``data.noise_seed``), so a resumed run recomputes the same
+  labels; the file lets a user check that. Returns the summary (``{}`` for clean runs)."""
+  if not (data.label_noise or data.clean_fraction != 1.0) or not is_main_process():
+    return {}
+  arrays = {"labels": np.asarray(train.labels)}
+  summary = {"label_noise": float(data.label_noise), "clean_fraction": float(data.clean_fraction),
+             "noise_seed": int(data.noise_seed), "num_examples": int(len(train.labels)),
+             "num_classes": int(train.num_classes)}
+  if "clean" in train.label_sets:
+    arrays["clean"] = np.asarray(train.label_sets["clean"])
+    summary["flipped_fraction"] = float(np.mean(arrays["clean"] != arrays["labels"]))
+  os.makedirs(workdir, exist_ok=True)
+  np.savez(os.path.join(workdir, TRAIN_LABELS_FILE), **arrays)
+  with open(os.path.join(workdir, TRAIN_LABELS_FILE.replace(".npz", ".json")), "w") as f:
+    json.dump(summary, f, indent=2)
+  return summary
+
+
 def prepare_train_split(train, *, label_noise: float, clean_fraction: float, seed: int):
   """Applies the label-noise paper's training-set options to the train ``Split``.
 
@@ -485,6 +510,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   """
   setup = build(config)
   write_workdir_config(config, workdir)
+  write_train_labels(setup.splits["train"], config.data, workdir)
   manager = checkpointing.make_manager(workdir, max_to_keep=config.max_checkpoints_to_keep)
   state = setup.init_state
   restored = checkpointing.restore(manager, state)

@@ -178,6 +178,20 @@ def test_label_noise_and_clean_topline_change_only_the_train_split():
                                              "data.clean_fraction": 0.8}))
 
 
+def test_noisy_labels_are_recorded_in_the_workdir(tmp_path):
+  config = small_config(**{"data.label_noise": 0.4, "data.noise_seed": 3})
+  train = training.build(config).splits["train"]
+  summary = training.write_train_labels(train, config.data, str(tmp_path))
+  saved = np.load(tmp_path / training.TRAIN_LABELS_FILE)
+  np.testing.assert_array_equal(saved["labels"], train.labels)
+  np.testing.assert_array_equal(saved["clean"], train.label_sets["clean"])
+  with open(tmp_path / "train_labels.json") as f:
+    assert json.load(f) == summary
+  assert summary["flipped_fraction"] == pytest.approx(np.mean(saved["labels"] != saved["clean"]))
+  assert (summary["label_noise"], summary["noise_seed"]) == (0.4, 3)
+  assert training.write_train_labels(train, small_config().data, str(tmp_path / "clean")) == {}
+
+
 def _one_step_change(config):
   setup = training.build(config)
   step = training.make_train_step(setup)
