@@ -292,8 +292,8 @@ def sweep(config: ml_collections.ConfigDict, *, grid: Sequence[str] = (), seeds:
   """
   if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
     raise ValueError(f"seeds must be a positive integer, got {seeds!r}.")
+  from dml_jax import training  # pylint: disable=import-outside-toplevel
   if train_fn is None:
-    from dml_jax import training  # pylint: disable=import-outside-toplevel
 
     def train_fn(cfg, wd):
       return training.train_and_evaluate(cfg, wd, show_progress=False)
@@ -310,15 +310,17 @@ def sweep(config: ml_collections.ConfigDict, *, grid: Sequence[str] = (), seeds:
       seed = seed_offset + s
       run_dir = os.path.join(workdir, name, f"seed_{seed}")
       run_cfg = apply_overrides(cfg, {"seed": str(seed)})
-      results = read_final_results(run_dir, run_cfg.num_train_steps)
+      results = (read_final_results(run_dir, training.final_step(run_dir, run_cfg))
+                 if os.path.exists(run_dir) else None)
       done += 1
       if results is None:
         log(f"[{done}/{total}] training {name} seed {seed} -> {run_dir}")
         train_fn(run_cfg, run_dir)
-        results = read_final_results(run_dir, run_cfg.num_train_steps)
+        last = training.final_step(run_dir, run_cfg)
+        results = read_final_results(run_dir, last)
         if results is None:
           raise RuntimeError(f"Run {run_dir} ended without writing "
-                             f"{final_results_path(run_dir, run_cfg.num_train_steps)}.")
+                             f"{final_results_path(run_dir, last)}.")
       else:
         log(f"[{done}/{total}] {name} seed {seed}: finished, skipped")
       runs.append({"point": point, "name": name, "seed": seed, "workdir": run_dir,

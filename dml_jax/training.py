@@ -134,6 +134,29 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
 
 
 TRAIN_LABELS_FILE = "train_labels.npz"
+RUN_INFO_FILE = "run.json"
+
+
+def write_run_info(workdir: str, **info) -> None:
+  """``run.json``: facts resolved at start (e.g. ``num_train_steps`` from ``num_epochs``)."""
+  if is_main_process():
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, RUN_INFO_FILE), "w") as f:
+      json.dump({k: int(v) for k, v in info.items()}, f, indent=2)
+
+
+def final_step(workdir: str, config: ml_collections.ConfigDict) -> int:
+  """The last train step of the run in ``workdir``: from ``run.json`` when train.py wrote it
+  (needed with ``num_epochs``), else ``config.num_train_steps``."""
+  path = os.path.join(workdir, RUN_INFO_FILE)
+  if os.path.exists(path):
+    with open(path) as f:
+      return int(json.load(f)["num_train_steps"])
+  if config.get("num_epochs", 0):
+    raise ValueError(f"{workdir!r} has no {RUN_INFO_FILE}; with num_epochs the final step is "
+                     "only known once train.py has started.")
+  return int(config.num_train_steps)
+
 
 
 def write_train_labels(train, data: ml_collections.ConfigDict, workdir: str) -> dict:
@@ -511,6 +534,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   setup = build(config)
   write_workdir_config(config, workdir)
   write_train_labels(setup.splits["train"], config.data, workdir)
+  write_run_info(workdir, num_train_steps=setup.num_train_steps,
+                 steps_per_epoch=setup.sampler.steps_per_epoch)
   manager = checkpointing.make_manager(workdir, max_to_keep=config.max_checkpoints_to_keep)
   state = setup.init_state
   restored = checkpointing.restore(manager, state)
