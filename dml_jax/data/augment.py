@@ -123,21 +123,25 @@ def decode(record, *, channels: int = 3) -> np.ndarray:
 
 
 def resize_shorter(image: Image.Image, size: int) -> Image.Image:
-  """Resizes so the shorter side is ``size`` (aspect ratio kept, bilinear, antialiased)."""
+  """Resizes so the shorter side is ``size`` (aspect ratio kept, bilinear, antialiased).
+
+  The longer side is ``int(long * size / short)`` (truncated), as torchvision's ``Resize``.
+  """
   w, h = image.size
   if min(w, h) == size:
     return image
   if w <= h:
-    new = (size, max(1, round(h * size / w)))
+    new = (size, max(1, int(size * h / w)))
   else:
-    new = (max(1, round(w * size / h)), size)
+    new = (max(1, int(size * w / h)), size)
   return image.resize(new, Image.BILINEAR)
 
 
 def center_crop(image: Image.Image, size: int) -> Image.Image:
-  """Centre crop ``size x size`` (the image's shorter side must be >= ``size``)."""
+  """Centre crop ``size x size`` (the image's shorter side must be >= ``size``); offsets
+  ``round((side - size) / 2)`` as torchvision's ``CenterCrop``."""
   w, h = image.size
-  left, top = (w - size) // 2, (h - size) // 2
+  left, top = int(round((w - size) / 2.0)), int(round((h - size) / 2.0))
   return image.crop((left, top, left + size, top + size))
 
 

@@ -124,7 +124,8 @@ class LazyImages:
     return f"LazyImages({self.name!r}, shape={self.shape})"
 
   def take(self, idx) -> "LazyImages":
-    """The lazy sub-view ``self[idx]`` (no decoding); ``idx``: slice, int or bool array."""
+    """The lazy sub-view ``self[idx]`` (no decoding); ``idx``: a slice, or an int or bool
+    index array."""
     idx = idx if isinstance(idx, slice) else np.asarray(idx)
     return LazyImages(self.records, self.options, indices=self.indices[idx],
                       num_threads=self.num_threads, name=self.name)
