@@ -148,3 +148,35 @@ def write_inshop_dataset(root, *, items=6, per_item=4, size=(20, 16)):
   with open(os.path.join(root, "list_eval_partition.txt"), "w") as f:
     f.write(f"{len(lines)}\nimage_name item_id evaluation_status\n" + "\n".join(lines) + "\n")
   return root
+
+
+def write_class_images(root, *, classes=8, per_class=4, size=(18, 14)):
+  """``root/c<k>/<i>.png`` random images; returns ``[(relative path, class), ...]``."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  from PIL import Image  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(1)
+  rows = []
+  for k in range(classes):
+    for i in range(per_class):
+      rel = os.path.join(f"c{k}", f"{i}.png")
+      os.makedirs(os.path.join(root, f"c{k}"), exist_ok=True)
+      Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)).save(
+          os.path.join(root, rel))
+      rows.append((rel, k))
+  return rows
+
+
+def fill_image_list_options(c, root):
+  """Writes a small dataset for ``configs/image_list.py`` configs and points ``c`` at it:
+  a CSV without split column (16 classes), a class folder, or a Hotels list (train / test)."""
+  rows = write_class_images(root, classes=16 if c.data.name != "hotels" else 8)
+  if c.data.name == "image_folder":
+    c.data.options.root = root
+    return c
+  path = os.path.join(root, "list.csv")
+  with open(path, "w") as f:
+    for i, (rel, k) in enumerate(rows):
+      split = (",test" if i % 4 == 3 else ",train") if c.data.name == "hotels" else ""
+      f.write(f"{rel},{k}{split}\n")
+  c.data.options.path = path
+  return c

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dml_jax import data, training
-from dml_test_support import mock_tfds, write_inshop_dataset
+from dml_test_support import fill_image_list_options, mock_tfds, write_inshop_dataset
 from test_configs import CONFIGS, SMOKE_ARG
 
 
@@ -68,7 +68,13 @@ def test_smoke_run_on_mock_data(name, tmp_path):
   c.num_devices = 1
   if c.data.name == "inshop":
     c.data.options.root = write_inshop_dataset(str(tmp_path / "inshop"), items=8, per_item=4)
-  workdir = str(tmp_path / "run")
+  elif name == "image_list":
+    fill_image_list_options(c, str(tmp_path / "images"))
+  run_smoke(c, str(tmp_path / "run"))
+
+
+def run_smoke(c, workdir):
+  """Trains 2 steps + evaluates; checks the logs, the checkpoint and the results file."""
   with mock_tfds(num_examples=96):
     results = training.train_and_evaluate(c, workdir, show_progress=False)
   assert len(results) == len(c.eval.splits)
@@ -80,3 +86,18 @@ def test_smoke_run_on_mock_data(name, tmp_path):
   assert len(losses) == 2 and np.all(np.isfinite(losses))
   assert training.checkpoint_steps(workdir) == [2]
   assert os.path.exists(os.path.join(workdir, "eval_step_2.json"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["image_folder", "hotels"])
+def test_own_images_formats_smoke(fmt, tmp_path):
+  c = paper_config("image_list", f"{fmt},smoke")
+  c.num_devices = 1
+  fill_image_list_options(c, str(tmp_path / "images"))
+  run_smoke(c, str(tmp_path / "run"))
+
+
+def test_own_images_need_a_path():
+  c = paper_config("image_list", "smoke")
+  with pytest.raises(ValueError, match="needs path: set --config.data.options.path"):
+    training.build(c)

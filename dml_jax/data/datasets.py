@@ -13,6 +13,7 @@ Image datasets (``IMAGE_DATASETS``) take the ``ImageOptions`` keywords (``image_
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 
 from dml_jax.data import digits, image_lists, tfds_datasets
@@ -33,20 +34,23 @@ def load(name: str, **kwargs) -> dict[str, Split]:
   """Loads the dataset ``name`` from ``DATASETS``: ``DATASETS[name](**kwargs)``.
 
   Raises:
-    ValueError: ``name`` is not registered (the message lists the valid names), or an
-      option the loader does not take (naming it and the loader's options).
+    ValueError: ``name`` is not registered (the message lists the valid names), a required
+      option is missing or empty (e.g. an image list's ``path``), or an option the loader
+      does not take (naming it and the loader's options).
   """
   if name not in DATASETS:
     raise ValueError(f"Unknown dataset {name!r}; valid names: {', '.join(sorted(DATASETS))}.")
   loader = DATASETS[name]
+  required = [p for p, v in inspect.signature(loader).parameters.items()
+              if v.default is inspect.Parameter.empty and v.kind is v.KEYWORD_ONLY]
+  missing = [p for p in required if kwargs.get(p) in (None, "")]
+  if missing:
+    raise ValueError(f"Dataset {name!r} needs {', '.join(missing)}: set "
+                     + " ".join(f"--config.data.options.{p}=<value>" for p in missing))
   try:
-    bound = _signature(loader).bind(**kwargs)
+    bound = inspect.signature(loader).bind(**kwargs)
   except TypeError as e:
     raise ValueError(f"Dataset {name!r} got bad options {sorted(kwargs)}: {e}. Its options: "
-                     f"{', '.join(_signature(loader).parameters)}.") from None
+                     f"{', '.join(inspect.signature(loader).parameters)}.") from None
   return loader(*bound.args, **bound.kwargs)
 
-
-def _signature(loader):
-  import inspect  # pylint: disable=import-outside-toplevel
-  return inspect.signature(loader)
