@@ -285,7 +285,8 @@ def randomize_batch_norm_(model, *, seed: int = 0, image_size: int = 64) -> None
       m.reset_running_stats()
       m.momentum = None
     model.train()
-    model(torch.randn(8, 3, image_size, image_size, generator=g))
+    forward = getattr(model, "features", model)   # BN-Inception: skip its fixed 7x7 avg-pool head
+    forward(torch.randn(8, 3, image_size, image_size, generator=g))
     model.eval()
 
 
