@@ -101,3 +101,35 @@ def test_own_images_need_a_path():
   c = paper_config("image_list", "smoke")
   with pytest.raises(ValueError, match="needs path: set --config.data.options.path"):
     training.build(c)
+
+
+@pytest.mark.slow
+def test_cub_ephn_2nd_recipe_with_converted_resnet50_weights(tmp_path):
+  """Issue 'done when': torchvision state dict -> convert -> weights/resnet50.npz -> the CUB
+  config trains with them (here: a synthetic state dict, mock CUB, 32 px, 2 steps)."""
+  from flax import nnx  # pylint: disable=import-outside-toplevel
+  from dml_jax.models import pretrained  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(0)
+  state_dict = {}
+  for key, shape in pretrained.torch_key_table("resnet50").items():
+    if key.endswith("running_var"):
+      state_dict[key] = rng.uniform(0.5, 1.5, shape).astype(np.float32)
+    elif key.endswith("num_batches_tracked"):
+      state_dict[key] = np.zeros(shape, np.int64)
+    else:
+      state_dict[key] = (0.05 * rng.standard_normal(shape)).astype(np.float32)
+  path = str(tmp_path / "resnet50.npz")
+  pretrained.save_weights(pretrained.convert_state_dict(state_dict, "resnet50"), path,
+                          arch="resnet50")
+
+  c = paper_config("cub_ephn_2nd", "smoke")
+  c.num_devices = 1
+  c.model.name, c.model.pretrained = "resnet50", path   # undo the smoke's small CNN
+  c.model.embedding_dim = 32
+  with mock_tfds(num_examples=96):
+    setup = training.build(c)
+  flat = {"/".join(map(str, k)): v
+          for k, v in nnx.to_flat_state(setup.init_state["params"])}
+  np.testing.assert_array_equal(np.asarray(flat["backbone/conv1/kernel"][...]),
+                                state_dict["conv1.weight"].transpose(2, 3, 1, 0))
+  run_smoke(c, str(tmp_path / "run"))
