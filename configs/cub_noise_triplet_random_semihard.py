@@ -1,11 +1,12 @@
 r"""Label-noise paper, Fig. 2 (a) (and the topline ratio (d)): Recall@1 against the label-noise
 rate p; the paper reports this only as a figure.
 
-CUB-200-2011 (classes 0-99 train / 100-199 test; the paper states no split); triplet loss
-(margin 0.2, all positive pairs) with random semi-hard negatives (eq. 28: a random negative
-with non-zero loss); ResNet-34, RMSProp, batches of 60 = 12 classes x 5. Label noise (eq. 6)
-is set by data.label_noise (applied once, seed data.noise_seed, clean labels kept as label
-set 'clean'); the topline trains on a clean 1 - p fraction (data.clean_fraction).
+CUB-200-2011 (classes 0-99 train / 100-199 test; the paper states no split); triplet loss on
+Euclidean distances (eq. 3, margin 0.2, all positive pairs) with random semi-hard negatives
+(eq. 28: a random negative with non-zero loss); ResNet-34, RMSProp, batches of 60 = 12
+classes x 5. Label noise (eq. 6) is set by data.label_noise (applied once, seed
+data.noise_seed, clean labels kept as label set 'clean'); the topline trains on a clean 1 -
+p fraction (data.clean_fraction).
 
   python train.py --config=configs/cub_noise_triplet_random_semihard.py --workdir=runs/cub_noise_triplet_random_semihard
   python train.py --config=configs/cub_noise_triplet_random_semihard.py:smoke --workdir=/tmp/smoke

@@ -143,12 +143,15 @@ def label_noise(c, *, pretrained: bool = True) -> None:
 
 def noise_loss(c, variant: str) -> None:
   """The three losses of the label-noise paper's figures (a)-(c)."""
+  # Triplet: eq. 3 on plain Euclidean distances d = ||f_i - f_j|| with margin 0.2.
   if variant == "triplet_random_semihard":   # eq. 28: a random violating negative
     c.loss = config_dict.ConfigDict({"name": "triplet", "positive": "all",
-                                     "negative": "semihard_random", "margin": 0.2})
+                                     "negative": "semihard_random", "margin": 0.2,
+                                     "distance": "euclidean"})
   elif variant == "triplet_fixed_semihard":  # eq. 29: the closest negative beyond the positive
     c.loss = config_dict.ConfigDict({"name": "triplet", "positive": "all",
-                                     "negative": "semihard", "margin": 0.2})
+                                     "negative": "semihard", "margin": 0.2,
+                                     "distance": "euclidean"})
   elif variant == "margin":                  # beta = 1.4 fixed, alpha = 0.2, random semi-hard
     c.loss = config_dict.ConfigDict({"name": "margin", "positive": "random",
                                      "negative": "semihard_random", "alpha": 0.2,

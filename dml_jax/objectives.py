@@ -52,6 +52,8 @@ DUPLICATE_SIMILARITY = 0.9999   # released EPHN code: positives above this are d
 NCA_ACTIVE_WEIGHT = 1e-3        # an NCA term is active when its negative weight q exceeds this
 NCA_NEGATIVE_MODES = ("hard", "semihard", "easy", "random", "all")   # no margin: no semihard_random
 TRIPLET_SIMILARITIES = ("cosine", "neg_sq_euclidean")                 # kinds that define d^2
+TRIPLET_DISTANCES = ("squared", "euclidean")     # hinge on d^2 (FaceNet, EPS) or d (label noise)
+TRIPLET_MIN_SQ_DISTANCE = 1e-12                  # d = sqrt(max(d^2, this)) for 'euclidean'
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -282,8 +284,13 @@ def nca_2nd(*, positive: str = "easy", negative: str = "hard", temperature: floa
 
 
 def _triplet_terms(embeddings, labels, key, *, positive: str, negative: str, margin: float,
-                   similarity: str, negative_reduction: str):
+                   similarity: str, negative_reduction: str, distance: str = "squared"):
   """Per-term triplet losses of a batch (shared by ``triplet`` and ``trimmed_triplet``).
+
+  ``distance='squared'`` uses ``d^2``; ``'euclidean'`` uses ``d = sqrt(d^2)`` (clipped at
+  ``TRIPLET_MIN_SQ_DISTANCE`` below, so identical points have a zero, not infinite, gradient).
+  Mining runs on ``-d`` (or ``-d^2``), so ``'semihard_random'``'s margin is in the same units
+  as the loss; ``'distance_weighted'`` always sees ``-d^2`` (its own definition).
 
   Returns:
     ``(terms, valid, s, s_an)``: float32 ``[B, B]`` per-term losses, bool ``[B, B]`` valid terms,
@@ -293,22 +300,26 @@ def _triplet_terms(embeddings, labels, key, *, positive: str, negative: str, mar
   """
   s = sim.pairwise_similarity(embeddings, kind=similarity)            # float32 [B, B]
   d2 = sim.squared_distance(s, kind=similarity)
+  d = d2 if distance == "squared" else jnp.sqrt(jnp.maximum(d2, TRIPLET_MIN_SQ_DISTANCE))
   pos_mask, neg_mask = sim.label_masks(labels)
-  sel = mining.select(-jax.lax.stop_gradient(d2), pos_mask, neg_mask, positive=positive,
+  score = -jax.lax.stop_gradient(d2 if negative == "distance_weighted" else d)
+  sel = mining.select(score, pos_mask, neg_mask, positive=positive,
                       negative=negative, margin=margin, key=key, dim=embeddings.shape[1])
   if negative == "all":
-    terms = losses.triplet_all_negatives(d2, d2, sel.negatives, margin=margin,
+    terms = losses.triplet_all_negatives(d, d, sel.negatives, margin=margin,
                                          reduction=negative_reduction)
     s_an = _row_mean(s, sel.negatives)[:, None]
   else:
-    d2_an = _negative_of_term(d2, sel, positive=positive)
-    terms = losses.triplet(d2, d2_an, margin=margin)
+    d_an = _negative_of_term(d, sel, positive=positive)
+    terms = losses.triplet(d, d_an, margin=margin)
     s_an = _negative_of_term(s, sel, positive=positive)
   return terms, sel.valid, s, s_an
 
 
-def _check_triplet_hparams(*, positive, negative, margin, similarity, negative_reduction):
+def _check_triplet_hparams(*, positive, negative, margin, similarity, negative_reduction,
+                           distance="squared"):
   """Validates the triplet hyper-parameters; returns ``margin`` as a float."""
+  _choice("distance", distance, TRIPLET_DISTANCES)
   _choice("positive", positive, mining.POSITIVE_MODES)
   _choice("negative", negative, mining.NEGATIVE_MODES)
   margin = _number("margin", margin, positive=False)
@@ -321,8 +332,13 @@ def _check_triplet_hparams(*, positive, negative, margin, similarity, negative_r
 
 
 def triplet(*, positive: str = "random", negative: str = "semihard", margin: float = 0.2,
-            similarity: str = "cosine", negative_reduction: str = "mean"):
+            similarity: str = "cosine", negative_reduction: str = "mean",
+            distance: str = "squared"):
   """Triplet margin loss on squared distances (FaceNet; EPS paper §4.3 with EPS positives).
+
+  ``distance='euclidean'`` puts the hinge on plain distances instead,
+  ``[d_ap - d_an + margin]_+`` (the label-noise paper's eq. 3, ``d = ||f_i - f_j||``); all
+  ``d^2`` below then read ``d``.
 
   One negative per term: ``L = [d_ap^2 - d_an^2 + margin]_+`` with
   ``d^2 = similarity.squared_distance(S)`` (``2 - 2S`` for cosine, ``-S`` for
@@ -346,12 +362,14 @@ def triplet(*, positive: str = "random", negative: str = "semihard", margin: flo
     similarity: ``'cosine'`` (default) or ``'neg_sq_euclidean'`` (``'dot'`` defines no distance).
     negative_reduction: ``negative='all'`` only: ``'mean'`` (default, over all the anchor's
       negatives, zero hinges included) or ``'sum'``.
+    distance: ``'squared'`` (default) or ``'euclidean'``.
 
   Returns:
     ``(init, apply)``; use ``make('triplet', ...)``.
   """
   margin = _check_triplet_hparams(positive=positive, negative=negative, margin=margin,
-                                  similarity=similarity, negative_reduction=negative_reduction)
+                                  similarity=similarity, negative_reduction=negative_reduction,
+                                  distance=distance)
 
   def apply(params, embeddings, labels, *, rng=None):
     del params
@@ -359,7 +377,7 @@ def triplet(*, positive: str = "random", negative: str = "semihard", margin: flo
     key = _check_rng(rng, name="triplet", positive=positive, negative=negative)
     terms, valid, s, s_an = _triplet_terms(
         embeddings, labels, key, positive=positive, negative=negative, margin=margin,
-        similarity=similarity, negative_reduction=negative_reduction)
+        similarity=similarity, negative_reduction=negative_reduction, distance=distance)
     loss = losses.masked_mean(terms, valid)
     return loss, _aux(valid, terms > 0, s, s_an)
 
@@ -599,7 +617,8 @@ def proxy_nca(*, temperature: float = 1.0, denominator: str = "negatives"):
 
 def trimmed_triplet(*, positive: str = "random", negative: str = "semihard",
                     margin: float = 0.2, similarity: str = "cosine",
-                    negative_reduction: str = "mean", keep_fraction: float = 0.9):
+                    negative_reduction: str = "mean", keep_fraction: float = 0.9,
+                    distance: str = "squared"):
   """Trimmed triplet loss: back-propagate only the easiest terms (a label-noise baseline).
 
   The triplet objective (:func:`triplet`, same selections and arguments) where only the
@@ -621,12 +640,14 @@ def trimmed_triplet(*, positive: str = "random", negative: str = "semihard",
     negative_reduction: ``negative='all'`` only, ``'mean'`` (default) or ``'sum'``.
     keep_fraction: in ``(0, 1]``, default 0.9 (our choice: the EPS paper sweeps the trimming
       percentage and reports no single value).
+    distance: ``'squared'`` (default) or ``'euclidean'`` (as :func:`triplet`).
 
   Returns:
     ``(init, apply)``; use ``make('trimmed_triplet', ...)``.
   """
   margin = _check_triplet_hparams(positive=positive, negative=negative, margin=margin,
-                                  similarity=similarity, negative_reduction=negative_reduction)
+                                  similarity=similarity, negative_reduction=negative_reduction,
+                                  distance=distance)
   ok = isinstance(keep_fraction, numbers.Real) and not isinstance(keep_fraction, bool)
   if not ok or not 0 < keep_fraction <= 1:
     raise ValueError(f"keep_fraction must be a number in (0, 1], got {keep_fraction!r}.")
@@ -638,7 +659,7 @@ def trimmed_triplet(*, positive: str = "random", negative: str = "semihard",
     key = _check_rng(rng, name="trimmed_triplet", positive=positive, negative=negative)
     terms, valid, s, s_an = _triplet_terms(
         embeddings, labels, key, positive=positive, negative=negative, margin=margin,
-        similarity=similarity, negative_reduction=negative_reduction)
+        similarity=similarity, negative_reduction=negative_reduction, distance=distance)
     if positive == "all":
       kept = mining.keep_easiest(terms, valid, keep_fraction=keep_fraction)
     else:

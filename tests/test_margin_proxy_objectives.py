@@ -382,7 +382,7 @@ def test_margin_with_default_hyperparameters_and_hparams():
   assert objectives.make("proxy_nca").hparams == dict(temperature=1.0, denominator="negatives")
   assert objectives.make("trimmed_triplet").hparams == dict(
       positive="random", negative="semihard", margin=0.2, similarity="cosine",
-      negative_reduction="mean", keep_fraction=0.9)
+      negative_reduction="mean", keep_fraction=0.9, distance="squared")
   assert {"margin", "proxy_nca", "trimmed_triplet"} <= set(objectives.names())
 
 

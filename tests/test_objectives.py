@@ -53,6 +53,12 @@ def np_sq_distance(s, kind):
   return np.maximum(2 - 2 * s, 0.0) if kind == "cosine" else -s
 
 
+def np_triplet_distance(s, hp):
+  """The distance the triplet hinge uses: d^2, or d for distance='euclidean'."""
+  d2 = np_sq_distance(s, hp.get("similarity", "cosine"))
+  return np.sqrt(np.maximum(d2, 1e-12)) if hp.get("distance") == "euclidean" else d2
+
+
 def positives_of(labels, a):
   return [j for j in range(len(labels)) if j != a and labels[j] == labels[a]]
 
@@ -84,7 +90,7 @@ def oracle_terms(e, labels, name, hp, sel=None):
   """
   kind = hp.get("similarity", "cosine")
   s = np_similarity(e, kind)
-  d2 = np_sq_distance(s, kind)
+  d2 = np_triplet_distance(s, hp)
   score = -d2 if name == "triplet" else s
   positive, negative = hp["positive"], hp["negative"]
   margin = hp.get("margin", 0.0)
@@ -141,7 +147,7 @@ def oracle_term_losses(e, terms, name, hp):
       m = logits.max()
       out.append(-logits[0] + m + np.log(np.exp(logits - m).sum()))
     else:
-      d2 = np_sq_distance(s, kind)
+      d2 = np_triplet_distance(s, hp)
       h = [max(d2[a, p] - d2[a, n] + hp["margin"], 0.0) for n in negs]
       out.append(sum(h) if hp["negative_reduction"] == "sum" else sum(h) / len(h))
   return np.array(out)
@@ -178,7 +184,10 @@ def oracle_aux(e, labels, terms, name, hp):
 def library_selection(e, labels, name, hp, rng):
   """The selection ``apply`` draws with ``rng`` (same scores, same key)."""
   s = sim.pairwise_similarity(jnp.asarray(e), kind=hp["similarity"])
-  score = -sim.squared_distance(s, kind=hp["similarity"]) if name == "triplet" else s
+  score = s
+  if name == "triplet":
+    d2 = sim.squared_distance(s, kind=hp["similarity"])
+    score = -(jnp.sqrt(jnp.maximum(d2, 1e-12)) if hp.get("distance") == "euclidean" else d2)
   pos, neg = sim.label_masks(jnp.asarray(labels))
   return jax.device_get(mining.select(score, pos, neg, positive=hp["positive"],
                                       negative=hp["negative"], margin=hp.get("margin", 0.0),
@@ -245,6 +254,10 @@ TRIPLET_CASES = [
     dict(positive="all", negative="semihard_random", margin=0.5),
     dict(positive="all", negative="all", margin=0.5),             # batch-all, mean
     dict(positive="easy", negative="all", negative_reduction="sum"),
+    # label-noise paper eq. 3: plain Euclidean distance, random / fixed semi-hard (eqs. 28-29)
+    dict(positive="all", negative="semihard_random", margin=0.2, distance="euclidean"),
+    dict(positive="all", negative="semihard", distance="euclidean"),
+    dict(positive="easy", negative="all", distance="euclidean"),
 ]
 
 
@@ -252,6 +265,16 @@ TRIPLET_CASES = [
                          ids=lambda kw: "-".join(str(v) for v in kw.values()))
 def test_triplet_matches_oracle(kw):
   check_against_oracle("triplet", batch(2), LABELS, **kw)
+
+
+def test_euclidean_triplet_gradient_is_finite_for_identical_points():
+  """d = sqrt(d^2) is clipped below, so a duplicated positive (d = 0) gives no NaN."""
+  e = np.array(batch(2))
+  e[1] = e[0]                                   # LABELS[0] == LABELS[1]: a duplicate positive
+  assert LABELS[0] == LABELS[1]
+  loss, _, grad = run("triplet", e, LABELS, positive="all", negative="all",
+                      distance="euclidean")
+  assert np.isfinite(loss) and np.all(np.isfinite(grad))
 
 
 def test_triplet_on_unnormalised_2d_embeddings():
@@ -386,7 +409,7 @@ def test_names_hparams_and_init():
   json.dumps(obj.hparams)   # the trainer writes them to disk
   assert objectives.make("triplet").hparams == dict(
       positive="random", negative="semihard", margin=0.2, similarity="cosine",
-      negative_reduction="mean")
+      negative_reduction="mean", distance="squared")
   assert objectives.make("nca_2nd").hparams["temperature"] == 0.1
   assert obj.init(jax.random.key(0), num_classes=10, dim=D) == {}
   with pytest.raises(dataclasses.FrozenInstanceError):
@@ -404,6 +427,7 @@ def test_names_hparams_and_init():
     (lambda: objectives.make("triplet", similarity="dot"), "cosine, neg_sq_euclidean"),
     (lambda: objectives.make("triplet", margin=-0.1), "margin must be a number >= 0"),
     (lambda: objectives.make("triplet", negative_reduction="max"), "mean, sum"),
+    (lambda: objectives.make("triplet", distance="l1"), "squared, euclidean"),
     (lambda: objectives.make("nca", similarity="l1"), "cosine, dot, neg_sq_euclidean"),
     (lambda: objectives.make("nca", skip_duplicate_positives=1), "True or False"),
     (lambda: objectives.make("nca", similarity="dot", positive_similarity_only=True),
