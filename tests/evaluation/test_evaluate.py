@@ -205,3 +205,16 @@ def test_aggregate_tables_and_curves(tmp_path):
   assert "| 20 | test | 70.00 | 2.0000 |" in evaluate.format_history_table(history)
   path = evaluate.plot_curves(history, path=str(tmp_path / "curves.png"), title="t")
   assert os.path.getsize(path) > 1000
+
+
+def test_gallery_protocol_refuses_separately_numbered_splits():
+  """Class-disjoint splits both number their classes from 0: 'test@train' would match
+  unrelated classes; the error points to the original classes ('test:class@train')."""
+  images = np.zeros((8, 2, 2, 1), np.float32)
+  splits = digits.class_split(images, np.array([0, 0, 1, 1, 2, 2, 3, 3]),
+                              train_classes=[0, 1], test_classes=[2, 3])
+  with pytest.raises(ValueError, match=r"label 0 is class 2 .* class 0 .*test:class@train"):
+    evaluate.parse_protocol("test@train", splits)
+  assert evaluate.parse_protocol("test:class@train", splits).label_set == "class"
+  shared = {"query": splits["train"], "gallery": splits["train"]}
+  assert evaluate.parse_protocol("query@gallery", shared).gallery == "gallery"
