@@ -68,7 +68,7 @@ def test_smoke_run_on_mock_data(name, tmp_path):
   c.num_devices = 1
   if c.data.name == "inshop":
     c.data.options.root = write_inshop_dataset(str(tmp_path / "inshop"), items=8, per_item=4)
-  elif name == "image_list":
+  elif c.data.name in ("image_list", "image_folder", "hotels"):
     fill_image_list_options(c, str(tmp_path / "images"))
   run_smoke(c, str(tmp_path / "run"))
 
