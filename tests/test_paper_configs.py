@@ -68,6 +68,9 @@ def test_smoke_run_on_mock_data(name, tmp_path):
   c.num_devices = 1
   if c.data.name == "inshop":
     c.data.options.root = write_inshop_dataset(str(tmp_path / "inshop"), items=8, per_item=4)
+  elif name == "digits_image_folder":
+    c.data.options.root = str(tmp_path / "digits_png")
+    data.digits.write_digit_images(c.data.options.root, size=32)
   elif c.data.name in ("image_list", "image_folder", "hotels"):
     fill_image_list_options(c, str(tmp_path / "images"))
   run_smoke(c, str(tmp_path / "run"))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import types
 from collections.abc import Mapping, Sequence
 
@@ -269,3 +270,29 @@ def load_digits_split(*, train_digits: Sequence[int] = (0, 1, 2, 3, 4, 5, 6, 7),
                        label_sets={"digit": s.label_sets["class"],
                                    "parity": s.label_sets["class"] % 2}, name=s.name)
           for split, s in splits.items()}
+
+
+def write_digit_images(root: str, *, train_digits: Sequence[int] = (0, 1, 2, 3, 4, 5),
+                       test_digits: Sequence[int] = (6, 7, 8, 9), size: int = 32) -> dict:
+  """Writes scikit-learn's digits as PNG files ``root/<split>/<digit>/<index>.png``.
+
+  A real image-file dataset without a download, for trying the image pipeline
+  (``data.name='image_folder'``: decoding, augmentation, grain) on a CPU: ``'train'`` holds
+  ``train_digits``, ``'test'`` holds ``test_digits``; images are grey, upscaled from 8x8 to
+  ``size`` x ``size`` (nearest neighbour). Returns ``{split: number of files}``.
+  """
+  from PIL import Image  # pylint: disable=import-outside-toplevel
+  images, labels = _sklearn_digits()
+  counts = {}
+  for split, digits in (("train", train_digits), ("test", test_digits)):
+    digits = _check_classes(digits, f"{split}_digits")
+    counts[split] = 0
+    for d in digits:
+      folder = os.path.join(root, split, str(d))
+      os.makedirs(folder, exist_ok=True)
+      for i in np.flatnonzero(labels == d):
+        pixels = np.round(images[i, :, :, 0] * 255).astype(np.uint8)
+        Image.fromarray(pixels).resize((size, size), Image.NEAREST).save(
+            os.path.join(folder, f"{i:04d}.png"))
+        counts[split] += 1
+  return counts
