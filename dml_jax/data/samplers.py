@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import collections
 import math
+import threading
 
 import numpy as np
 
@@ -133,6 +134,7 @@ class NPerClassSampler:
                                int(self._groups_per_class.max()))
     self._cache: collections.OrderedDict[int, np.ndarray] = collections.OrderedDict()
     self._cache_epochs = int(cache_epochs)
+    self._lock = threading.Lock()
 
   def __repr__(self) -> str:
     return (f"NPerClassSampler(N={len(self.labels)}, classes={len(self.classes)}, "
@@ -155,15 +157,27 @@ class NPerClassSampler:
   def epoch_batches(self, epoch: int) -> np.ndarray:
     """All batches of an epoch: int64 ``[steps_per_epoch, batch_size]`` (read-only, cached)."""
     epoch = _check_nonnegative(epoch, "epoch")
-    if epoch in self._cache:
-      self._cache.move_to_end(epoch)
-      return self._cache[epoch]
-    table = self._build_epoch(np.random.default_rng([self.seed, epoch]))
-    table.setflags(write=False)
-    self._cache[epoch] = table
-    while len(self._cache) > self._cache_epochs:
-      self._cache.popitem(last=False)
-    return table
+    with self._lock:   # the input pipeline calls this from several threads
+      if epoch in self._cache:
+        self._cache.move_to_end(epoch)
+        return self._cache[epoch]
+      table = self._build_epoch(np.random.default_rng([self.seed, epoch]))
+      table.setflags(write=False)
+      self._cache[epoch] = table
+      while len(self._cache) > self._cache_epochs:
+        self._cache.popitem(last=False)
+      return table
+
+  def __getstate__(self):
+    """Pickled (grain worker processes) without the lock and the epoch cache."""
+    state = dict(self.__dict__)
+    del state["_lock"]
+    state["_cache"] = collections.OrderedDict()
+    return state
+
+  def __setstate__(self, state):
+    self.__dict__.update(state)
+    self._lock = threading.Lock()
 
   def _build_epoch(self, rng: np.random.Generator) -> np.ndarray:
     """The ``[S, B]`` batch table of one epoch, drawn with ``rng``."""

@@ -161,3 +161,20 @@ def test_skip_counts_only_classes_with_a_full_group():
     NPerClassSampler(labels, batch_size=9, group_size=3, seed=0, small_class="skip")
   with pytest.raises(ValueError, match="labels must be integers"):
     NPerClassSampler(labels.astype(float), batch_size=6, group_size=3, seed=0)
+
+
+def test_sampler_is_thread_safe_and_picklable():
+  """The input pipeline reads batches from many threads, across epoch boundaries, and
+  pickles the sampler into grain worker processes."""
+  import concurrent.futures  # pylint: disable=import-outside-toplevel
+  import pickle  # pylint: disable=import-outside-toplevel
+  labels = np.repeat(np.arange(6), 5)
+  sampler = NPerClassSampler(labels, batch_size=6, group_size=3, seed=2, cache_epochs=1)
+  steps = list(range(0, 40 * sampler.steps_per_epoch, 3))
+  with concurrent.futures.ThreadPoolExecutor(8) as pool:
+    got = list(pool.map(sampler.batch_indices, steps))
+  fresh = NPerClassSampler(labels, batch_size=6, group_size=3, seed=2)
+  for step, idx in zip(steps, got):
+    np.testing.assert_array_equal(idx, fresh.batch_indices(step))
+  clone = pickle.loads(pickle.dumps(sampler))
+  np.testing.assert_array_equal(clone.batch_indices(7), fresh.batch_indices(7))
