@@ -6,6 +6,8 @@ r"""Trains an embedding model and evaluates it.
 Rerunning the same command on the same workdir resumes from the newest checkpoint.
 """
 
+import sys
+
 from absl import app
 from absl import flags
 from absl import logging
@@ -37,8 +39,15 @@ def main(argv):
                                num_processes=FLAGS.num_processes, process_id=FLAGS.process_id)
   logging.info("Process %d of %d; devices: %s", jax.process_index(), jax.process_count(),
                jax.devices())
-  results = training.train_and_evaluate(FLAGS.config, FLAGS.workdir,
-                                        show_progress=FLAGS.progress)
+  try:
+    results = training.train_and_evaluate(FLAGS.config, FLAGS.workdir,
+                                          show_progress=FLAGS.progress)
+  except (FileNotFoundError, ValueError, NotImplementedError,
+          training.NonFiniteLossError) as e:
+    # Bad config, missing data or weights (the message says how to get them), or a NaN loss:
+    # the message is the whole story, no traceback.
+    print(f"train.py: {type(e).__name__}: {e}", file=sys.stderr)
+    sys.exit(1)
   if training.is_main_process():
     print(evaluate.format_table(results))
     print(f"Results written to {FLAGS.workdir}")

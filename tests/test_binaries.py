@@ -51,6 +51,18 @@ def test_unknown_loss_name_is_a_clear_error(tmp_path):
   assert "tripplet" in out.stderr and "triplet" in out.stderr
 
 
+def test_unprepared_dataset_and_missing_weights_are_one_line_errors(tmp_path):
+  """No traceback: the message names the command that prepares the data / the weights."""
+  out = run(["train.py", "--config=configs/cub_ephn_2nd.py", f"--workdir={tmp_path / 'w'}",
+             "--config.model.pretrained=", f"--config.data.options.data_dir={tmp_path}"])
+  assert out.returncode == 1
+  assert "tfds build caltech_birds2011 --file_format=array_record" in out.stderr
+  assert "Traceback" not in out.stderr, out.stderr[-2000:]
+  out = run(["train.py", "--config=configs/cub_ephn_2nd.py", f"--workdir={tmp_path / 'w'}"])
+  assert out.returncode == 1
+  assert "pretrained convert --arch resnet50" in out.stderr and "Traceback" not in out.stderr
+
+
 def test_eval_without_checkpoint_exits_nonzero(tmp_path):
   out = run(["eval.py", f"--workdir={tmp_path}"])
   assert out.returncode != 0

@@ -131,7 +131,7 @@ def open_source(builder: str, split: str, *, data_dir: str = "", known_splits: S
         f"TFDS dataset {builder!r} (split {split!r}) is not prepared in the ArrayRecord format "
         f"under {where}. Prepare it once with:\n  {prepare_command(builder, data_dir)}\n"
         f"{TFDS_MANUAL.get(builder, '')}"
-        f"(TFDS said: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from e
+        f"(TFDS said: {type(e).__name__}: {' '.join(str(e).split())[:400]})") from e
 
 
 TFDS_MANUAL = {spec.builder: spec.manual + "\n" for spec in TFDS_DATASETS.values() if spec.manual}
