@@ -47,6 +47,7 @@ import collections
 import math
 import threading
 
+from absl import logging
 import numpy as np
 
 SMALL_CLASS_MODES = ("replace", "all", "skip")
@@ -128,6 +129,13 @@ class NPerClassSampler:
       raise ValueError(f"batch_size={batch_size} // group_size={group_size} = "
                        f"{self.classes_per_batch} classes per batch, but the labels have only "
                        f"{usable} {what}.")
+    if small_class == "skip" and usable < len(self.classes):
+      small = self.class_counts < n
+      logging.warning(
+          "NPerClassSampler: small_class='skip' leaves out %d of %d classes (%d examples) "
+          "with fewer than group_size=%d examples (the smallest has %d); use 'replace' or "
+          "'all' to train on them.", int(small.sum()), len(self.classes),
+          int(self.class_counts[small].sum()), n, int(self.class_counts.min()))
     num_groups = int(self._groups_per_class.sum())
     self.num_groups = num_groups
     self.steps_per_epoch = max(math.ceil(num_groups / self.classes_per_batch),

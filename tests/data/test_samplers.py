@@ -178,3 +178,15 @@ def test_sampler_is_thread_safe_and_picklable():
     np.testing.assert_array_equal(idx, fresh.batch_indices(step))
   clone = pickle.loads(pickle.dumps(sampler))
   np.testing.assert_array_equal(clone.batch_indices(7), fresh.batch_indices(7))
+
+
+def test_skip_mode_says_which_classes_it_leaves_out(caplog):
+  labels = np.array([0] * 5 + [1] * 5 + [2] * 2 + [3] * 1)
+  with caplog.at_level("WARNING"):
+    sampler = NPerClassSampler(labels, batch_size=6, group_size=3, seed=0, small_class="skip")
+  assert "leaves out 2 of 4 classes (3 examples)" in caplog.text
+  assert "smallest has 1" in caplog.text
+  assert set(labels[sampler.batch_indices(0)]) <= {0, 1}
+  with pytest.raises(ValueError, match=r"only 1 classes with >= 5 examples"):
+    NPerClassSampler(np.array([0] * 5 + [1] * 4), batch_size=10, group_size=5, seed=0,
+                     small_class="skip")
