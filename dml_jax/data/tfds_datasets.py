@@ -46,7 +46,7 @@ import numpy as np
 
 from dml_jax.data import augment
 from dml_jax.data.digits import Split
-from dml_jax.data.images import DatasetNotPreparedError, ImageOptions, LazyImages
+from dml_jax.data.images import DatasetNotPreparedError, FieldView, ImageOptions, LazyImages
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,19 +155,6 @@ class _Concat(Sequence):
     return self.parts[k][i - int(self.offsets[k])]
 
 
-class _ImageField(Sequence):
-  """``view[i] = source[i]['image']`` of a TFDS data source (picklable)."""
-
-  def __init__(self, source, field: str = "image"):
-    self.source, self.field = source, field
-
-  def __len__(self) -> int:
-    return len(self.source)
-
-  def __getitem__(self, i):
-    return self.source[int(i)][self.field]
-
-
 def _open_split(spec: TfdsSpec, split: str, data_dir: str):
   """The split's data source with images left encoded where TFDS allows it.
 
@@ -230,14 +217,14 @@ def load_tfds(name: str, *, data_dir: str = "", image_size: int = 224, resize_si
   sources = {split: _open_split(spec, split, data_dir) for split in spec.load_splits}
   values = {split: _read_labels(src, keys) for split, src in sources.items()}
   if spec.train_classes is not None:  # class-disjoint split of all TFDS splits merged
-    records = _Concat([_ImageField(src) for src in sources.values()])
+    records = _Concat([FieldView(src, "image") for src in sources.values()])
     merged = {k: np.concatenate([v[k] for v in values.values()]) for k in keys}
     parts = {}
     for split, (first, last) in (("train", spec.train_classes), ("test", spec.test_classes)):
       rows = np.flatnonzero((merged[spec.label] >= first) & (merged[spec.label] <= last))
       parts[split] = (lazy(records, split).take(rows), {k: merged[k][rows] for k in keys})
   else:
-    parts = {split: (lazy(_ImageField(src), split), values[split])
+    parts = {split: (lazy(FieldView(src, "image"), split), values[split])
              for split, src in sources.items()}
   out = {}
   for split, (images, v) in parts.items():
@@ -265,7 +252,7 @@ def _mnist_evenodd(spec: TfdsSpec, data_dir: str, lazy) -> dict[str, Split]:
     rows = np.flatnonzero(np.isin(digits, list(keep_digits)))
     d = digits[rows]
     _, labels = np.unique(d % 2 if by_parity else d, return_inverse=True)
-    images = lazy(_ImageField(src), split).take(rows)
+    images = lazy(FieldView(src, "image"), split).take(rows)
     out[split] = Split(images=images, labels=labels,
                        label_sets={"digit": d, "parity": d % 2, "class": d},
                        name=f"mnist_evenodd:{split}")
