@@ -131,4 +131,9 @@ def _grain_batches(images, labels, sampler, rows, *, seed, start_step, num_steps
     steps = batch["step"]
     if not np.all(steps == steps[0]):
       raise RuntimeError(f"A batch mixes steps {np.unique(steps)}; this is a bug.")
-    yield int(steps[0]), batch["image"], batch["label"]
+    images, labels = batch["image"], batch["label"]
+    if num_workers > 0:
+      # Worker batches live in grain's shared memory; copy them out so that memory is freed
+      # (and unlinked) as soon as grain drops the batch, not at interpreter exit.
+      images, labels = np.array(images), np.array(labels)
+    yield int(steps[0]), images, labels
