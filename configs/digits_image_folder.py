@@ -17,12 +17,7 @@ def get_config(arg: str = ""):
   c = default.get_config()
   c.data.name = "image_folder"
   c.data.options = config_dict.ConfigDict({"root": "data/digits_png", "layout": "splits"})
-  c.data.image_size = 32
-  c.data.resize_size = 32
-  c.data.channels = 1
-  c.data.mean = (0.0,)
-  c.data.std = (1.0,)
-  c.data.augmentation = "pad_crop"
+  recipes.images(c, 32, resize_size=32, augmentation="pad_crop", grey=True)
   c.data.pad = 4
   c.data.flip = False
   c.data.group_size = 8

@@ -23,11 +23,7 @@ def get_config(arg: str = ""):
   c.num_train_steps = 3000
   c.batch_size = 128
   c.data.group_size = 64
-  c.data.image_size = 28
-  c.data.resize_size = 28
-  c.data.channels = 1
-  c.data.mean = (0.0,)
-  c.data.std = (1.0,)
+  recipes.images(c, 28, resize_size=28, augmentation="none", grey=True)
   c.model.name = "small_cnn"
   c.model.embedding_dim = 2
   c.model.normalize = False

@@ -53,6 +53,20 @@ def backbone(c, name: str, *, embedding_dim: int, pretrained: bool = True) -> No
   c.model.pretrained = PRETRAINED[name] if pretrained else ""
 
 
+def images(c, image_size: int, *, augmentation: str, resize_size: int = 0,
+           grey: bool = False) -> None:
+  """Input images: ``image_size`` crops from a shorter side of ``resize_size`` (0: 8/7 of
+  ``image_size``, 256 for 224), the training ``augmentation``; ``grey``: one channel scaled
+  to [0, 1] (characters, digits) instead of RGB with ImageNet statistics."""
+  c.data.image_size = image_size
+  c.data.resize_size = resize_size or round(image_size * 8 / 7)
+  c.data.augmentation = augmentation
+  if grey:
+    c.data.channels = 1
+    c.data.mean = (0.0,)
+    c.data.std = (1.0,)
+
+
 def ephn(c, *, learning_rate: float, group_size: int, embedding_dim: int = 512) -> None:
   """EPHN / 2nd-order papers: ResNet-50, 512-D, batch 128 of n per class, SGD for 40 epochs,
   learning rate divided by 10 after epochs 20 and 30, NCA temperature 0.1.
@@ -66,9 +80,7 @@ def ephn(c, *, learning_rate: float, group_size: int, embedding_dim: int = 512) 
   c.batch_size = 128
   c.data.group_size = group_size
   c.data.small_class = "all"          # "a class with fewer than n images contributes all"
-  c.data.image_size = 224
-  c.data.resize_size = 256
-  c.data.augmentation = "resize_crop"
+  images(c, 224, augmentation="resize_crop")
   c.num_epochs = 40
   c.optimizer.name = "sgd"
   c.optimizer.momentum = 0.9
@@ -92,9 +104,7 @@ def eps(c, *, image_size: int = 224) -> None:
   c.model.bn_mode = "frozen"
   c.batch_size = 160
   c.data.group_size = 4
-  c.data.image_size = image_size
-  c.data.resize_size = round(image_size * 8 / 7)
-  c.data.augmentation = "random_resized_crop"
+  images(c, image_size, augmentation="random_resized_crop")
   c.num_epochs = 150
   c.optimizer.name = "adam"
   c.optimizer.learning_rate = 1e-5
@@ -115,9 +125,7 @@ def dro(c, *, batch_size: int = 80) -> None:
   c.model.bn_mode = "frozen"
   c.batch_size = batch_size
   c.data.group_size = 5
-  c.data.image_size = 227
-  c.data.resize_size = 256
-  c.data.augmentation = "random_resized_crop"
+  images(c, 227, resize_size=256, augmentation="random_resized_crop")
   c.num_train_steps = 10_000
   c.optimizer.name = "adam"
   c.optimizer.learning_rate = 1e-5
@@ -132,9 +140,7 @@ def label_noise(c, *, pretrained: bool = True) -> None:
   backbone(c, "resnet34", embedding_dim=128, pretrained=pretrained)
   c.batch_size = 60
   c.data.group_size = 5
-  c.data.image_size = 224
-  c.data.resize_size = 256
-  c.data.augmentation = "resize_crop"
+  images(c, 224, augmentation="resize_crop")
   c.num_epochs = 40
   c.optimizer.name = "rmsprop"
   c.optimizer.momentum = 0.0
