@@ -41,16 +41,17 @@ def load(name: str, **kwargs) -> dict[str, Split]:
   if name not in DATASETS:
     raise ValueError(f"Unknown dataset {name!r}; valid names: {', '.join(sorted(DATASETS))}.")
   loader = DATASETS[name]
-  required = [p for p, v in inspect.signature(loader).parameters.items()
+  signature = inspect.signature(loader)
+  required = [p for p, v in signature.parameters.items()
               if v.default is inspect.Parameter.empty and v.kind is v.KEYWORD_ONLY]
   missing = [p for p in required if kwargs.get(p) in (None, "")]
   if missing:
     raise ValueError(f"Dataset {name!r} needs {', '.join(missing)}: set "
                      + " ".join(f"--config.data.options.{p}=<value>" for p in missing))
   try:
-    bound = inspect.signature(loader).bind(**kwargs)
+    bound = signature.bind(**kwargs)
   except TypeError as e:
     raise ValueError(f"Dataset {name!r} got bad options {sorted(kwargs)}: {e}. Its options: "
-                     f"{', '.join(inspect.signature(loader).parameters)}.") from None
+                     f"{', '.join(signature.parameters)}.") from None
   return loader(*bound.args, **bound.kwargs)
 

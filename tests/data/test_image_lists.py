@@ -11,6 +11,8 @@ from dml_jax.data import image_lists
 from dml_jax.data.images import LazyImages
 from dml_jax.evaluation import evaluate
 
+import dml_test_support
+
 # Small images: decode at S = 8 from a shorter side of 10; mean 0 / std 1 keep x = v / 255.
 OPTS = dict(image_size=8, resize_size=10, mean=(0.0,), std=(1.0,))
 
@@ -62,20 +64,9 @@ INSHOP = [(2, "train", 2), (1, "train", 2), (3, "train", 1), (9, "query", 1), (7
           (12, "gallery", 2), (7, "gallery", 1), (9, "gallery", 2), (12, "query", 1)]
 
 
-def write_inshop(root, entries=INSHOP, *, count=None, lines_extra=()):
-  """Writes images (colour = item id) and the partition file; returns the item of each row."""
-  lines, items = [], []
-  for item, status, n in entries:
-    for k in range(n):
-      rel = f"img/WOMEN/Dresses/id_{item:08d}/{k:02d}_{status}.jpg"
-      write_image(os.path.join(root, rel), item)
-      lines.append(f"{rel}   id_{item:08d}   {status}")
-      items.append((item, status))
-  lines += list(lines_extra)
-  with open(os.path.join(root, "list_eval_partition.txt"), "w") as f:
-    f.write(f"{len(lines) if count is None else count}\n"
-            "image_name item_id evaluation_status\n" + "\n".join(lines) + "\n")
-  return items
+def write_inshop(root, entries=INSHOP, **kwargs):
+  """Images coloured by item id and the partition file; returns the item of each row."""
+  return dml_test_support.write_inshop(root, entries, write_image=write_image, **kwargs)
 
 
 def test_inshop_splits_labels_and_images(tmp_path):
