@@ -176,6 +176,9 @@ def _open_split(spec: TfdsSpec, split: str, data_dir: str):
 
 
 def _read_labels(source, keys: Sequence[str]) -> dict[str, np.ndarray]:
+  """The integer features ``keys`` of every record, ``{key: int64 [N]}``. One record at a
+  time: on a prepared JPEG dataset this measured 66 us a record (SOP's 120k: ~8 s), faster
+  than ArrayRecord's batched ``__getitems__`` (115 us) since the images stay encoded."""
   values = {k: np.empty(len(source), np.int64) for k in keys}
   for i in range(len(source)):
     record = source[i]
