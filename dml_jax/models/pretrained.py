@@ -307,8 +307,9 @@ def torch_pooled_features(model, images_nchw, *, arch: str, pooling: str):
 
 
 def compare(arch: str, state_dict: Mapping[str, Any], *, image_size: int = 224,
-            batch_size: int = 4, seed: int = 0, pooling: str = "avg") -> float:
-  """Largest ``|f_torch - f_flax|`` of the pooled features on the same random images.
+            batch_size: int = 4, seed: int = 0, pooling: str = "avg") -> tuple[float, float]:
+  """``(largest |f_torch - f_flax|, largest |f_torch|)`` of the pooled features on the same
+  random images (the second gives the first its scale).
 
   Both models in eval mode (running statistics), float32; images ``N(0, 1)``
   ``[batch_size, 3, image_size, image_size]`` (NHWC for Flax).
@@ -323,7 +324,8 @@ def compare(arch: str, state_dict: Mapping[str, Any], *, image_size: int = 224,
   model.eval()
   pooled = nnx.jit(lambda backbone, x: heads.global_pool(backbone(x), pooling=pooling))
   got = pooled(model.backbone, jnp.asarray(images.transpose(0, 2, 3, 1)))
-  return float(np.max(np.abs(np.asarray(got) - expected)))
+  return (float(np.max(np.abs(np.asarray(got) - expected))),
+          float(np.max(np.abs(expected))))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -364,10 +366,11 @@ def main(argv: list[str] | None = None) -> int:
     tm = torch_model(args.arch)
     randomize_batch_norm_(tm, seed=args.seed)
     sd = tm.state_dict()
-  diff = compare(args.arch, sd, image_size=args.image_size, batch_size=args.batch_size,
-                 seed=args.seed, pooling=args.pooling)
-  print(f"{args.arch}: max |pooled features torch - flax| = {diff:.3g} "
-        f"({args.batch_size} random images {args.image_size}px, pooling {args.pooling})")
+  diff, scale = compare(args.arch, sd, image_size=args.image_size, batch_size=args.batch_size,
+                        seed=args.seed, pooling=args.pooling)
+  print(f"{args.arch}: max |pooled features torch - flax| = {diff:.3g}, largest feature "
+        f"{scale:.3g} ({args.batch_size} random images {args.image_size}px, pooling "
+        f"{args.pooling})")
   return 0
 
 
