@@ -402,3 +402,23 @@ def test_registry_names():
   with pytest.raises(ValueError, match="No reader of official files for 'inshop'"):
     official.read_parts("inshop", "/")
   assert mnist_reader.parse_idx(idx_bytes(np.arange(3))).tolist() == [0, 1, 2]
+
+
+def test_official_route_needs_no_tensorflow_datasets(tmp_path):
+  """Loading from the official files never imports TFDS (here: made unimportable)."""
+  import subprocess  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+  write_mnist(str(tmp_path / "mnist"))
+  write_omniglot(str(tmp_path / "omniglot"))
+  code = ("import sys\n"
+          "sys.modules['tensorflow_datasets'] = sys.modules['tensorflow'] = None\n"
+          "from dml_jax import data\n"
+          f"for name in ('mnist_evenodd', 'omniglot'):\n"
+          f"  s = data.load(name, root={str(tmp_path)!r} + '/' + name.split('_')[0], "
+          "image_size=28, resize_size=28, channels=1, mean=(0.,), std=(1.,))\n"
+          "  s['train'].images[0]\n"
+          "print('ok')\n")
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=root, check=False, env={**os.environ, "PYTHONPATH": root})
+  assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
