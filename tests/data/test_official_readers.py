@@ -4,6 +4,7 @@ official layout, their errors on damaged inputs, Omniglot and MNIST on the real 
 
 import gzip
 import os
+import pickle
 import shutil
 import zipfile
 from unittest import mock
@@ -44,6 +45,19 @@ def test_omniglot_zips_or_folders(tmp_path, zipped):
     np.testing.assert_array_equal(parts["test"].records[4],
                                   np.where(drawing(charid, drawer), 255, 0))
   assert not zipped or not any(p.is_dir() for p in tmp_path.iterdir())  # nothing extracted
+  # Picklable for grain worker processes (without the open zip or the cache).
+  copy = pickle.loads(pickle.dumps(parts["test"].records))
+  np.testing.assert_array_equal(copy[4], parts["test"].records[4])
+
+
+def test_omniglot_undecodable_drawing_is_named(tmp_path):
+  write_omniglot(str(tmp_path))
+  with zipfile.ZipFile(tmp_path / "images_evaluation.zip", "a") as z:
+    z.writestr("images_evaluation/Zeta/character01/0099_01.png", b"not a png")
+  parts = official.read_parts("omniglot", str(tmp_path))   # lazy: nothing decoded yet
+  with pytest.raises(ValueError, match=r"images_evaluation\.zip:images_evaluation/Zeta/"
+                     r"character01/0099_01\.png: Cannot decode the image"):
+    parts["test"].records[len(parts["test"]) - 1]
 
 
 def test_omniglot_splits_by_alphabet_and_character(tmp_path):

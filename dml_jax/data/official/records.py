@@ -91,6 +91,8 @@ def _pack(image: np.ndarray) -> tuple:
   ``('raw', shape, image)``."""
   if np.all((image == 0) | (image == 255)):
     return ("bits", image.shape, np.packbits(image.reshape(-1) > 127))
+  image = np.array(image)
+  image.setflags(write=False)
   return ("raw", image.shape, image)
 
 
