@@ -218,3 +218,17 @@ def test_gallery_protocol_refuses_separately_numbered_splits():
   assert evaluate.parse_protocol("test:class@train", splits).label_set == "class"
   shared = {"query": splits["train"], "gallery": splits["train"]}
   assert evaluate.parse_protocol("query@gallery", shared).gallery == "gallery"
+
+
+def test_nmi_plus_only_where_the_clusters_fit(splits):
+  """EPS Table 3: NMI+ with 30x the classes on the languages; on the letters 30x the classes
+  exceeds the drawings, so that protocol gets NMI only instead of an error."""
+  def fn(x):
+    x = np.asarray(x).reshape(len(x), -1)
+    return x[:, :4] + 1e-3 * x[:, 4:8]
+
+  # 'train': 2 classes, 1,083 points (400 clusters fit); 'train:digit': 6 classes (1,200 do not).
+  res = evaluate.evaluate_splits(fn, splits, protocols=("train", "train:digit"), ks=(1,),
+                                 overcluster=200, kmeans_n_init=1)
+  assert "nmi+" in res["train"] and "nmi" in res["train"]
+  assert "nmi+" not in res["train:digit"] and "nmi" in res["train:digit"]
