@@ -32,6 +32,9 @@ flags.DEFINE_string("best_by", None, "With --all_steps: 'PROTOCOL/METRIC' on a v
                     "protocol, e.g. 'train:digit/map@r'; test splits are refused.")
 flags.DEFINE_string("output", None, "JSON path of --all_steps / --workdirs results.")
 flags.DEFINE_bool("progress", True, "Progress bars for embedding and kNN.")
+flags.DEFINE_bool("side_by_side", False, "With --workdirs: a row per run instead of mean ± std "
+                  "(for runs that differ in more than the seed).")
+cli.define_cache_flag()
 flags.DEFINE_multi_string("module", [], "Modules to import first (a run's own objective); "
                           "those recorded in the workdir's config are imported anyway.")
 
@@ -52,14 +55,19 @@ def main(argv):
   if len(argv) > 1:
     cli.fail(PROGRAM, f"unexpected arguments: {' '.join(argv[1:])}")
   cli.quiet_logs()
+  cli.enable_compilation_cache(FLAGS.compilation_cache)
   try:
     check_flags()
     overrides.import_user_modules(FLAGS.module)
     if FLAGS.workdirs is not None:
       out = training.evaluate_workdirs(FLAGS.workdirs, step=FLAGS.step, output=FLAGS.output,
                                        show_progress=FLAGS.progress)
-      print(f"{len(out['runs'])} runs, steps {out['steps']}: mean ± std")
-      print(out["table"])
+      if FLAGS.side_by_side:
+        print(f"{len(out['runs'])} runs, steps {out['steps']}")
+        print(out["runs_table"])
+      else:
+        print(f"{len(out['runs'])} runs, steps {out['steps']}: mean ± std")
+        print(out["table"])
       if FLAGS.output:
         print(f"Written {FLAGS.output}")
     elif FLAGS.all_steps:

@@ -27,6 +27,7 @@ FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py).",
                                 lock_config=False, accept_new_attributes=True)
 flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and results.")
+cli.define_cache_flag()
 flags.DEFINE_multi_string("module", [], "A module to import first, e.g. one that registers an "
                           "objective (dotted name or .py path); recorded in the workdir.")
 flags.DEFINE_bool("overwrite", False, "Delete what an earlier run wrote into --workdir and "
@@ -49,6 +50,7 @@ def main(argv):
   if len(argv) > 1:
     cli.fail(PROGRAM, f"unexpected arguments: {' '.join(argv[1:])}")
   cli.quiet_logs()
+  cli.enable_compilation_cache(FLAGS.compilation_cache)
   try:
     config = cli.resolved_config(FLAGS["config"], modules=FLAGS.module)
     if FLAGS.distributed or FLAGS.coordinator_address:

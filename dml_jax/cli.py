@@ -73,6 +73,34 @@ def resolved_config(config_flag, *, modules: Sequence[str] = ()) -> ml_collectio
   return config
 
 
+# JAX's persistent compilation cache: a resumed run, another seed and eval.py on the same
+# shapes skip compilation. The environment variable moves it; '' disables it.
+CACHE_ENV = "DML_JAX_COMPILATION_CACHE"
+DEFAULT_CACHE = os.path.join("~", ".cache", "dml_jax", "jax_compilation_cache")
+
+
+def define_cache_flag() -> None:
+  flags.DEFINE_string(
+      "compilation_cache", os.environ.get(CACHE_ENV, DEFAULT_CACHE),
+      f"Directory of JAX's persistent compilation cache ('' disables it; the environment "
+      f"variable {CACHE_ENV} sets the default).")
+
+
+def enable_compilation_cache(path: str) -> str | None:
+  """Points JAX's persistent compilation cache at ``path`` (every program, however quick to
+  compile, is cached); ``''`` leaves it off. Returns the absolute path or ``None``."""
+  if not path:
+    return None
+  import jax  # pylint: disable=import-outside-toplevel
+  path = os.path.abspath(os.path.expanduser(path))
+  os.makedirs(path, exist_ok=True)
+  jax.config.update("jax_compilation_cache_dir", path)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+  logging.info("JAX compilation cache: %s", path)
+  return path
+
+
 def quiet_logs() -> None:
   """Hides log lines that are noise for a user (see ``_NOISE``) and Orbax's per-save INFO
   lines; warnings about real problems still show."""

@@ -128,18 +128,11 @@ def summarize(runs: Sequence[Mapping]) -> dict:
   return {name: evaluate_lib.aggregate(results) for name, results in by_name.items()}
 
 
-def _metric_order(metric: str):
-  """Sort key: ``recall@K`` by K first, then the other metrics alphabetically."""
-  if metric.startswith("recall@") and metric[7:].isdigit():
-    return (0, int(metric[7:]), "")
-  return (1, 0, metric)
-
-
 def format_summary_table(summary: Mapping, *, metrics: Sequence[str] | None = None) -> str:
   """Markdown ``| point | protocol | metric ... |`` table of mean ± std (fractions in %)."""
   first = next(iter(summary.values()))
   keys = list(metrics) if metrics else sorted(
-      dict.fromkeys(k for p in first.values() for k in p), key=_metric_order)
+      dict.fromkeys(k for p in first.values() for k in p), key=evaluate_lib.metric_sort_key)
   n = len(next(iter(next(iter(first.values())).values()))["values"])
   lines = [f"mean ± std over {n} seed(s)", "",
            "| point | protocol | " + " | ".join(keys) + " |",

@@ -787,6 +787,11 @@ def evaluate_workdirs(workdirs, *, step: int | None = None, output: str | None =
   except ValueError as e:
     raise ValueError(f"{e} (runs in the order of --workdirs: {workdirs})") from None
   table = evaluate_lib.format_aggregate_table(summary)
+  differences = config_differences(workdirs)
+  if differences:
+    logging.warning("The runs differ in more than the seed (%s): their mean ± std mixes "
+                    "different runs; eval.py --side_by_side shows each run.",
+                    "; ".join(differences))
   if output and is_main_process():
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     with open(output, "w") as f:
@@ -795,4 +800,16 @@ def evaluate_workdirs(workdirs, *, step: int | None = None, output: str | None =
     with open(os.path.splitext(output)[0] + ".md", "w") as f:
       f.write(f"mean ± std over {len(runs)} runs (fractions in percent)\n\n{table}\n")
   return {"workdirs": workdirs, "steps": steps, "runs": runs, "summary": summary,
-          "table": table}
+          "table": table, "differences": differences,
+          "runs_table": evaluate_lib.format_runs_table(dict(zip(workdirs, runs)))}
+
+
+def config_differences(workdirs) -> list[str]:
+  """The config keys (besides ``seed`` and the keys a rerun may change) in which the runs of
+  ``workdirs`` differ, as ``'key: v1 (run 0), v2 (run 1)'``."""
+  trees = [workdir_lib.read_config_json(w) for w in workdirs]
+  keys = sorted({k for t in trees[1:] for k, _, _ in workdir_lib.config_changes(trees[0], t)
+                 if k != "seed" and not workdir_lib.is_resumable(k)})
+  flat = [workdir_lib.flatten(t) for t in trees]
+  return [f"{k}: " + ", ".join(f"{f.get(k)!r} (run {i})" for i, f in enumerate(flat))
+          for k in keys]

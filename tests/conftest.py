@@ -9,6 +9,12 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                              " --xla_force_host_platform_device_count=8").strip()
 
+# train.py / eval.py subprocesses share one fresh JAX compilation cache (the same smoke
+# programs compile once), never the user's ~/.cache.
+if "DML_JAX_COMPILATION_CACHE" not in os.environ:
+  import tempfile  # pylint: disable=g-import-not-at-top
+  os.environ["DML_JAX_COMPILATION_CACHE"] = tempfile.mkdtemp(prefix="dml_jax_test_jax_cache_")
+
 TESTS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TESTS)
 for path in (ROOT, TESTS):
