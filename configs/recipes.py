@@ -31,7 +31,13 @@ DATASETS = {
     # EPS Table 1: unseen digits 6-9 by digit, and held-out images of the training digits by
     # digit (class collapse shows there).
     "mnist_evenodd": (("test", "val"), {}),
+    # Class-disjoint digits (train 0-7, test 8-9 by digit; val = test images of 0-7).
+    "mnist": (("test",), {}),
 }
+
+# The benchmarks with readers of their official files: ``--config.data.options.root=DIR``
+# reads them from DIR (dml_jax.data.official); '' keeps the TFDS route.
+OFFICIAL_FILES = ("cub", "cars196", "sop", "flowers102", "omniglot", "mnist_evenodd", "mnist")
 
 
 def dataset(c, name: str, *, data_dir: str = "") -> None:
@@ -41,6 +47,8 @@ def dataset(c, name: str, *, data_dir: str = "") -> None:
   c.data.options = config_dict.ConfigDict(dict(options))
   if name not in ("inshop",):
     c.data.options.data_dir = data_dir   # '' = TFDS's default (~/tensorflow_datasets)
+  if name in OFFICIAL_FILES:
+    c.data.options.root = ""             # the official files' folder ('' = TFDS)
   c.eval.splits = splits
   c.eval.ks = ()
 

@@ -136,3 +136,35 @@ def test_cub_ephn_2nd_recipe_with_converted_resnet50_weights(tmp_path):
   np.testing.assert_array_equal(np.asarray(flat["backbone/conv1/kernel"][...]),
                                 state_dict["conv1.weight"].transpose(2, 3, 1, 0))
   run_smoke(c, str(tmp_path / "run"))
+
+
+def parse_config_flags(path, *overrides):
+  """``train.py``'s ``--config`` flag (a locked config file) parsed from a command line."""
+  from absl import flags as absl_flags  # pylint: disable=import-outside-toplevel
+  from ml_collections import config_flags  # pylint: disable=import-outside-toplevel
+  argv = ["train.py", f"--config={path}", *overrides]
+  flag_values = absl_flags.FlagValues()
+  config_flags.DEFINE_config_file("config", None, "config", flag_values=flag_values,
+                                  lock_config=True, sys_argv=argv)
+  flag_values(argv)
+  return flag_values.config
+
+
+OFFICIAL_FILE_CONFIGS = [
+    n for n in CONFIGS
+    if paper_config(n).data.name in importlib.import_module("configs.recipes").OFFICIAL_FILES]
+
+
+def test_every_benchmark_config_has_the_official_files_root():
+  assert {"mnist_evenodd_eps", "omniglot_eps_triplet", "cub_eps_triplet",
+          "cars_eps_margin", "sop_ephn_2nd", "flowers_noise_margin"} <= set(OFFICIAL_FILE_CONFIGS)
+  for name in OFFICIAL_FILE_CONFIGS:
+    assert paper_config(name).data.options.root == "", name
+
+
+@pytest.mark.parametrize("name", OFFICIAL_FILE_CONFIGS)
+def test_root_is_settable_from_the_command_line(name):
+  from dml_test_support import ROOT  # pylint: disable=import-outside-toplevel
+  c = parse_config_flags(os.path.join(ROOT, "configs", f"{name}.py"),
+                         "--config.data.options.root=/data/official")
+  assert c.data.options.root == "/data/official"

@@ -178,6 +178,31 @@ def _check_classes(classes: Sequence[int], what: str) -> list[int]:
   return values
 
 
+def check_digits(train_digits: Sequence[int], test_digits: Sequence[int], *,
+                 parity: bool) -> tuple[list[int], list[int]]:
+  """Validates the digit lists of a digits protocol and returns them as lists of ints.
+
+  Raises:
+    ValueError: a digit outside 0..9, an empty or duplicated list, overlapping lists, or
+      (``parity``: even/odd training) train digits of a single parity.
+  """
+  lists = []
+  for what, digits in (("train_digits", train_digits), ("test_digits", test_digits)):
+    values = _check_classes(digits, what)
+    bad = [d for d in values if not 0 <= d <= 9]
+    if bad:
+      raise ValueError(f"{what} contains {bad}; digits must be in 0..9.")
+    lists.append(values)
+  overlap = sorted(set(lists[0]) & set(lists[1]))
+  if overlap:
+    raise ValueError(f"train_digits and test_digits overlap in {overlap}; the protocol "
+                     "evaluates on unseen digits.")
+  if parity and len({d % 2 for d in lists[0]}) < 2:
+    raise ValueError(f"train_digits {tuple(train_digits)} are all of one parity; even/odd "
+                     "training needs both even and odd digits.")
+  return lists[0], lists[1]
+
+
 @functools.lru_cache(maxsize=1)
 def _sklearn_digits() -> tuple[np.ndarray, np.ndarray]:
   """scikit-learn's digits: images float32 ``[1797, 8, 8, 1]`` in [0, 1], labels int32."""
@@ -216,13 +241,7 @@ def load_digits_evenodd(*, train_digits: Sequence[int] = (0, 1, 2, 3, 4, 5),
     ValueError: a digit outside 0..9, an empty or duplicated digit list, overlapping train
       and test digits, or train digits of a single parity.
   """
-  for what, digits in (("train_digits", train_digits), ("test_digits", test_digits)):
-    bad = [d for d in _check_classes(digits, what) if not 0 <= d <= 9]
-    if bad:
-      raise ValueError(f"{what} contains {bad}; digits must be in 0..9.")
-  if len({int(d) % 2 for d in train_digits}) < 2:
-    raise ValueError(f"train_digits {tuple(train_digits)} are all of one parity; even/odd "
-                     "training needs both even and odd digits.")
+  check_digits(train_digits, test_digits, parity=True)
   images, digits = _sklearn_digits()
   splits = class_split(images, digits, train_classes=train_digits, test_classes=test_digits,
                        name="digits_evenodd")
@@ -259,10 +278,7 @@ def load_digits_split(*, train_digits: Sequence[int] = (0, 1, 2, 3, 4, 5, 6, 7),
   Raises:
     ValueError: a digit outside 0..9, an empty or duplicated list, or overlapping lists.
   """
-  for what, digits in (("train_digits", train_digits), ("test_digits", test_digits)):
-    bad = [d for d in _check_classes(digits, what) if not 0 <= d <= 9]
-    if bad:
-      raise ValueError(f"{what} contains {bad}; digits must be in 0..9.")
+  check_digits(train_digits, test_digits, parity=False)
   images, digits = _sklearn_digits()
   splits = class_split(images, digits, train_classes=train_digits, test_classes=test_digits,
                        name="digits")

@@ -57,6 +57,7 @@ DEFAULT_KS: dict[str, tuple[int, ...]] = {
     "omniglot": (1, 2, 4, 8),
     "digits_evenodd": (1, 5, 10),
     "mnist_evenodd": (1, 5, 10),
+    "mnist": (1, 2, 4, 8),
     "flowers102": (1, 2, 4, 8),
     "hotels": (1, 10, 100),
     "oxford_flowers102": (1, 2, 4, 8),

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from dml_jax.models import heads
+from dml_jax.models import heads, pooling
 from dml_jax.models.resnet import ConvBN, check_options
 
 # name, in, 1x1, 3x3 reduce, 3x3, double-3x3 reduce, double-3x3, pool ('avg' | 'max' |
@@ -74,11 +74,12 @@ def conv_names() -> list[str]:
   return [s[0] for s in conv_specs()]
 
 
-def max_pool_ceil(x: jax.Array, *, window: int = 3, stride: int = 2) -> jax.Array:
+def max_pool_ceil(x: jax.Array, *, window: int = 3, stride: int = 2,
+                  impl: str = "auto") -> jax.Array:
   """``torch.nn.MaxPool2d(window, stride, ceil_mode=True)`` without padding, ``[B,H,W,C]``.
 
   Output ``ceil((H - window) / stride) + 1``; the last window is padded with -inf on the
-  bottom / right.
+  bottom / right. ``impl``: ``pooling.max_pool``'s.
   """
   pads = []
   for size in x.shape[1:3]:
@@ -86,8 +87,7 @@ def max_pool_ceil(x: jax.Array, *, window: int = 3, stride: int = 2) -> jax.Arra
     if (out - 1) * stride >= size:  # torch drops a window that starts past the input
       out -= 1
     pads.append((0, max((out - 1) * stride + window - size, 0)))
-  return nnx.max_pool(x, window_shape=(window, window), strides=(stride, stride),
-                      padding=tuple(pads))
+  return pooling.max_pool(x, (window, window), (stride, stride), tuple(pads), impl=impl)
 
 
 class BNInceptionBackbone(nnx.Module):
@@ -95,11 +95,12 @@ class BNInceptionBackbone(nnx.Module):
 
   num_features = 1024
 
-  def __init__(self, *, bn: dict, dtype, rngs: nnx.Rngs):
+  def __init__(self, *, bn: dict, dtype, impl: str = "auto", rngs: nnx.Rngs):
     self.dtype = dtype
+    self.impl = impl
     for (name, cin, cout, k, s, p) in conv_specs():
       setattr(self, name, ConvBN(cin, cout, k, stride=s, padding=p, use_bias=True, bn=bn,
-                                 dtype=dtype, rngs=rngs))
+                                 dtype=dtype, impl=impl, rngs=rngs))
 
   def _unit(self, name: str, x: jax.Array) -> jax.Array:
     return nnx.relu(getattr(self, name)(x))
@@ -114,20 +115,20 @@ class BNInceptionBackbone(nnx.Module):
     d = self._unit(p + "double_3x3_reduce", x)
     outs.append(self._unit(p + "double_3x3_2", self._unit(p + "double_3x3_1", d)))
     if pool == "avg":
-      y = nnx.avg_pool(x, window_shape=(3, 3), strides=(1, 1), padding=((1, 1), (1, 1)),
-                       count_include_pad=True)
+      y = pooling.avg_pool(x, (3, 3), (1, 1), ((1, 1), (1, 1)), count_include_pad=True,
+                           impl=self.impl)
     elif pool == "max":
-      y = nnx.max_pool(x, window_shape=(3, 3), strides=(1, 1), padding=((1, 1), (1, 1)))
+      y = pooling.max_pool(x, (3, 3), (1, 1), ((1, 1), (1, 1)), impl=self.impl)
     else:
-      y = max_pool_ceil(x, window=3, stride=2)
+      y = max_pool_ceil(x, window=3, stride=2, impl=self.impl)
     outs.append(self._unit(p + "pool_proj", y) if proj else y)
     return jnp.concatenate(outs, axis=-1)
 
   def __call__(self, x: jax.Array) -> jax.Array:
     x = x.astype(self.dtype)
-    x = max_pool_ceil(self._unit("conv1_7x7_s2", x))
+    x = max_pool_ceil(self._unit("conv1_7x7_s2", x), impl=self.impl)
     x = self._unit("conv2_3x3", self._unit("conv2_3x3_reduce", x))
-    x = max_pool_ceil(x)
+    x = max_pool_ceil(x, impl=self.impl)
     for spec in INCEPTION_SPECS:
       x = self._inception(spec, x)
     return x
@@ -147,20 +148,24 @@ class BNInception(nnx.Module):
     bn_epsilon: default 1e-5.
     bn_axis_name: only for ``shard_map`` / ``pmap`` (default None).
     dtype: ``'float32'`` (default) or ``'bfloat16'`` compute; float32 params and output.
+    conv_impl: ``'auto'`` (default), ``'lax'`` or ``'matmul'``: how convolutions and pooling
+      are computed (as ``resnet.ResNet``'s).
     rngs: ``nnx.Rngs``.
   """
 
   def __init__(self, *, embedding_dim: int, normalize: bool = True, pooling: str = "max",
                embedding_hidden: tuple[int, ...] = (), bn_mode: str = "train",
                bn_momentum: float = 0.9, bn_epsilon: float = 1e-5,
-               bn_axis_name: str | None = None, dtype: str = "float32", rngs: nnx.Rngs):
-    compute_dtype = check_options(pooling=pooling, bn_mode=bn_mode, dtype=dtype)
+               bn_axis_name: str | None = None, dtype: str = "float32",
+               conv_impl: str = "auto", rngs: nnx.Rngs):
+    compute_dtype = check_options(pooling=pooling, bn_mode=bn_mode, dtype=dtype,
+                                  conv_impl=conv_impl)
     if not 0.0 <= bn_momentum < 1.0:
       raise ValueError(f"bn_momentum={bn_momentum} must be in [0, 1).")
     bn = dict(frozen=bn_mode == "frozen", momentum=bn_momentum, epsilon=bn_epsilon,
               axis_name=bn_axis_name)
     self.arch = "bn_inception"
-    self.backbone = BNInceptionBackbone(bn=bn, dtype=compute_dtype, rngs=rngs)
+    self.backbone = BNInceptionBackbone(bn=bn, dtype=compute_dtype, impl=conv_impl, rngs=rngs)
     self.head = heads.EmbeddingHead(self.backbone.num_features, embedding_dim,
                                     pooling=pooling, hidden=tuple(embedding_hidden),
                                     normalize=normalize, rngs=rngs)

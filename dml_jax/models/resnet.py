@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from dml_jax.models import heads
+from dml_jax.models import conv, heads, pooling
 
 # depth -> (block kind, blocks per stage), as torchvision's resnet18 / resnet34 / resnet50.
 RESNET_SPECS: dict[int, tuple[str, tuple[int, int, int, int]]] = {
@@ -76,10 +76,12 @@ class BatchNorm(nnx.BatchNorm):
     return super().__call__(x, use_running_average=use_running_average, mask=mask)
 
 
-def check_options(*, pooling: str, bn_mode: str, dtype: str) -> jnp.dtype:
+def check_options(*, pooling: str, bn_mode: str, dtype: str,
+                  conv_impl: str = "auto") -> jnp.dtype:
   """Validates the options shared by the backbones; returns the compute dtype."""
   if pooling not in heads.POOLINGS:
     raise ValueError(f"pooling={pooling!r}; allowed: {', '.join(heads.POOLINGS)}.")
+  conv.conv_function(conv_impl)  # ValueError listing conv.CONV_IMPLS
   if bn_mode not in BN_MODES:
     raise ValueError(f"bn_mode={bn_mode!r}; allowed: {', '.join(BN_MODES)}.")
   if str(jnp.dtype(dtype)) not in DTYPES:
@@ -91,23 +93,26 @@ class ConvBN(nnx.Module):
   """Convolution (torch-style explicit padding) followed by BatchNorm, ``[B,H,W,I] -> [B,H',W',O]``.
 
   ``H' = floor((H + 2 pad - k) / stride) + 1`` as ``torch.nn.Conv2d``. No activation.
+  ``impl``: ``conv.CONV_IMPLS`` (how the convolution is computed; same parameters).
   """
 
   def __init__(self, in_features: int, out_features: int, kernel: int, *, stride: int = 1,
-               padding: int = 0, use_bias: bool = False, bn: dict, dtype, rngs: nnx.Rngs):
-    self.conv = nnx.Conv(in_features, out_features, kernel_size=(kernel, kernel),
-                         strides=(stride, stride), padding=((padding, padding),) * 2,
-                         use_bias=use_bias, kernel_init=_conv_init, dtype=dtype, rngs=rngs)
+               padding: int = 0, use_bias: bool = False, bn: dict, dtype, impl: str = "auto",
+               rngs: nnx.Rngs):
+    self.conv = _conv(in_features, out_features, kernel, stride=stride, padding=padding,
+                      use_bias=use_bias, dtype=dtype, impl=impl, rngs=rngs)
     self.bn = BatchNorm(out_features, dtype=dtype, rngs=rngs, **bn)
 
   def __call__(self, x: jax.Array) -> jax.Array:
     return self.bn(self.conv(x))
 
 
-def _conv(in_f, out_f, kernel, *, stride, padding, dtype, rngs):
+def _conv(in_f, out_f, kernel, *, stride, padding, dtype, impl, rngs, use_bias=False):
+  """``nnx.Conv`` (kernel ``[k, k, in_f, out_f]``) computed by ``conv.conv_function(impl)``."""
   return nnx.Conv(in_f, out_f, kernel_size=(kernel, kernel), strides=(stride, stride),
-                  padding=((padding, padding),) * 2, use_bias=False, kernel_init=_conv_init,
-                  dtype=dtype, rngs=rngs)
+                  padding=((padding, padding),) * 2, use_bias=use_bias,
+                  kernel_init=_conv_init, dtype=dtype,
+                  conv_general_dilated=conv.conv_function(impl), rngs=rngs)
 
 
 class BasicBlock(nnx.Module):
@@ -119,16 +124,18 @@ class BasicBlock(nnx.Module):
   expansion = 1
 
   def __init__(self, in_features: int, planes: int, *, stride: int, bn: dict, dtype,
-               rngs: nnx.Rngs):
+               impl: str = "auto", rngs: nnx.Rngs):
     out = planes * self.expansion
-    self.conv1 = _conv(in_features, planes, 3, stride=stride, padding=1, dtype=dtype, rngs=rngs)
+    self.conv1 = _conv(in_features, planes, 3, stride=stride, padding=1, dtype=dtype,
+                       impl=impl, rngs=rngs)
     self.bn1 = BatchNorm(planes, dtype=dtype, rngs=rngs, **bn)
-    self.conv2 = _conv(planes, planes, 3, stride=1, padding=1, dtype=dtype, rngs=rngs)
+    self.conv2 = _conv(planes, planes, 3, stride=1, padding=1, dtype=dtype, impl=impl,
+                       rngs=rngs)
     self.bn2 = BatchNorm(planes, dtype=dtype, rngs=rngs, **bn)
     self.has_downsample = stride != 1 or in_features != out
     if self.has_downsample:
       self.downsample_conv = _conv(in_features, out, 1, stride=stride, padding=0, dtype=dtype,
-                                   rngs=rngs)
+                                   impl=impl, rngs=rngs)
       self.downsample_bn = BatchNorm(out, dtype=dtype, rngs=rngs, **bn)
 
   def shortcut(self, x):
@@ -149,18 +156,20 @@ class Bottleneck(BasicBlock):
   expansion = 4
 
   def __init__(self, in_features: int, planes: int, *, stride: int, bn: dict, dtype,
-               rngs: nnx.Rngs):
+               impl: str = "auto", rngs: nnx.Rngs):
     out = planes * self.expansion
-    self.conv1 = _conv(in_features, planes, 1, stride=1, padding=0, dtype=dtype, rngs=rngs)
+    self.conv1 = _conv(in_features, planes, 1, stride=1, padding=0, dtype=dtype, impl=impl,
+                       rngs=rngs)
     self.bn1 = BatchNorm(planes, dtype=dtype, rngs=rngs, **bn)
-    self.conv2 = _conv(planes, planes, 3, stride=stride, padding=1, dtype=dtype, rngs=rngs)
+    self.conv2 = _conv(planes, planes, 3, stride=stride, padding=1, dtype=dtype, impl=impl,
+                       rngs=rngs)
     self.bn2 = BatchNorm(planes, dtype=dtype, rngs=rngs, **bn)
-    self.conv3 = _conv(planes, out, 1, stride=1, padding=0, dtype=dtype, rngs=rngs)
+    self.conv3 = _conv(planes, out, 1, stride=1, padding=0, dtype=dtype, impl=impl, rngs=rngs)
     self.bn3 = BatchNorm(out, dtype=dtype, rngs=rngs, **bn)
     self.has_downsample = stride != 1 or in_features != out
     if self.has_downsample:
       self.downsample_conv = _conv(in_features, out, 1, stride=stride, padding=0, dtype=dtype,
-                                   rngs=rngs)
+                                   impl=impl, rngs=rngs)
       self.downsample_bn = BatchNorm(out, dtype=dtype, rngs=rngs, **bn)
 
   def __call__(self, x: jax.Array) -> jax.Array:
@@ -176,21 +185,23 @@ class ResNetBackbone(nnx.Module):
   Computes in ``dtype``; parameters are float32.
   """
 
-  def __init__(self, depth: int, *, in_channels: int = 3, bn: dict, dtype, rngs: nnx.Rngs):
+  def __init__(self, depth: int, *, in_channels: int = 3, bn: dict, dtype, impl: str = "auto",
+               rngs: nnx.Rngs):
     if depth not in RESNET_SPECS:
       raise ValueError(f"depth={depth}; allowed: {', '.join(map(str, RESNET_SPECS))}.")
     kind, stages = RESNET_SPECS[depth]
     block = BasicBlock if kind == "basic" else Bottleneck
     self.depth = depth
     self.dtype = dtype
-    self.conv1 = _conv(in_channels, 64, 7, stride=2, padding=3, dtype=dtype, rngs=rngs)
+    self.impl = impl
+    self.conv1 = _conv(in_channels, 64, 7, stride=2, padding=3, dtype=dtype, impl=impl, rngs=rngs)
     self.bn1 = BatchNorm(64, dtype=dtype, rngs=rngs, **bn)
     in_f = 64
     for i, (planes, n) in enumerate(zip(STAGE_WIDTHS, stages)):
       blocks = []
       for j in range(n):
         stride = 2 if (i > 0 and j == 0) else 1
-        blocks.append(block(in_f, planes, stride=stride, bn=bn, dtype=dtype, rngs=rngs))
+        blocks.append(block(in_f, planes, stride=stride, bn=bn, dtype=dtype, impl=impl, rngs=rngs))
         in_f = planes * block.expansion
       setattr(self, f"layer{i + 1}", nnx.List(blocks))
     self.num_features = in_f
@@ -198,7 +209,7 @@ class ResNetBackbone(nnx.Module):
   def __call__(self, x: jax.Array) -> jax.Array:
     x = x.astype(self.dtype)
     x = nnx.relu(self.bn1(self.conv1(x)))
-    x = nnx.max_pool(x, window_shape=(3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
+    x = pooling.max_pool(x, (3, 3), (2, 2), ((1, 1), (1, 1)), impl=self.impl)
     for name in ("layer1", "layer2", "layer3", "layer4"):
       for blk in getattr(self, name):
         x = blk(x)
@@ -225,6 +236,10 @@ class ResNet(nnx.Module):
     dtype: compute dtype of the backbone, ``'float32'`` (default) or ``'bfloat16'``;
       parameters, BN statistics, pooling, head and output stay float32.
     in_channels: ``C`` (default 3).
+    conv_impl: how convolutions and max-pooling are computed (same parameters, same
+      results to float32 rounding): ``'auto'`` (default: im2col matmuls and pooling by
+      shifted slices where lowered for the CPU, XLA's convolution elsewhere), ``'lax'`` or
+      ``'matmul'``; see ``conv`` and ``pooling``.
     rngs: ``nnx.Rngs`` for the initialisation.
   """
 
@@ -232,15 +247,16 @@ class ResNet(nnx.Module):
                pooling: str = "avg", embedding_hidden: tuple[int, ...] = (),
                bn_mode: str = "train", bn_momentum: float = 0.9, bn_epsilon: float = 1e-5,
                bn_axis_name: str | None = None, dtype: str = "float32", in_channels: int = 3,
-               rngs: nnx.Rngs):
-    compute_dtype = check_options(pooling=pooling, bn_mode=bn_mode, dtype=dtype)
+               conv_impl: str = "auto", rngs: nnx.Rngs):
+    compute_dtype = check_options(pooling=pooling, bn_mode=bn_mode, dtype=dtype,
+                                  conv_impl=conv_impl)
     if not 0.0 <= bn_momentum < 1.0:
       raise ValueError(f"bn_momentum={bn_momentum} must be in [0, 1).")
     bn = dict(frozen=bn_mode == "frozen", momentum=bn_momentum, epsilon=bn_epsilon,
               axis_name=bn_axis_name)
     self.arch = f"resnet{depth}"
     self.backbone = ResNetBackbone(depth, in_channels=in_channels, bn=bn, dtype=compute_dtype,
-                                   rngs=rngs)
+                                   impl=conv_impl, rngs=rngs)
     self.head = heads.EmbeddingHead(self.backbone.num_features, embedding_dim,
                                     pooling=pooling, hidden=tuple(embedding_hidden),
                                     normalize=normalize, rngs=rngs)

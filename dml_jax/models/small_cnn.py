@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from dml_jax.models import heads
+from dml_jax.models import conv, heads, pooling
 
 
 class SmallCNN(nnx.Module):
@@ -32,13 +32,18 @@ class SmallCNN(nnx.Module):
     hidden: width of the first dense layer.
     momentum: BatchNorm running-average momentum: ``m <- momentum m + (1 - momentum) batch``.
     epsilon: BatchNorm variance epsilon.
+    conv_impl: how the convolutions and the max-pool are computed (same parameters, same
+      results to float32 rounding): ``'auto'`` (default: im2col matmuls and pooling by shifted
+      slices where lowered for the CPU, XLA's convolution elsewhere), ``'lax'`` or
+      ``'matmul'``; see ``conv`` and ``pooling``.
     rngs: ``nnx.Rngs`` for the initialisation.
   """
 
   def __init__(self, *, embedding_dim: int, normalize: bool = True,
                image_size: int | tuple[int, int] = 8, in_channels: int = 1,
                conv_features: tuple[int, int] = (32, 64), hidden: int = 128,
-               momentum: float = 0.9, epsilon: float = 1e-5, rngs: nnx.Rngs):
+               momentum: float = 0.9, epsilon: float = 1e-5, conv_impl: str = "auto",
+               rngs: nnx.Rngs):
     if isinstance(image_size, int):
       image_size = (image_size, image_size)
     image_size = tuple(int(s) for s in image_size)
@@ -50,13 +55,17 @@ class SmallCNN(nnx.Module):
       raise ValueError(f"momentum={momentum} must be in [0, 1).")
     if len(conv_features) != 2:
       raise ValueError(f"conv_features={conv_features} must list two filter counts.")
+    conv_fn = conv.conv_function(conv_impl)
     f1, f2 = conv_features
     self.image_size = image_size
     self.in_channels = in_channels
     self.normalize = normalize
-    self.conv1 = nnx.Conv(in_channels, f1, kernel_size=(3, 3), padding="SAME", rngs=rngs)
+    self.conv_impl = conv_impl
+    self.conv1 = nnx.Conv(in_channels, f1, kernel_size=(3, 3), padding="SAME",
+                          conv_general_dilated=conv_fn, rngs=rngs)
     self.bn1 = nnx.BatchNorm(f1, momentum=momentum, epsilon=epsilon, rngs=rngs)
-    self.conv2 = nnx.Conv(f1, f2, kernel_size=(3, 3), padding="SAME", rngs=rngs)
+    self.conv2 = nnx.Conv(f1, f2, kernel_size=(3, 3), padding="SAME",
+                          conv_general_dilated=conv_fn, rngs=rngs)
     self.bn2 = nnx.BatchNorm(f2, momentum=momentum, epsilon=epsilon, rngs=rngs)
     flat = (image_size[0] // 2) * (image_size[1] // 2) * f2
     self.dense1 = nnx.Linear(flat, hidden, rngs=rngs)
@@ -71,7 +80,7 @@ class SmallCNN(nnx.Module):
     x = x.astype(jnp.float32)
     x = self.bn1(nnx.relu(self.conv1(x)))
     x = self.bn2(nnx.relu(self.conv2(x)))
-    x = nnx.max_pool(x, window_shape=(2, 2), strides=(2, 2), padding="VALID")
+    x = pooling.max_pool(x, (2, 2), (2, 2), "VALID", impl=self.conv_impl)
     return x.reshape(x.shape[0], -1)
 
   def __call__(self, x: jax.Array) -> jax.Array:

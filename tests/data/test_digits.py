@@ -127,5 +127,5 @@ def test_registry_load():
   assert data.DATASETS["digits_evenodd"] is digits.load_digits_evenodd
   s = data.load("digits_evenodd", test_digits=(8, 9))
   assert set(np.unique(s["test"].label_sets["digit"])) == {8, 9}
-  with pytest.raises(ValueError, match="'mnist'.*digits_evenodd"):
-    data.load("mnist")
+  with pytest.raises(ValueError, match="'mnist_digits'.*digits_evenodd"):
+    data.load("mnist_digits")

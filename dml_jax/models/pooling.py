@@ -1,0 +1,126 @@
+"""Max- and average-pooling as elementwise maxima / sums of shifted slices (``conv.window_taps``),
+beside flax's ``lax.reduce_window`` pooling; chosen by the same ``impl`` as the convolutions.
+
+XLA:CPU runs ``reduce_window`` and max-pool's gradient (``select_and_scatter_add``) as slow
+generic loops; the slice forms are elementwise fusions. With the taps ``T_t`` of the input
+padded with ``-inf`` (max) or 0 (average):
+
+  * ``max_pool``: ``y = max_t T_t``; the gradient goes, per window, to the **first** tap (in
+    row-major window order) that equals the maximum, padding included, exactly as
+    ``select_and_scatter_add`` with ``ge`` (what ``jax.grad`` of ``reduce_window`` max does):
+    equal values, ties included.
+  * ``avg_pool``: ``y = (sum_t T_t) / n`` with ``n`` the window size (``count_include_pad``)
+    or the number of non-padding taps; equal to float32 rounding (another summation order).
+
+``impl``: ``'auto'`` (slices where lowered for the CPU, ``reduce_window`` elsewhere), ``'lax'``
+(always ``reduce_window``, i.e. ``flax.nnx.max_pool`` / ``avg_pool``) or ``'matmul'`` (always
+slices; the name is the convolutions' option, ``conv.CONV_IMPLS``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax import lax
+
+from dml_jax.models import conv
+
+
+def _taps(x, window, strides, padding, pad_value):
+  return conv.window_taps(x, window, strides=strides, padding=padding, pad_value=pad_value)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3))
+def max_pool_slices(x: jax.Array, window: tuple[int, ...], strides: tuple[int, ...],
+                    padding) -> jax.Array:
+  """``y[b, o, c] = max_t T_t[b, o, c]`` over the ``-inf``-padded taps: ``[B, *S, C] ->
+  [B, *S', C]``; gradient to the first maximal tap of each window (see the module docstring).
+
+  ``padding``: ``'SAME'``, ``'VALID'`` or a tuple of ``(low, high)`` pairs (hashable).
+  """
+  return functools.reduce(jnp.maximum, _taps(x, window, strides, padding, -jnp.inf))
+
+
+def _max_pool_fwd(x, window, strides, padding):
+  y = max_pool_slices(x, window, strides, padding)
+  return y, (x, y)
+
+
+def _max_pool_bwd(window, strides, padding, residuals, g):
+  x, y = residuals
+  taps, taps_vjp = jax.vjp(lambda v: _taps(v, window, strides, padding, -jnp.inf), x)
+  free = jnp.ones(y.shape, bool)  # windows whose maximum has not been claimed yet
+  cotangents = []
+  for tap in taps:
+    chosen = free & (tap == y)
+    free = free & ~chosen
+    cotangents.append(jnp.where(chosen, g, jnp.zeros((), g.dtype)))
+  return taps_vjp(cotangents)
+
+
+max_pool_slices.defvjp(_max_pool_fwd, _max_pool_bwd)
+
+
+def avg_pool_slices(x: jax.Array, window: Sequence[int], strides: Sequence[int], padding, *,
+                    count_include_pad: bool = True) -> jax.Array:
+  """``y = (sum_t T_t) / n`` over the zero-padded taps, ``[B, *S, C] -> [B, *S', C]``; ``n`` the
+  window size, or (``count_include_pad=False``) the number of taps inside the input."""
+  taps = _taps(x, window, strides, padding, 0.0)
+  total = functools.reduce(jnp.add, taps)
+  if count_include_pad:
+    return total / np.prod(window)
+  with jax.ensure_compile_time_eval():  # a constant [1, *S', 1]
+    ones = jnp.ones((1, *x.shape[1:-1], 1), total.dtype)
+    counts = functools.reduce(jnp.add, _taps(ones, window, strides, padding, 0.0))
+  return total / counts
+
+
+def _canonical(window, strides, padding):
+  window = tuple(int(k) for k in window)
+  strides = tuple(int(s) for s in (strides or (1,) * len(window)))
+  if not isinstance(padding, str):
+    padding = tuple((int(lo), int(hi)) for lo, hi in padding)
+  return window, strides, padding
+
+
+def max_pool(x: jax.Array, window: Sequence[int], strides: Sequence[int] | None = None,
+             padding="VALID", *, impl: str = "auto") -> jax.Array:
+  """Max-pooling ``[B, *S, C] -> [B, *S', C]`` (``-inf`` padding), as ``flax.nnx.max_pool``.
+
+  ``impl``: one of ``conv.CONV_IMPLS`` (see the module docstring).
+  """
+  conv.conv_function(impl)  # validates impl
+  window, strides, padding = _canonical(window, strides, padding)
+  slices = functools.partial(max_pool_slices, window=window, strides=strides, padding=padding)
+  reference = functools.partial(nnx.max_pool, window_shape=window, strides=strides,
+                                padding=padding)
+  if impl == "lax":
+    return reference(x)
+  if impl == "matmul":
+    return slices(x)
+  return lax.platform_dependent(x, cpu=slices, default=reference)
+
+
+def avg_pool(x: jax.Array, window: Sequence[int], strides: Sequence[int] | None = None,
+             padding="VALID", *, count_include_pad: bool = True,
+             impl: str = "auto") -> jax.Array:
+  """Average-pooling ``[B, *S, C] -> [B, *S', C]``, as ``flax.nnx.avg_pool``.
+
+  ``impl``: one of ``conv.CONV_IMPLS`` (see the module docstring).
+  """
+  conv.conv_function(impl)
+  window, strides, padding = _canonical(window, strides, padding)
+  slices = functools.partial(avg_pool_slices, window=window, strides=strides, padding=padding,
+                             count_include_pad=count_include_pad)
+  reference = functools.partial(nnx.avg_pool, window_shape=window, strides=strides,
+                                padding=padding, count_include_pad=count_include_pad)
+  if impl == "lax":
+    return reference(x)
+  if impl == "matmul":
+    return slices(x)
+  return lax.platform_dependent(x, cpu=slices, default=reference)
