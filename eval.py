@@ -14,16 +14,15 @@ seeds); JSON at --output and the markdown table next to it (.md).
 Errors (no checkpoint, bad protocol, NaN embeddings, ...) print one line; exit code 1.
 """
 
-import logging
-import sys
-
 from absl import app
 from absl import flags
-from absl import logging as absl_logging
 
+from dml_jax import cli
+from dml_jax import overrides
 from dml_jax import training
 from dml_jax.evaluation import evaluate
 
+PROGRAM = "eval.py"
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "A workdir written by train.py.")
 flags.DEFINE_list("workdirs", None, "Several workdirs (e.g. seeds): aggregate mean ± std.")
@@ -33,6 +32,11 @@ flags.DEFINE_string("best_by", None, "With --all_steps: 'PROTOCOL/METRIC' on a v
                     "protocol, e.g. 'train:digit/map@r'; test splits are refused.")
 flags.DEFINE_string("output", None, "JSON path of --all_steps / --workdirs results.")
 flags.DEFINE_bool("progress", True, "Progress bars for embedding and kNN.")
+flags.DEFINE_bool("side_by_side", False, "With --workdirs: a row per run instead of mean ± std "
+                  "(for runs that differ in more than the seed).")
+cli.define_cache_flag()
+flags.DEFINE_multi_string("module", [], "Modules to import first (a run's own objective); "
+                          "those recorded in the workdir's config are imported anyway.")
 
 
 def check_flags() -> None:
@@ -47,27 +51,23 @@ def check_flags() -> None:
     raise ValueError("--output is for --all_steps or --workdirs results.")
 
 
-def quiet_read_only_warnings() -> None:
-  """Hides Orbax's notes that a read-only checkpoint manager ignores its save options."""
-  def keep(record: logging.LogRecord) -> bool:
-    message = str(record.msg)
-    return "read_only=True" not in message and "is read only" not in message
-
-  absl_logging.get_absl_handler().addFilter(keep)
-
-
 def main(argv):
   if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-  training.quiet_checkpoint_logs()
-  quiet_read_only_warnings()
+    cli.fail(PROGRAM, f"unexpected arguments: {' '.join(argv[1:])}")
+  cli.quiet_logs()
+  cli.enable_compilation_cache(FLAGS.compilation_cache)
   try:
     check_flags()
+    overrides.import_user_modules(FLAGS.module)
     if FLAGS.workdirs is not None:
       out = training.evaluate_workdirs(FLAGS.workdirs, step=FLAGS.step, output=FLAGS.output,
                                        show_progress=FLAGS.progress)
-      print(f"{len(out['runs'])} runs, steps {out['steps']}: mean ± std")
-      print(out["table"])
+      if FLAGS.side_by_side:
+        print(f"{len(out['runs'])} runs, steps {out['steps']}")
+        print(out["runs_table"])
+      else:
+        print(f"{len(out['runs'])} runs, steps {out['steps']}: mean ± std")
+        print(out["table"])
       if FLAGS.output:
         print(f"Written {FLAGS.output}")
     elif FLAGS.all_steps:
@@ -86,9 +86,8 @@ def main(argv):
       print(evaluate.format_table(results))
       print(f"Written {evaluate.results_path(FLAGS.workdir, step)}")
   except (FileNotFoundError, ValueError, NotImplementedError) as e:
-    print(f"eval.py: {e}", file=sys.stderr)
-    sys.exit(1)
+    cli.fail(PROGRAM, str(e))
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=cli.flags_parser(PROGRAM))

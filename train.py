@@ -1,12 +1,12 @@
 r"""Trains an embedding model and evaluates it.
 
   python train.py --config=configs/digits_evenodd_eps.py --workdir=runs/digits \
-      [--config.loss.margin=0.1 ...]
+      [--config.loss.margin=0.1 ...] [--config.loss.name=nca] [--module=my_losses]
 
-Rerunning the same command on the same workdir resumes from the newest checkpoint.
+Rerunning the same command on the same workdir resumes from the newest checkpoint; a rerun
+whose config differs in a key that changes the run is refused (``--overwrite`` starts the
+workdir afresh). Ctrl-C (SIGINT) or SIGTERM saves a checkpoint of the current step and stops.
 """
-
-import sys
 
 from absl import app
 from absl import flags
@@ -14,14 +14,25 @@ from absl import logging
 import jax
 from ml_collections import config_flags
 
+from dml_jax import checkpointing
+from dml_jax import cli
+from dml_jax import signals
 from dml_jax import training
 from dml_jax.evaluation import evaluate
 
+PROGRAM = "train.py"
 FLAGS = flags.FLAGS
+# Unlocked while parsing so that --config.loss.<key> may name any hyper-parameter of the
+# objective; cli.resolved_config checks every key and locks the result.
 config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py).",
-                                lock_config=True)
+                                lock_config=False, accept_new_attributes=True)
 flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and results.")
-flags.DEFINE_bool("progress", True, "Show a progress bar.")
+cli.define_cache_flag()
+flags.DEFINE_multi_string("module", [], "A module to import first, e.g. one that registers an "
+                          "objective (dotted name or .py path); recorded in the workdir.")
+flags.DEFINE_bool("overwrite", False, "Delete what an earlier run wrote into --workdir and "
+                  "start afresh (instead of resuming it).")
+flags.DEFINE_bool("progress", True, "Show a progress bar (else a log line per log step).")
 flags.DEFINE_bool("distributed", False, "Multi-host: call jax.distributed.initialize() (its "
                   "arguments auto-detected on SLURM / TPU pods unless given below).")
 flags.DEFINE_string("coordinator_address", None, "Multi-host: host:port of process 0.")
@@ -29,29 +40,35 @@ flags.DEFINE_integer("num_processes", None, "Multi-host: number of processes.")
 flags.DEFINE_integer("process_id", None, "Multi-host: this process's index.")
 flags.mark_flags_as_required(["config", "workdir"])
 
+# User errors: the message is the whole story (bad config, missing data or weights with the
+# command that gets them, a workdir trained with another config, a NaN loss).
+USER_ERRORS = (FileNotFoundError, ValueError, NotImplementedError, training.NonFiniteLossError,
+               checkpointing.CheckpointMismatchError)
+
 
 def main(argv):
   if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-  training.quiet_checkpoint_logs()
-  if FLAGS.distributed or FLAGS.coordinator_address:
-    jax.distributed.initialize(coordinator_address=FLAGS.coordinator_address,
-                               num_processes=FLAGS.num_processes, process_id=FLAGS.process_id)
-  logging.info("Process %d of %d; devices: %s", jax.process_index(), jax.process_count(),
-               jax.devices())
+    cli.fail(PROGRAM, f"unexpected arguments: {' '.join(argv[1:])}")
+  cli.quiet_logs()
+  cli.enable_compilation_cache(FLAGS.compilation_cache)
   try:
-    results = training.train_and_evaluate(FLAGS.config, FLAGS.workdir,
-                                          show_progress=FLAGS.progress)
-  except (FileNotFoundError, ValueError, NotImplementedError,
-          training.NonFiniteLossError) as e:
-    # Bad config, missing data or weights (the message says how to get them), or a NaN loss:
-    # the message is the whole story, no traceback.
-    print(f"train.py: {type(e).__name__}: {e}", file=sys.stderr)
-    sys.exit(1)
+    config = cli.resolved_config(FLAGS["config"], modules=FLAGS.module)
+    if FLAGS.distributed or FLAGS.coordinator_address:
+      jax.distributed.initialize(coordinator_address=FLAGS.coordinator_address,
+                                 num_processes=FLAGS.num_processes, process_id=FLAGS.process_id)
+    logging.info("Process %d of %d; devices: %s", jax.process_index(), jax.process_count(),
+                 jax.devices())
+    with signals.stop_on_signals() as stop:
+      results = training.train_and_evaluate(config, FLAGS.workdir, show_progress=FLAGS.progress,
+                                            overwrite=FLAGS.overwrite, stop=stop)
+  except training.TrainingInterrupted as e:
+    cli.fail(PROGRAM, str(e), code=128 + e.signum)
+  except USER_ERRORS as e:
+    cli.fail(PROGRAM, str(e))
   if training.is_main_process():
     print(evaluate.format_table(results))
     print(f"Results written to {FLAGS.workdir}")
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=cli.flags_parser(PROGRAM))

@@ -18,6 +18,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from configs import digits_evenodd_eps, digits_evenodd_triplet  # pylint: disable=g-import-not-at-top
+from dml_jax import cli  # pylint: disable=g-import-not-at-top
 from dml_jax import training  # pylint: disable=g-import-not-at-top
 
 FLAGS = flags.FLAGS
@@ -30,7 +31,7 @@ CONFIGS = {"eps": digits_evenodd_eps, "triplet": digits_evenodd_triplet}
 
 def main(argv):
   del argv
-  training.quiet_checkpoint_logs()
+  cli.quiet_logs()
   runs = {}
   for name, module in CONFIGS.items():
     for seed in range(FLAGS.seeds):

@@ -19,6 +19,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval_every_steps = 0          # 0: evaluate only at the end
   c.scatter_every_steps = 0       # > 0: triplet scatter diagram PNG of the eval split
   c.max_checkpoints_to_keep = 3
+  c.user_modules = ()             # modules imported first (own objectives; train.py --module)
 
   c.data = ml_collections.ConfigDict()
   c.data.name = "digits_evenodd"

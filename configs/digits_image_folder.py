@@ -1,6 +1,6 @@
 r"""The image-file pipeline on a CPU: scikit-learn's digits written as 32 px PNG files
-(train digits 0-5, test digits 6-9, one folder per digit), read by the 'image_folder'
-loader, decoded and augmented (pad 4 + random crop, no flip) in the grain pipeline, and
+(train digits 0-5, test digits 6-9, one folder per digit), read by the 'digits_png'
+loader (an 'image_folder' that says how to write the files when they are missing), decoded and augmented (pad 4 + random crop, no flip) in the grain pipeline, and
 trained with EPHN (easy positive, hard negative, NCA 0.1) on the small CNN, 16-D.
 
   python -c "from dml_jax.data import digits; digits.write_digit_images('data/digits_png')"
@@ -15,8 +15,8 @@ from configs import recipes
 
 def get_config(arg: str = ""):
   c = default.get_config()
-  c.data.name = "image_folder"
-  c.data.options = config_dict.ConfigDict({"root": "data/digits_png", "layout": "splits"})
+  c.data.name = "digits_png"
+  c.data.options = config_dict.ConfigDict({"root": "data/digits_png"})
   recipes.images(c, 32, resize_size=32, augmentation="pad_crop", grey=True)
   c.data.pad = 4
   c.data.flip = False

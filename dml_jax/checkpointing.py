@@ -4,7 +4,9 @@ A checkpoint of step ``N`` lives in ``<workdir>/checkpoints/N`` and holds two it
 ``state`` (the train-state pytree, ``StandardSave``) and ``meta`` (a small JSON dict,
 ``JsonSave``). Restoring walks back from the newest step: a checkpoint that cannot be read
 (damaged or half-written files) is reported with a warning naming it, and the previous
-good one is used.
+good one is used. A readable checkpoint whose array shapes differ from the target's (the
+config changed, e.g. ``model.embedding_dim``) is not damage: it raises
+:class:`CheckpointMismatchError` naming the arrays, before Orbax tries to read them.
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ from typing import Any
 from absl import logging
 import jax
 import orbax.checkpoint as ocp
+
+
+class CheckpointMismatchError(ValueError):
+  """The checkpoint's arrays do not have the shapes / structure that the config builds."""
 
 
 def checkpoint_dir(workdir: str) -> str:
@@ -34,8 +40,10 @@ def make_manager(workdir: str, *, max_to_keep: int | None = 3,
   options = ocp.CheckpointManagerOptions(
       max_to_keep=max_to_keep, create=not read_only, read_only=read_only,
       enable_async_checkpointing=False)
-  return ocp.CheckpointManager(checkpoint_dir(workdir), options=options,
-                               item_names=("state", "meta"))
+  return ocp.CheckpointManager(
+      checkpoint_dir(workdir), options=options,
+      item_handlers={"state": ocp.StandardCheckpointHandler(),
+                     "meta": ocp.JsonCheckpointHandler()})
 
 
 def save(manager: ocp.CheckpointManager, step: int, state: Any, meta: dict) -> None:
@@ -48,6 +56,35 @@ def save(manager: ocp.CheckpointManager, step: int, state: Any, meta: dict) -> N
 def steps(manager: ocp.CheckpointManager) -> list[int]:
   """All checkpointed steps, ascending."""
   return sorted(manager.all_steps())
+
+
+def _path(keys: tuple) -> str:
+  return "/".join(str(k) for k in keys)
+
+
+def check_shapes(manager: ocp.CheckpointManager, step: int, target: Any) -> None:
+  """Compares the saved array shapes of checkpoint ``step`` with ``target``'s.
+
+  Raises:
+    CheckpointMismatchError: a different tree structure or shape (up to three named).
+    Exception: whatever Orbax raises when the metadata itself cannot be read (damage).
+  """
+  saved = ocp.tree.to_flat_dict(manager.item_metadata(step)["state"])
+  wanted = ocp.tree.to_flat_dict(target)
+  # Name parameters before the optimizer's copies of them.
+  wanted = dict(sorted(wanted.items(), key=lambda kv: kv[0][0] == "opt_state"))
+  problems = [f"{_path(k)} is missing from the checkpoint" for k in wanted if k not in saved]
+  problems += [f"{_path(k)} is in the checkpoint but not in the config's model"
+               for k in saved if k not in wanted]
+  problems += [f"{_path(k)} has shape {tuple(saved[k].shape)} in the checkpoint, "
+               f"{tuple(wanted[k].shape)} from the config"
+               for k in wanted if k in saved and tuple(saved[k].shape) != tuple(wanted[k].shape)]
+  if problems:
+    more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+    raise CheckpointMismatchError(
+        f"the config differs from the checkpoint {os.path.join(str(manager.directory), str(step))}"
+        f": {'; '.join(problems[:3])}{more}. Train with the config the checkpoint was made "
+        "with, or use a new workdir.")
 
 
 def restore(manager: ocp.CheckpointManager, target: Any, *,
@@ -66,6 +103,7 @@ def restore(manager: ocp.CheckpointManager, target: Any, *,
   Raises:
     ValueError: ``step`` was given and does not exist or cannot be read, or every
       checkpoint is unreadable.
+    CheckpointMismatchError: a readable checkpoint does not fit ``target``.
   """
   available = steps(manager)
   if step is not None:
@@ -81,9 +119,12 @@ def restore(manager: ocp.CheckpointManager, target: Any, *,
   errors = []
   for s in candidates:
     try:
+      check_shapes(manager, s, abstract)
       restored = manager.restore(s, args=ocp.args.Composite(
           state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
       return s, restored["state"], dict(restored["meta"])
+    except CheckpointMismatchError:
+      raise
     except Exception as e:  # pylint: disable=broad-except
       path = os.path.join(str(manager.directory), str(s))
       logging.warning("Checkpoint %s cannot be restored (%s: %s); trying the previous one.",

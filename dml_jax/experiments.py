@@ -29,8 +29,6 @@ resumes from its own newest checkpoint). At the end it writes into ``<workdir>``
 from __future__ import annotations
 
 import argparse
-import ast
-import importlib.util
 import itertools
 import json
 import os
@@ -41,6 +39,8 @@ from collections.abc import Callable, Mapping, Sequence
 import ml_collections
 import numpy as np
 
+from dml_jax import cli
+from dml_jax import overrides as overrides_lib
 from dml_jax.evaluation import evaluate as evaluate_lib
 
 SWEEP_JSON = "sweep.json"
@@ -106,70 +106,6 @@ def point_name(point: Mapping[str, str]) -> str:
   return re.sub(r"[^A-Za-z0-9_.,=+-]", "_", name)
 
 
-def _convert(key: str, raw: str, current):
-  """``raw`` converted to the type of the config value ``current``."""
-  try:
-    if isinstance(current, bool):
-      if raw.lower() in ("true", "1", "yes"):
-        return True
-      if raw.lower() in ("false", "0", "no"):
-        return False
-      raise ValueError
-    if isinstance(current, int):
-      return int(raw)
-    if isinstance(current, float):
-      return float(raw)
-    if isinstance(current, (tuple, list)):
-      value = ast.literal_eval(raw)
-      return tuple(value) if isinstance(value, (tuple, list)) else (value,)
-    if isinstance(current, str) or current is None:
-      return raw
-  except (ValueError, SyntaxError):
-    raise ValueError(f"Cannot convert {raw!r} for config key {key!r} to the type of its "
-                     f"current value {current!r} ({type(current).__name__}).") from None
-  raise ValueError(f"Config key {key!r} holds a {type(current).__name__}; the sweep can set "
-                   "bool, int, float, str and tuple keys.")
-
-
-def apply_overrides(config: ml_collections.ConfigDict,
-                    overrides: Mapping[str, str]) -> ml_collections.ConfigDict:
-  """A copy of ``config`` with dotted ``key -> value string`` overrides applied.
-
-  Raises:
-    ValueError: a key the config does not have (listing the keys at that level) or a value
-      that cannot be converted to the field's type.
-  """
-  config = ml_collections.ConfigDict(config.to_dict())
-  for key, raw in overrides.items():
-    *parents, leaf = key.split(".")
-    node = config
-    for i, parent in enumerate(parents):
-      if parent not in node or not isinstance(node[parent], ml_collections.ConfigDict):
-        raise ValueError(f"Config has no section {'.'.join(parents[:i + 1])!r} (key {key!r}).")
-      node = node[parent]
-    if leaf not in node:
-      raise ValueError(f"Config has no key {key!r}; keys here: {sorted(node.keys())}.")
-    node[leaf] = _convert(key, raw, node[leaf])
-  return config
-
-
-def load_config(spec: str) -> ml_collections.ConfigDict:
-  """``'configs/X.py'`` or ``'configs/X.py:arg'`` -> ``get_config(arg)`` of that file."""
-  path, _, arg = spec.partition(":")
-  if not os.path.exists(path):
-    raise ValueError(f"--config file {path!r} does not exist.")
-  root = os.path.dirname(os.path.dirname(os.path.abspath(path)))
-  if root not in sys.path:
-    sys.path.insert(0, root)
-  module_spec = importlib.util.spec_from_file_location("_sweep_config", path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  return module.get_config(arg) if arg else module.get_config()
-
-
-# ----------------------------------------------------------------------------- runs
-
-
 def final_results_path(workdir: str, num_train_steps: int) -> str:
   """The final evaluation JSON whose presence marks a finished run."""
   return evaluate_lib.results_path(workdir, num_train_steps)
@@ -192,18 +128,11 @@ def summarize(runs: Sequence[Mapping]) -> dict:
   return {name: evaluate_lib.aggregate(results) for name, results in by_name.items()}
 
 
-def _metric_order(metric: str):
-  """Sort key: ``recall@K`` by K first, then the other metrics alphabetically."""
-  if metric.startswith("recall@") and metric[7:].isdigit():
-    return (0, int(metric[7:]), "")
-  return (1, 0, metric)
-
-
 def format_summary_table(summary: Mapping, *, metrics: Sequence[str] | None = None) -> str:
   """Markdown ``| point | protocol | metric ... |`` table of mean ± std (fractions in %)."""
   first = next(iter(summary.values()))
   keys = list(metrics) if metrics else sorted(
-      dict.fromkeys(k for p in first.values() for k in p), key=_metric_order)
+      dict.fromkeys(k for p in first.values() for k in p), key=evaluate_lib.metric_sort_key)
   n = len(next(iter(next(iter(first.values())).values()))["values"])
   lines = [f"mean ± std over {n} seed(s)", "",
            "| point | protocol | " + " | ".join(keys) + " |",
@@ -276,7 +205,7 @@ def sweep(config: ml_collections.ConfigDict, *, grid: Sequence[str] = (), seeds:
   """Runs ``grid x seeds`` sequentially (skipping finished runs) and aggregates them.
 
   Args:
-    config: the base config (``load_config``).
+    config: the base config (``overrides.load_config_file``).
     grid: axis specs (:func:`parse_grid`).
     seeds: number of seeds per point (``seed_offset .. seed_offset + seeds - 1``).
     workdir: the sweep directory.
@@ -298,10 +227,11 @@ def sweep(config: ml_collections.ConfigDict, *, grid: Sequence[str] = (), seeds:
     def train_fn(cfg, wd):
       return training.train_and_evaluate(cfg, wd, show_progress=False)
 
-  base = apply_overrides(config, overrides or {})
+  base = overrides_lib.apply(config, overrides or {}, from_strings=True)
   axes = parse_grid(grid)
   points = grid_points(axes)
-  configs = [(point, apply_overrides(base, point)) for point in points]  # validate all first
+  configs = [(point, overrides_lib.apply(base, point, from_strings=True))
+             for point in points]  # validate all first
   runs = []
   total, done = len(points) * seeds, 0
   for point, cfg in configs:
@@ -309,7 +239,7 @@ def sweep(config: ml_collections.ConfigDict, *, grid: Sequence[str] = (), seeds:
     for s in range(seeds):
       seed = seed_offset + s
       run_dir = os.path.join(workdir, name, f"seed_{seed}")
-      run_cfg = apply_overrides(cfg, {"seed": str(seed)})
+      run_cfg = overrides_lib.apply(cfg, {"seed": seed})
       results = (read_final_results(run_dir, training.final_step(run_dir, run_cfg))
                  if os.path.exists(run_dir) else None)
       done += 1
@@ -361,6 +291,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument("--metric", default="recall@1")
   p.add_argument("--protocol", default=None)
   p.add_argument("--x", default=None, help="numeric grid key for a line plot")
+  p.add_argument("--module", action="append", default=[],
+                 help="a module to import first (own objective; dotted name or .py path)")
   args = parser.parse_args(argv)
   overrides = {}
   for item in args.overrides:
@@ -369,8 +301,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     key, value = item.split("=", 1)
     overrides[key.strip()] = value.strip()
   from dml_jax import training  # pylint: disable=import-outside-toplevel
-  training.quiet_checkpoint_logs()
-  out = sweep(load_config(args.config), grid=args.grid, seeds=args.seeds,
+  cli.quiet_logs()
+  modules = tuple(overrides_lib.module_spec(m) for m in args.module)
+  overrides_lib.import_user_modules(modules)
+  config = overrides_lib.load_config_file(args.config)
+  config.user_modules = tuple(config.get("user_modules", ())) + modules
+  out = sweep(config, grid=args.grid, seeds=args.seeds,
               workdir=args.workdir, seed_offset=args.seed_offset, overrides=overrides,
               metric=args.metric, protocol=args.protocol, x=args.x)
   print(out["table"])

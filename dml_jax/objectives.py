@@ -1207,6 +1207,38 @@ REGISTRY: dict[str, Callable[..., tuple[Callable, Callable]]] = {
 }
 
 
+def register(name: str, builder: Callable | None = None):
+  """Adds a user's objective to the registry, as ``register(name, builder)`` or as a decorator
+  ``@register(name)`` over the builder.
+
+  The builder follows the built-in ones: its keyword-only arguments (with defaults) are the
+  hyper-parameters (``--config.loss.<arg>``), it validates them and returns ``(init, apply)``
+  with ``init(rng, *, num_classes, dim) -> params`` and
+  ``apply(params, embeddings [B, D], labels [B], *, rng=None) -> (loss, aux)``.
+  ``train.py --module=M`` / ``config.user_modules`` import the module that registers it, so
+  ``eval.py`` and the analysis tools find it too.
+
+  Raises:
+    ValueError: ``name`` is taken by another builder, or the builder has a positional or
+      default-less parameter.
+  """
+  def add(fn: Callable) -> Callable:
+    old = REGISTRY.get(name)
+    same = old is None or (old.__module__, old.__qualname__) == (fn.__module__, fn.__qualname__)
+    if not same:  # a module imported twice re-registers the same builder: fine
+      raise ValueError(f"Objective {name!r} is already registered ({REGISTRY[name]!r}); "
+                       "choose another name.")
+    for p in inspect.signature(fn).parameters.values():
+      if p.kind is not inspect.Parameter.KEYWORD_ONLY or p.default is inspect.Parameter.empty:
+        raise ValueError(f"Objective builder {fn.__name__} for {name!r}: parameter {p.name!r} "
+                         "must be keyword-only with a default (hyper-parameters are "
+                         "config keys).")
+    REGISTRY[name] = fn
+    return fn
+
+  return add if builder is None else add(builder)
+
+
 def names() -> tuple[str, ...]:
   """The registered objective names, sorted."""
   return tuple(sorted(REGISTRY))

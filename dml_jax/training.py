@@ -35,73 +35,34 @@ from dml_jax import models
 from dml_jax.data import noise as noise_lib
 from dml_jax.data import pipeline
 from dml_jax import objectives
+from dml_jax import overrides
 from dml_jax import parallel
+from dml_jax import signals
+from dml_jax import workdir as workdir_lib
 from dml_jax.evaluation import evaluate as evaluate_lib
-
-METRICS_FILE = "metrics.jsonl"
-CONFIG_FILE = "config.json"
 
 
 class NonFiniteLossError(FloatingPointError):
   """The loss or the gradient became NaN or inf; the state was not updated."""
 
 
+class TrainingInterrupted(Exception):
+  """SIGINT / SIGTERM stopped training after a checkpoint of the current step was saved."""
+
+  def __init__(self, step: int, signum: int):
+    super().__init__(f"interrupted at step {step}; rerun the same command to resume")
+    self.step, self.signum = step, signum
+
+
+# Re-exported: the workdir's files live in ``workdir``.
+is_main_process = workdir_lib.is_main_process
+load_workdir_config = workdir_lib.load_config
+write_workdir_config = workdir_lib.write_config
+final_step = workdir_lib.final_step
+METRICS_FILE = workdir_lib.METRICS_FILE
+
+
 # ----------------------------------------------------------------------------- config
-
-
-# Keys added to the config schema after workdirs were first written, with the value that
-# reproduces the older behaviour; load_workdir_config fills them into older config.json files.
-ADDED_CONFIG_KEYS = {
-    "num_devices": 0,
-    "data.noise_seed": 0,
-    "optimizer.backbone_learning_rate": 0.0,
-    "optimizer.head_learning_rate": 0.0,
-    "scatter_every_steps": 0,
-    "num_epochs": 0,
-    "data.resize_size": 0,
-    "data.channels": 3,
-    "data.mean": (0.485, 0.456, 0.406),
-    "data.std": (0.229, 0.224, 0.225),
-    "data.augmentation": "none",
-    "data.flip": True,
-    "data.pad": 10,
-    "data.num_threads": 8,
-    "data.num_workers": 0,
-    "data.prefetch": 2,
-    "optimizer.decay_epochs": (),
-}
-
-
-def load_workdir_config(workdir: str) -> ml_collections.ConfigDict:
-  """The resolved config that ``train.py`` wrote into ``workdir``."""
-  path = os.path.join(workdir, CONFIG_FILE)
-  if not os.path.exists(path):
-    raise FileNotFoundError(
-        f"{path} does not exist: {workdir!r} is not a dml_jax workdir (train.py writes it).")
-  with open(path) as f:
-    config = ml_collections.ConfigDict(json.load(f))
-  for dotted, value in ADDED_CONFIG_KEYS.items():
-    *parents, leaf = dotted.split(".")
-    node = config
-    for p in parents:
-      node = node[p]
-    if leaf not in node:
-      node[leaf] = value
-  return config
-
-
-def is_main_process() -> bool:
-  """Only process 0 writes logs, metrics, configs and results (checkpoints are collective)."""
-  return jax.process_index() == 0
-
-
-def write_workdir_config(config: ml_collections.ConfigDict, workdir: str) -> None:
-  """Writes the resolved config as JSON into ``workdir`` (process 0 only)."""
-  if not is_main_process():
-    return
-  os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, CONFIG_FILE), "w") as f:
-    f.write(config.to_json_best_effort(indent=2, sort_keys=True))
 
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
@@ -112,6 +73,9 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
       raise ValueError(f"config.{key} must be a positive integer, got {value!r}.")
   if config.eval_every_steps < 0:
     raise ValueError(f"config.eval_every_steps must be >= 0, got {config.eval_every_steps}.")
+  if not 1 <= config.data.group_size <= config.batch_size:
+    raise ValueError(f"data.group_size={config.data.group_size} must be between 1 and "
+                     f"batch_size={config.batch_size} (examples per class in a batch).")
   if config.data.label_noise and config.data.clean_fraction != 1.0:
     raise ValueError(
         f"config.data.label_noise={config.data.label_noise} and config.data.clean_fraction="
@@ -134,31 +98,6 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
 
 
 TRAIN_LABELS_FILE = "train_labels.npz"
-RUN_INFO_FILE = "run.json"
-
-
-def write_run_info(workdir: str, **info) -> None:
-  """``run.json``: facts resolved at start (e.g. ``num_train_steps`` from ``num_epochs``)."""
-  if is_main_process():
-    os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, RUN_INFO_FILE), "w") as f:
-      json.dump({k: int(v) for k, v in info.items()}, f, indent=2)
-
-
-def final_step(workdir: str, config: ml_collections.ConfigDict) -> int:
-  """The last train step of the run in ``workdir``: from ``run.json`` when train.py wrote it
-  (needed with ``num_epochs``), else ``config.num_train_steps``."""
-  path = os.path.join(workdir, RUN_INFO_FILE)
-  if os.path.exists(path):
-    with open(path) as f:
-      return int(json.load(f)["num_train_steps"])
-  if config.get("num_epochs", 0):
-    raise ValueError(f"{workdir!r} has no {RUN_INFO_FILE}; with num_epochs the final step is "
-                     "only known once train.py has started.")
-  return int(config.num_train_steps)
-
-
-
 def write_train_labels(train, data: ml_collections.ConfigDict, workdir: str) -> dict:
   """Records the training labels of a label-noise or clean-topline run in ``workdir``:
   ``train_labels.npz`` (``labels`` used for training, and ``clean`` labels with noise) and a
@@ -349,7 +288,12 @@ def resolve_num_train_steps(config: ml_collections.ConfigDict, steps_per_epoch: 
 
 
 def build(config: ml_collections.ConfigDict) -> Setup:
-  """Loads data, builds the model, objective and optimizer, and the initial train state."""
+  """Loads data, builds the model, objective and optimizer, and the initial train state.
+
+  First imports ``config.user_modules`` (a user's registered objectives), so that every
+  binary that builds a workdir's config finds them.
+  """
+  overrides.import_user_modules(config.get("user_modules", ()))
   validate_config(config)
   mesh = parallel.make_mesh(config.num_devices)
   parallel.check_batch_size(config.batch_size, mesh)
@@ -459,43 +403,6 @@ def step_key(seed: int, step: int) -> jax.Array:
   return jax.random.fold_in(jax.random.key(seed + 1), step)
 
 
-# ---------------------------------------------------------------------------- logging
-
-
-def _read_metrics(workdir: str) -> list[dict]:
-  path = os.path.join(workdir, METRICS_FILE)
-  if not os.path.exists(path):
-    return []
-  rows = []
-  with open(path) as f:
-    for line in f:
-      line = line.strip()
-      if line:
-        try:
-          rows.append(json.loads(line))
-        except json.JSONDecodeError:
-          break  # a line cut by a kill: drop it and what follows
-  return rows
-
-
-def truncate_metrics(workdir: str, step: int) -> None:
-  """Drops rows logged after ``step`` (by a run killed after its last checkpoint)."""
-  if not is_main_process():
-    return
-  rows = [r for r in _read_metrics(workdir) if r["step"] <= step]
-  with open(os.path.join(workdir, METRICS_FILE), "w") as f:
-    for r in rows:
-      f.write(json.dumps(r) + "\n")
-
-
-def append_metrics(workdir: str, row: dict) -> None:
-  """Appends one JSON row to ``metrics.jsonl`` (process 0 only)."""
-  if not is_main_process():
-    return
-  with open(os.path.join(workdir, METRICS_FILE), "a") as f:
-    f.write(json.dumps(row) + "\n")
-
-
 # --------------------------------------------------------------------------- evaluate
 
 
@@ -523,29 +430,70 @@ def log_scatter(setup: Setup, state: dict, embed_fn: Callable, *, workdir: str,
 # ------------------------------------------------------------------------------ train
 
 
+def start_run(config: ml_collections.ConfigDict, workdir: str, *,
+              overwrite: bool = False) -> tuple[Setup, Any, int, dict]:
+  """Opens ``workdir`` for training ``config``: a fresh start, or a resume of its newest
+  checkpoint. Writes nothing until the config is known to match the workdir and the
+  checkpoint is restored, so a refused rerun leaves the workdir byte-identical.
+
+  Args:
+    config: the resolved config.
+    workdir: the run directory (created when missing).
+    overwrite: delete what an earlier run wrote into ``workdir`` first (``--overwrite``).
+
+  Returns:
+    ``(setup, checkpoint manager, start step, state)``.
+
+  Raises:
+    workdir.WorkdirConflictError: ``workdir`` was trained with a different config (named keys).
+    checkpointing.CheckpointMismatchError: the checkpoint's shapes differ from the config's.
+  """
+  changes = [] if overwrite else workdir_lib.check_rerun(config, workdir)
+  setup = build(config)
+  if overwrite and is_main_process():
+    removed = workdir_lib.clear(workdir)
+    if removed:
+      logging.info("--overwrite: deleted %d earlier outputs of %s.", len(removed), workdir)
+  manager = checkpointing.make_manager(workdir, max_to_keep=config.max_checkpoints_to_keep)
+  try:
+    restored = checkpointing.restore(manager, setup.init_state)
+  except Exception:
+    manager.close()
+    raise
+  if restored is None:
+    start, state = 0, setup.init_state
+    logging.info("No checkpoint in %s: training from step 0.", workdir)
+  else:
+    start, state, _ = restored
+    logging.info("Resumed from checkpoint step %d in %s.", start, workdir)
+    for change in changes:
+      logging.info("Changed on resume: %s.", workdir_lib.format_change(*change))
+  workdir_lib.write_config(config, workdir)
+  write_train_labels(setup.splits["train"], config.data, workdir)
+  workdir_lib.write_run_info(workdir, num_train_steps=setup.num_train_steps,
+                             steps_per_epoch=setup.sampler.steps_per_epoch)
+  workdir_lib.truncate_metrics(workdir, start)
+  return setup, manager, start, state
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
-                       show_progress: bool = True) -> dict:
+                       show_progress: bool = True, overwrite: bool = False,
+                       stop: signals.StopFlag | None = None) -> dict:
   """Trains (resuming from the newest checkpoint in ``workdir``) and evaluates.
 
   Writes into ``workdir``: ``config.json`` (the resolved config), ``metrics.jsonl`` (a row
   per log step and per evaluation), ``checkpoints/<step>``, ``eval_step_<N>.json`` and the
-  embedding PNG. Returns the final evaluation results.
-  """
-  setup = build(config)
-  write_workdir_config(config, workdir)
-  write_train_labels(setup.splits["train"], config.data, workdir)
-  write_run_info(workdir, num_train_steps=setup.num_train_steps,
-                 steps_per_epoch=setup.sampler.steps_per_epoch)
-  manager = checkpointing.make_manager(workdir, max_to_keep=config.max_checkpoints_to_keep)
-  state = setup.init_state
-  restored = checkpointing.restore(manager, state)
-  if restored is not None:
-    start, state, _ = restored
-    logging.info("Resumed from checkpoint step %d in %s.", start, workdir)
-  else:
-    start = 0
-  truncate_metrics(workdir, start)
+  embedding PNG (see ``workdir``). Returns the final evaluation results.
 
+  Args:
+    config: the resolved config.
+    workdir: the run directory; an existing one is resumed (:func:`start_run`).
+    show_progress: a progress bar; otherwise one log line per ``log_every_steps``.
+    overwrite: start ``workdir`` afresh, deleting its earlier outputs.
+    stop: when it is set (``signals.stop_on_signals``, on SIGINT / SIGTERM), a checkpoint of
+      the current step is saved and :class:`TrainingInterrupted` raised.
+  """
+  setup, manager, start, state = start_run(config, workdir, overwrite=overwrite)
   train_step = make_train_step(setup)
   embed_fn = make_embed_fn(setup)
   train = setup.splits["train"]
@@ -560,47 +508,56 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
                   mininterval=0.5, disable=not (show_progress and is_main_process()))
   window_t, window_n = time.perf_counter(), 0
   history = []
-  for batch_step, local_images, local_labels in batches:
-    step = batch_step + 1
-    images, labels = parallel.global_batch(setup.mesh, local_images, local_labels,
-                                           batch_size=config.batch_size)
-    state, metrics = train_step(state, images, labels, step_key(config.seed, step))
-    metrics = jax.device_get(metrics)
-    if not metrics["finite"]:
-      manager.close()
-      raise NonFiniteLossError(
-          f"Loss or gradient became non-finite at step {step} (loss={float(metrics['loss'])}, "
-          f"grad_norm={float(metrics['grad_norm'])}); training stopped, parameters and "
-          f"checkpoints were left at step {step - 1}. Lower optimizer.learning_rate or check "
-          "the loss hyper-parameters.")
-    history.append(metrics)
-    window_n += config.batch_size
-    bar.update(1)
-    if step % config.log_every_steps == 0 or step == total:
-      elapsed = time.perf_counter() - window_t
-      mean = {k: float(np.mean([h[k] for h in history])) for k in history[0]}
-      row = {"step": step, **{f"train/{k}": v for k, v in mean.items() if k != "finite"},
-             "learning_rate": float(setup.schedule(step - 1)),
-             "examples_per_sec": window_n / max(elapsed, 1e-9)}
-      append_metrics(workdir, row)
-      bar.set_postfix(loss=f"{mean['loss']:.4f}", ex_s=f"{row['examples_per_sec']:.0f}")
-      window_t, window_n, history = time.perf_counter(), 0, []
-    if step % config.checkpoint_every_steps == 0 or step == total:
-      checkpointing.save(manager, step, state, {"step": step})
-    if config.scatter_every_steps and step % config.scatter_every_steps == 0:
-      append_metrics(workdir, {"step": step, **log_scatter(setup, state, embed_fn,
-                                                           workdir=workdir, step=step)})
-    if config.eval_every_steps and step % config.eval_every_steps == 0 and step != total:
-      results = evaluate_with_config(setup, state, embed_fn, workdir=workdir, step=step, plot=False)
-      append_metrics(workdir, {"step": step, **evaluate_lib.flatten(results)})
-  bar.close()
-  manager.close()
+  try:
+    for batch_step, local_images, local_labels in batches:
+      step = batch_step + 1
+      images, labels = parallel.global_batch(setup.mesh, local_images, local_labels,
+                                             batch_size=config.batch_size)
+      state, metrics = train_step(state, images, labels, step_key(config.seed, step))
+      metrics = jax.device_get(metrics)
+      if not metrics["finite"]:
+        raise NonFiniteLossError(
+            f"Loss or gradient became non-finite at step {step} (loss="
+            f"{float(metrics['loss'])}, grad_norm={float(metrics['grad_norm'])}); training "
+            f"stopped, parameters and checkpoints were left at step {step - 1}. Lower "
+            "optimizer.learning_rate or check the loss hyper-parameters.")
+      history.append(metrics)
+      window_n += config.batch_size
+      bar.update(1)
+      if step % config.log_every_steps == 0 or step == total:
+        elapsed = time.perf_counter() - window_t
+        mean = {k: float(np.mean([h[k] for h in history])) for k in history[0]}
+        row = {"step": step, **{f"train/{k}": v for k, v in mean.items() if k != "finite"},
+               "learning_rate": float(setup.schedule(step - 1)),
+               "examples_per_sec": window_n / max(elapsed, 1e-9)}
+        workdir_lib.append_metrics(workdir, row)
+        bar.set_postfix(loss=f"{mean['loss']:.4f}", ex_s=f"{row['examples_per_sec']:.0f}")
+        if not show_progress:
+          logging.info("step %d/%d: loss %.4f, %.0f examples/s", step, total, mean["loss"],
+                       row["examples_per_sec"])
+        window_t, window_n, history = time.perf_counter(), 0, []
+      if step % config.checkpoint_every_steps == 0 or step == total:
+        checkpointing.save(manager, step, state, {"step": step})
+      if stop is not None and stop.is_set() and step != total:
+        if step % config.checkpoint_every_steps:
+          checkpointing.save(manager, step, state, {"step": step})
+        raise TrainingInterrupted(step, stop.signum)
+      if config.scatter_every_steps and step % config.scatter_every_steps == 0:
+        workdir_lib.append_metrics(workdir, {"step": step, **log_scatter(
+            setup, state, embed_fn, workdir=workdir, step=step)})
+      if config.eval_every_steps and step % config.eval_every_steps == 0 and step != total:
+        results = evaluate_with_config(setup, state, embed_fn, workdir=workdir, step=step,
+                                       plot=False)
+        workdir_lib.append_metrics(workdir, {"step": step, **evaluate_lib.flatten(results)})
+  finally:
+    bar.close()
+    manager.close()
 
-  final_step = int(state["step"])
-  results = evaluate_with_config(setup, state, embed_fn, workdir=workdir, step=final_step,
-                           plot=config.eval.plot)
-  if final_step > start:
-    append_metrics(workdir, {"step": final_step, **evaluate_lib.flatten(results)})
+  last = int(state["step"])
+  results = evaluate_with_config(setup, state, embed_fn, workdir=workdir, step=last,
+                                 plot=config.eval.plot)
+  if last > start:
+    workdir_lib.append_metrics(workdir, {"step": last, **evaluate_lib.flatten(results)})
   return results
 
 
@@ -630,16 +587,6 @@ def evaluate_checkpoint(workdir: str, *, step: int | None = None,
       setup, workdir, steps=None if step is None else (step,), plot=plot,
       show_progress=show_progress, protocols=protocols).items()
   return restored_step, results
-
-
-def quiet_checkpoint_logs() -> None:
-  """Hides Orbax's per-save INFO lines (dozens per checkpoint); warnings still show."""
-  import logging as py_logging  # pylint: disable=import-outside-toplevel
-
-  def keep(record: py_logging.LogRecord) -> bool:
-    return record.levelno >= py_logging.WARNING or "orbax" not in record.pathname
-
-  logging.get_absl_handler().addFilter(keep)
 
 
 # ------------------------------------------------------------- evaluation binary (eval.py)
@@ -840,6 +787,11 @@ def evaluate_workdirs(workdirs, *, step: int | None = None, output: str | None =
   except ValueError as e:
     raise ValueError(f"{e} (runs in the order of --workdirs: {workdirs})") from None
   table = evaluate_lib.format_aggregate_table(summary)
+  differences = config_differences(workdirs)
+  if differences:
+    logging.warning("The runs differ in more than the seed (%s): their mean ± std mixes "
+                    "different runs; eval.py --side_by_side shows each run.",
+                    "; ".join(differences))
   if output and is_main_process():
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     with open(output, "w") as f:
@@ -848,4 +800,16 @@ def evaluate_workdirs(workdirs, *, step: int | None = None, output: str | None =
     with open(os.path.splitext(output)[0] + ".md", "w") as f:
       f.write(f"mean ± std over {len(runs)} runs (fractions in percent)\n\n{table}\n")
   return {"workdirs": workdirs, "steps": steps, "runs": runs, "summary": summary,
-          "table": table}
+          "table": table, "differences": differences,
+          "runs_table": evaluate_lib.format_runs_table(dict(zip(workdirs, runs)))}
+
+
+def config_differences(workdirs) -> list[str]:
+  """The config keys (besides ``seed`` and the keys a rerun may change) in which the runs of
+  ``workdirs`` differ, as ``'key: v1 (run 0), v2 (run 1)'``."""
+  trees = [workdir_lib.read_config_json(w) for w in workdirs]
+  keys = sorted({k for t in trees[1:] for k, _, _ in workdir_lib.config_changes(trees[0], t)
+                 if k != "seed" and not workdir_lib.is_resumable(k)})
+  flat = [workdir_lib.flatten(t) for t in trees]
+  return [f"{k}: " + ", ".join(f"{f.get(k)!r} (run {i})" for i, f in enumerate(flat))
+          for k in keys]

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -30,18 +31,47 @@ def flags(overrides):
   return [f"--config.{k}={v}" for k, v in overrides.items()]
 
 
-def test_unknown_config_key_is_a_clear_error(tmp_path):
-  out = run(["train.py", f"--config={CONFIG}", f"--workdir={tmp_path}",
-             "--config.loss.temprature=0.05"])
-  assert out.returncode != 0
-  assert "temprature" in out.stderr
+def last_line(out):
+  """The single line a user error prints (no traceback before it)."""
+  assert out.returncode == 1, (out.returncode, out.stderr[-3000:])
+  assert "Traceback" not in out.stderr, out.stderr[-3000:]
+  return out.stderr.strip().splitlines()[-1]
 
 
-def test_wrong_config_type_is_a_clear_error(tmp_path):
-  out = run(["train.py", f"--config={CONFIG}", f"--workdir={tmp_path}",
-             "--config.num_train_steps=many"])
-  assert out.returncode != 0
-  assert "num_train_steps" in out.stderr
+@pytest.mark.parametrize("args,line", [
+    (["--config.loss.margn=0.1"],
+     "train.py: unknown config key loss.margn (did you mean loss.margin?)"),
+    (["--config.data.group_sise=4"],
+     "train.py: unknown config key data.group_sise (did you mean data.group_size?)"),
+    (["--config.num_train_steps=many"], "train.py: flag --config.num_train_steps=many"),
+    (["--config.data.group_size=256", "--config.batch_size=128"],
+     "train.py: data.group_size=256 must be between 1 and batch_size=128"),
+    (["--config.num_epochs=2", "--config.num_train_steps=30"],
+     "train.py: num_train_steps=30 has no effect: this config trains num_epochs=2 epochs"),
+])
+def test_mistakes_are_one_line(tmp_path, args, line):
+  out = run(["train.py", f"--config={CONFIG}", f"--workdir={tmp_path / 'w'}", *args])
+  assert last_line(out).startswith(line)
+  assert not os.path.exists(tmp_path / "w" / "checkpoints")
+
+
+def test_missing_config_file_is_one_line(tmp_path):
+  out = run(["train.py", "--config=configs/nope.py", f"--workdir={tmp_path}",
+             "--config.loss.margin=0.1"])
+  assert last_line(out) == "train.py: config file configs/nope.py does not exist"
+  assert out.stderr.count("\n") == 1, out.stderr     # before any device or log line
+
+
+def test_rerun_with_another_config_is_one_line_and_writes_nothing(tmp_path):
+  workdir = tmp_path / "w"
+  training.write_workdir_config(small_config(20), str(workdir))
+  before = (workdir / "config.json").read_bytes()
+  out = run(["train.py", f"--config={CONFIG}", f"--workdir={workdir}",
+             "--config.loss.positive=random"])
+  line = last_line(out)
+  assert "was trained with a different config" in line and "loss.positive 'easy' -> 'random'" in line
+  assert sorted(os.listdir(workdir)) == ["config.json"]
+  assert (workdir / "config.json").read_bytes() == before
 
 
 def test_unknown_loss_name_is_a_clear_error(tmp_path):
@@ -97,3 +127,46 @@ def test_sigkill_then_resume_reproduces_uninterrupted_run(tmp_path):
   ev = run(["eval.py", f"--workdir={workdir}"])
   assert ev.returncode == 0, ev.stderr[-3000:]
   assert "recall@1" in ev.stdout and "Step 300" in ev.stdout
+
+
+def test_sigint_saves_the_current_step_and_a_rerun_resumes(tmp_path):
+  workdir = str(tmp_path / "interrupted")
+  args = ["train.py", f"--config={CONFIG}", f"--workdir={workdir}", "--noprogress",
+          *flags(KILL_OVERRIDES)]
+  proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+  metrics = os.path.join(workdir, training.METRICS_FILE)
+  deadline = time.time() + 240
+  while (not (os.path.exists(metrics) and os.path.getsize(metrics)) and time.time() < deadline
+         and proc.poll() is None):
+    time.sleep(0.05)
+  proc.send_signal(signal.SIGINT)
+  _, stderr = proc.communicate(timeout=120)
+  assert proc.returncode == 128 + signal.SIGINT, stderr[-3000:]
+  assert "Traceback" not in stderr
+  line = stderr.strip().splitlines()[-1]
+  match = re.fullmatch(r"train.py: interrupted at step (\d+); rerun the same command to resume",
+                       line)
+  assert match, line
+  step = int(match.group(1))
+  assert 50 <= step < 300
+  assert os.path.isdir(os.path.join(workdir, "checkpoints", str(step)))
+
+  resumed = run(args)
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  assert f"Resumed from checkpoint step {step}" in resumed.stderr
+  assert os.path.exists(os.path.join(workdir, "eval_step_300.json"))
+
+
+def test_user_objective_module_is_found_by_eval(tmp_path):
+  from test_overrides import write_user_module  # pylint: disable=import-outside-toplevel
+  module = write_user_module(str(tmp_path))
+  workdir = str(tmp_path / "own")
+  out = run(["train.py", f"--config={CONFIG}", f"--workdir={workdir}", "--noprogress",
+             f"--module={module}", "--config.loss.name=scaled_triplet", "--config.loss.scale=3",
+             "--config.num_train_steps=2"])
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert training.load_workdir_config(workdir).user_modules == [module]
+  ev = run(["eval.py", f"--workdir={workdir}", "--noprogress"])   # no --module needed
+  assert ev.returncode == 0, ev.stderr[-3000:]
+  assert "Step 2" in ev.stdout and "recall@1" in ev.stdout

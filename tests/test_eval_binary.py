@@ -16,14 +16,15 @@ from dml_test_support import small_config
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-  """A 20-step run with checkpoints at 10 and 20, and a copy of it standing for a second seed
-  (aggregation over distinct values is tested in tests/evaluation): {workdir: results}."""
-  workdir = str(tmp_path_factory.mktemp("run0"))
-  results = training.train_and_evaluate(small_config(), workdir, show_progress=False)
-  copy = str(tmp_path_factory.mktemp("copies") / "run1")
-  shutil.copytree(workdir, copy)
-  return {workdir: results, copy: results}
+def runs(run20, tmp_path_factory):
+  """Two copies of the shared 20-step run (checkpoints at 10 and 20), the second standing for
+  a second seed (aggregation over distinct values is tested in tests/evaluation):
+  {workdir: results}."""
+  copies = tmp_path_factory.mktemp("copies")
+  workdir, results = run20
+  shutil.copytree(workdir, copies / "run0")
+  shutil.copytree(workdir, copies / "run1")
+  return {str(copies / "run0"): results, str(copies / "run1"): results}
 
 
 def test_evaluate_checkpoint_equals_what_train_reported(runs):
@@ -70,6 +71,22 @@ def test_workdirs_aggregate_mean_and_std_over_runs(runs, tmp_path):
     assert out["table"] in f.read()
   with pytest.raises(ValueError, match="more than once"):
     training.evaluate_workdirs([output, output])
+
+
+def test_workdirs_that_differ_in_more_than_the_seed_are_named(runs, tmp_path, caplog):
+  first = next(iter(runs))
+  other = str(tmp_path / "other")
+  shutil.copytree(first, other)
+  config = training.load_workdir_config(other)
+  config.loss.positive, config.seed = "random", 7
+  training.write_workdir_config(config, other)
+  with caplog.at_level("WARNING"):
+    out = training.evaluate_workdirs([first, other])
+  assert out["differences"] == ["loss.positive: 'easy' (run 0), 'random' (run 1)"]
+  assert any("differ in more than the seed" in r.getMessage() for r in caplog.records)
+  rows = [line for line in out["runs_table"].splitlines() if line.startswith(f"| {other} |")]
+  assert len(rows) == len(out["runs"][1])
+  assert training.evaluate_workdirs(list(runs))["differences"] == []
 
 
 def test_workdir_without_checkpoints_is_a_clear_error(runs, tmp_path):

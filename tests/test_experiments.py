@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from dml_jax import experiments
+from dml_jax import overrides
 from dml_jax.evaluation import evaluate as evaluate_lib
 from dml_test_support import small_config
 
@@ -31,18 +32,18 @@ def test_parse_grid_and_points():
       experiments.parse_grid([bad])
 
 
-def test_apply_overrides_types_and_errors():
+def test_sweep_overrides_types_and_errors():
   c = small_config(10)
-  got = experiments.apply_overrides(c, {"data.group_size": "4", "loss.margin": "0.5",
+  got = overrides.apply(c, {"data.group_size": "4", "loss.margin": "0.5",
                                         "eval.plot": "true", "loss.positive": "random",
-                                        "eval.ks": "(1, 2)"})
+                                        "eval.ks": "(1, 2)"}, from_strings=True)
   assert got.data.group_size == 4 and isinstance(got.data.group_size, int)
   assert got.loss.margin == 0.5 and got.eval.plot is True and got.eval.ks == (1, 2)
   assert c.data.group_size == 16    # the input config is not modified
-  with pytest.raises(ValueError, match="no key"):
-    experiments.apply_overrides(c, {"loss.nope": "1"})
-  with pytest.raises(ValueError, match="Cannot convert"):
-    experiments.apply_overrides(c, {"data.group_size": "four"})
+  with pytest.raises(ValueError, match="unknown config key loss.nope"):
+    overrides.apply(c, {"loss.nope": "1"}, from_strings=True)
+  with pytest.raises(ValueError, match="cannot convert"):
+    overrides.apply(c, {"data.group_size": "four"}, from_strings=True)
 
 
 def fake_train(values):
@@ -107,7 +108,7 @@ def test_sweep_line_plot_and_bad_x(tmp_path):
 
 
 def test_cli(tmp_path, monkeypatch):
-  """The command line: load_config (file + ':arg'), --set, --grid, default train function."""
+  """The command line: the config file (+ ':arg'), --set, --grid, default train function."""
   from dml_jax import training
   train_fn, calls = fake_train({("easy", 3): 0.9, ("easy", 4): 0.7})
   monkeypatch.setattr(training, "train_and_evaluate",
@@ -124,4 +125,4 @@ def test_cli(tmp_path, monkeypatch):
   r1 = saved["summary"]["loss.positive=easy"]["test"]["recall@1"]
   assert r1["mean"] == pytest.approx(0.8) and r1["values"] == [0.9, 0.7]
   with pytest.raises(ValueError, match="does not exist"):
-    experiments.load_config("configs/nope.py")
+    overrides.load_config_file("configs/nope.py")

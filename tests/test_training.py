@@ -33,14 +33,6 @@ def restore_state(workdir, step=None):
     manager.close()
 
 
-@pytest.fixture(scope="module")
-def run20(tmp_path_factory):
-  """One uninterrupted 20-step run shared by several tests."""
-  workdir = str(tmp_path_factory.mktemp("run20"))
-  results = training.train_and_evaluate(small_config(20), workdir, show_progress=False)
-  return workdir, results
-
-
 def test_run_writes_everything(run20):
   workdir, results = run20
   assert sorted(checkpointing.steps(checkpointing.make_manager(workdir, read_only=True))) == [10, 20]

@@ -156,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--sub_label_set", default="", help="e.g. digit (sub-classes)")
   parser.add_argument("--method", default="bic", choices=MODE_METHODS)
   parser.add_argument("--max_modes", type=int, default=5)
-  args = parser.parse_args(argv)
+  args = common.parse_args(parser, argv)
   step, data, config = common.load_embeddings(args.workdir, step=args.step,
                                               at_init=args.at_init, splits=(args.split,))
   emb, split = data[args.split]
@@ -176,4 +176,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  sys.exit(common.run(main, "python -m dml_jax.analysis.collapse"))

@@ -4,6 +4,7 @@ similarity matrices and matplotlib set-up."""
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -107,3 +108,25 @@ def add_workdir_args(parser) -> None:
   parser.add_argument("--out", default=None, help="output directory (default: the workdir)")
   parser.add_argument("--at_init", action="store_true",
                       help="use the initial (untrained) parameters instead of a checkpoint")
+  parser.add_argument("--module", action="append", default=[],
+                      help="a module to import first (a run's own objective; those recorded "
+                           "in the workdir's config are imported anyway)")
+
+
+def parse_args(parser, argv):
+  """``parser.parse_args(argv)``, then quiet logs and the ``--module`` imports."""
+  from dml_jax import cli  # pylint: disable=import-outside-toplevel
+  from dml_jax import overrides  # pylint: disable=import-outside-toplevel
+  args = parser.parse_args(argv)
+  cli.quiet_logs()
+  overrides.import_user_modules(args.module)
+  return args
+
+
+def run(main, program: str) -> int:
+  """Runs a tool's ``main()``; a user error (no workdir, bad split, ...) is one line, exit 1."""
+  try:
+    return main()
+  except (FileNotFoundError, ValueError, NotImplementedError) as e:
+    print(f"{program}: {e}", file=sys.stderr)
+    return 1

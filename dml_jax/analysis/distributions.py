@@ -118,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   common.add_workdir_args(parser)
   parser.add_argument("--train_label_set", default="", help="default: train labels")
   parser.add_argument("--test_label_set", default="", help="default: test labels")
-  args = parser.parse_args(argv)
+  args = common.parse_args(parser, argv)
   step, data, config = common.load_embeddings(args.workdir, step=args.step, at_init=args.at_init)
   (train, train_split), (test, test_split) = data["train"], data["test"]
   d = distributions(train, common.labels_of(train_split, args.train_label_set), test,
@@ -131,4 +131,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  sys.exit(common.run(main, "python -m dml_jax.analysis.distributions"))

@@ -98,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--split", default="test")
   parser.add_argument("--label_set", default="", help="label set of the split (default labels)")
   parser.add_argument("--similarity", default="", help="default: config.eval.similarity")
-  args = parser.parse_args(argv)
+  args = common.parse_args(parser, argv)
   step, data, config = common.load_embeddings(args.workdir, step=args.step, at_init=args.at_init,
                                               splits=(args.split,))
   emb, split = data[args.split]
@@ -115,4 +115,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  sys.exit(common.run(main, "python -m dml_jax.analysis.scatter"))

@@ -164,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--strategies", default=",".join(STRATEGIES[:4]))
   parser.add_argument("--batch_size", type=int, default=0, help="default: config.batch_size")
   parser.add_argument("--group_size", type=int, default=0, help="default: config.data.group_size")
-  args = parser.parse_args(argv)
+  args = common.parse_args(parser, argv)
   from dml_jax import data as data_lib  # pylint: disable=import-outside-toplevel
   step, data, config = common.load_embeddings(args.workdir, step=args.step,
                                               at_init=args.at_init, splits=(args.split,))
@@ -196,4 +196,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  sys.exit(common.run(main, "python -m dml_jax.analysis.skew"))

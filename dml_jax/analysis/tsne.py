@@ -72,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--perplexity", type=float, default=30.0)
   parser.add_argument("--max_points", type=int, default=2000)
   parser.add_argument("--max_iter", type=int, default=1000)
-  args = parser.parse_args(argv)
+  args = common.parse_args(parser, argv)
   names = tuple(s for s in args.splits.split(",") if s)
   step, data, config = common.load_embeddings(args.workdir, step=args.step,
                                               at_init=args.at_init, splits=names)
@@ -92,4 +92,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  sys.exit(common.run(main, "python -m dml_jax.analysis.tsne"))

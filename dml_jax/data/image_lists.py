@@ -672,7 +672,22 @@ def _class_folders(folder: str) -> dict[str, list[str]]:
   return out
 
 
+def load_digits_png(*, root: str = "data/digits_png", **image_options) -> dict[str, Split]:
+  """scikit-learn's digits written as PNG files by ``digits.write_digit_images(root)``:
+  ``image_folder`` with ``layout='splits'``, and an error that says how to write them.
+
+  Raises:
+    DatasetNotPreparedError: ``root`` does not exist (the message has the command).
+  """
+  if not os.path.isdir(os.path.expanduser(root)):
+    raise DatasetNotPreparedError(
+        f"{root} does not exist; write the digits as PNG files first: python -c \"from "
+        f"dml_jax.data import digits; digits.write_digit_images('{root}')\"")
+  return load_image_folder(root=root, layout="splits", **image_options)
+
+
 LOADERS: dict[str, Callable[..., dict[str, Split]]] = {
+    "digits_png": load_digits_png,
     "inshop": load_inshop,
     "image_list": load_image_list,
     "image_folder": load_image_folder,

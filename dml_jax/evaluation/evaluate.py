@@ -370,11 +370,25 @@ def format_value(metric: str, value: float) -> str:
   return f"{100 * value:.2f}" if is_fraction(metric) else f"{value:.4f}"
 
 
+# Column order of every metric table (eval.py, train.py, the sweep): Recall@K by K, then these,
+# then any other metric alphabetically.
+METRIC_ORDER = ("map@r", "r_precision", "nmi", "nmi+", "rho")
+
+
+def metric_sort_key(metric: str) -> tuple:
+  """Sort key giving the one column order of all metric tables (see ``METRIC_ORDER``)."""
+  if metric.startswith("recall@") and metric[7:].isdigit():
+    return (0, int(metric[7:]), "")
+  if metric in METRIC_ORDER:
+    return (1, METRIC_ORDER.index(metric), "")
+  return (2, 0, metric)
+
+
 def _metric_keys(rows) -> list[str]:
   keys = []
   for row in rows:
     keys += [k for k in row if k not in keys]
-  return keys
+  return sorted(keys, key=metric_sort_key)
 
 
 def format_table(results: Mapping[str, Mapping[str, float]]) -> str:
@@ -390,13 +404,19 @@ def format_table(results: Mapping[str, Mapping[str, float]]) -> str:
 
 def format_history_table(history: Mapping[int, Mapping[str, Mapping[str, float]]]) -> str:
   """A markdown table with a row per (step, protocol)."""
-  keys = _metric_keys(row for results in history.values() for row in results.values())
-  lines = ["| step | protocol | " + " | ".join(keys) + " |",
+  return format_runs_table({step: history[step] for step in sorted(history)}, column="step")
+
+
+def format_runs_table(runs: Mapping, *, column: str = "run") -> str:
+  """A markdown table with a row per (run, protocol) of ``{run name: {protocol: {metric:
+  value}}}`` (fractions in percent); ``column`` heads the run names."""
+  keys = _metric_keys(row for results in runs.values() for row in results.values())
+  lines = [f"| {column} | protocol | " + " | ".join(keys) + " |",
            "|---|---|" + "---|" * len(keys)]
-  for step in sorted(history):
-    for protocol, row in history[step].items():
+  for name, results in runs.items():
+    for protocol, row in results.items():
       cells = [format_value(k, row[k]) if k in row else "" for k in keys]
-      lines.append(f"| {step} | {protocol} | " + " | ".join(cells) + " |")
+      lines.append(f"| {name} | {protocol} | " + " | ".join(cells) + " |")
   return "\n".join(lines)
 
 

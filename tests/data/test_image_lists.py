@@ -386,3 +386,12 @@ def test_loaders_registry():
                                  "image_list": image_lists.load_image_list,
                                  "image_folder": image_lists.load_image_folder,
                                  "hotels": image_lists.load_hotels}
+
+
+def test_missing_digits_png_folder_says_how_to_write_it(tmp_path):
+  from dml_jax.data import image_lists  # pylint: disable=import-outside-toplevel
+  from dml_jax.data.images import DatasetNotPreparedError  # pylint: disable=import-outside-toplevel
+  root = str(tmp_path / "digits_png")
+  with pytest.raises(DatasetNotPreparedError,
+                     match=r"digits_png does not exist; .*digits.write_digit_images\("):
+    image_lists.load_digits_png(root=root, image_size=32)

@@ -1,0 +1,192 @@
+"""Config overrides from the command line (``--config.K=V``, the sweep's ``--set`` / ``--grid``).
+
+One set of rules for every binary:
+
+* a key the config file does not have is refused in one line, with the closest key
+  (``unknown config key loss.margn (did you mean loss.margin?)``);
+* ``loss.*`` keys are the objective's hyper-parameters, so they are checked against the
+  objective, not against the config file: ``--config.loss.margin=0.2`` is accepted for
+  ``triplet`` even when the file's loss block has no ``margin``;
+* ``loss.name=X`` that changes the objective starts the loss block afresh: X's defaults plus
+  the ``loss.*`` keys given with it (the file's keys belonged to the other objective);
+* ``num_train_steps`` given while the config trains ``num_epochs`` is refused (epochs would win).
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import ml_collections
+
+from dml_jax import objectives
+
+LOSS = "loss."
+
+
+def load_config_file(spec: str) -> ml_collections.ConfigDict:
+  """``'configs/X.py'`` or ``'configs/X.py:arg'`` -> ``get_config(arg)`` of that file.
+
+  Raises:
+    ValueError: the file does not exist.
+  """
+  path, _, arg = spec.partition(":")
+  if not os.path.isfile(path):
+    raise ValueError(f"config file {path} does not exist")
+  root = os.path.dirname(os.path.dirname(os.path.abspath(path)))
+  if root not in sys.path:
+    sys.path.insert(0, root)
+  module_spec = importlib.util.spec_from_file_location("_dml_jax_config", path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module.get_config(arg) if arg else module.get_config()
+
+
+def _flat_keys(config: ml_collections.ConfigDict, prefix: str = "") -> dict[str, Any]:
+  keys = {}
+  for key, value in config.items():
+    if isinstance(value, ml_collections.ConfigDict):
+      keys.update(_flat_keys(value, f"{prefix}{key}."))
+    else:
+      keys[f"{prefix}{key}"] = value
+  return keys
+
+
+def _did_you_mean(key: str, known) -> str:
+  close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+  return f" (did you mean {close[0]}?)" if close else ""
+
+
+def convert(key: str, raw: str, current: Any) -> Any:
+  """The string ``raw`` converted to the type of ``current`` (the value it replaces); a new
+  key (``current is None``) takes a Python literal or stays a string.
+
+  Raises:
+    ValueError: ``raw`` does not convert (naming the key and the expected type).
+  """
+  try:
+    if isinstance(current, bool):
+      if raw.lower() in ("true", "1", "yes"):
+        return True
+      if raw.lower() in ("false", "0", "no"):
+        return False
+      raise ValueError
+    if isinstance(current, int):
+      return int(raw)
+    if isinstance(current, float):
+      return float(raw)
+    if isinstance(current, (tuple, list)):
+      value = ast.literal_eval(raw)
+      return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+    if isinstance(current, str):
+      return raw
+    if current is None:
+      try:
+        return ast.literal_eval(raw)
+      except (ValueError, SyntaxError):
+        return raw
+  except (ValueError, SyntaxError):
+    raise ValueError(f"cannot convert {raw!r} for config key {key} to the type of its "
+                     f"current value {current!r} ({type(current).__name__})") from None
+  raise ValueError(f"config key {key} holds a {type(current).__name__}; it can only be set "
+                   "in the config file")
+
+
+def apply(base: ml_collections.ConfigDict, overrides: Mapping[str, Any], *,
+          from_strings: bool = False) -> ml_collections.ConfigDict:
+  """A copy of ``base`` with dotted ``key -> value`` overrides applied by the module's rules.
+
+  Args:
+    base: the config as its file builds it.
+    overrides: dotted keys -> values (typed, or strings with ``from_strings``).
+    from_strings: convert string values to the type of the value they replace.
+
+  Raises:
+    ValueError: one line naming an unknown key (with the closest known key), a bad value, a
+      hyper-parameter the objective does not take, or ``num_train_steps`` with ``num_epochs``.
+  """
+  config = ml_collections.ConfigDict(base.to_dict())
+  known = _flat_keys(config)
+  loss = config.loss.to_dict()
+  name = overrides.get("loss.name", loss["name"])
+  if name not in objectives.names():
+    raise ValueError(f"unknown objective loss.name={name!r}; registered: "
+                     f"{', '.join(objectives.names())}")
+  if name != loss["name"]:
+    loss = {"name": name, **objectives.hparam_defaults(name)}
+  defaults = objectives.hparam_defaults(name)
+  for key, value in overrides.items():
+    if key.startswith(LOSS):
+      leaf = key[len(LOSS):]
+      if leaf != "name" and leaf not in defaults:
+        hint = _did_you_mean(key, [LOSS + d for d in defaults])
+        raise ValueError(f"unknown config key {key}{hint} for objective {name!r}; its keys: "
+                         f"{', '.join(defaults)}")
+      if from_strings:
+        value = convert(key, value, loss.get(leaf, defaults.get(leaf)))
+      loss[leaf] = value
+      continue
+    if key not in known:
+      raise ValueError(f"unknown config key {key}{_did_you_mean(key, known)}")
+    if from_strings:
+      value = convert(key, value, known[key])
+    *parents, leaf = key.split(".")
+    node = config
+    for p in parents:
+      node = node[p]
+    node[leaf] = value
+  config.loss = ml_collections.ConfigDict(loss)
+  if "num_train_steps" in overrides and config.get("num_epochs", 0):
+    raise ValueError(
+        f"num_train_steps={overrides['num_train_steps']} has no effect: this config trains "
+        f"num_epochs={config.num_epochs} epochs; add --config.num_epochs=0 to train by steps "
+        "(or set num_epochs instead)")
+  return config
+
+
+def import_user_modules(specs) -> list:
+  """Imports the user's modules (e.g. ones that call ``objectives.register``).
+
+  Args:
+    specs: module names importable from the current directory / ``sys.path``
+      (``my_pkg.losses``) or paths of ``.py`` files.
+
+  Returns:
+    The imported modules.
+
+  Raises:
+    ValueError: a module cannot be found (naming it).
+  """
+  modules = []
+  for spec in specs:
+    if spec.endswith(".py"):
+      if not os.path.isfile(spec):
+        raise ValueError(f"user module file {spec} does not exist")
+      name = "dml_jax_user_" + os.path.splitext(os.path.basename(spec))[0]
+      if name not in sys.modules:
+        module_spec = importlib.util.spec_from_file_location(name, spec)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[name] = module
+        module_spec.loader.exec_module(module)
+      modules.append(sys.modules[name])
+      continue
+    if os.getcwd() not in sys.path and "" not in sys.path:
+      sys.path.insert(0, os.getcwd())
+    try:
+      modules.append(importlib.import_module(spec))
+    except ModuleNotFoundError as e:
+      raise ValueError(f"user module {spec!r} cannot be imported ({e}); give a module "
+                       "importable from the current directory or a path to a .py file") from None
+  return modules
+
+
+def module_spec(spec: str) -> str:
+  """How a user module is recorded in ``config.user_modules``: ``.py`` paths absolute (so
+  ``eval.py`` finds them from any directory), module names as given."""
+  return os.path.abspath(spec) if spec.endswith(".py") else spec

@@ -1,0 +1,268 @@
+"""A run's workdir on disk: the config it was trained with, what a rerun may change, its logs.
+
+``train.py --workdir=W`` writes into ``W``:
+
+* ``config.json``: the resolved config (written after a successful restore or a fresh start,
+  never before: a rerun that stops leaves the workdir byte-identical);
+* ``run.json``: facts resolved at start (``num_train_steps`` from ``num_epochs``);
+* ``metrics.jsonl``: a JSON row per log step and per evaluation;
+* ``checkpoints/<step>``, ``eval_step_<N>.json``, PNGs, ``train_labels.*`` (label noise).
+
+A rerun on an existing workdir resumes it. It may change only the keys of
+:data:`RESUMABLE_KEYS` (extending a run, logging, evaluation, where the data is read from);
+any other difference stops it before anything is written (:func:`check_rerun`), since the
+checkpoints would otherwise be continued, evaluated or described by a config they were not
+trained with.
+"""
+
+from __future__ import annotations
+
+import difflib
+import glob
+import json
+import os
+import shutil
+from typing import Any
+
+import jax
+import ml_collections
+
+CONFIG_FILE = "config.json"
+RUN_INFO_FILE = "run.json"
+METRICS_FILE = "metrics.jsonl"
+
+# Keys added to the config schema after workdirs were first written, with the value that
+# reproduces the older behaviour; load_config fills them into older config.json files.
+ADDED_CONFIG_KEYS = {
+    "num_devices": 0,
+    "data.noise_seed": 0,
+    "optimizer.backbone_learning_rate": 0.0,
+    "optimizer.head_learning_rate": 0.0,
+    "scatter_every_steps": 0,
+    "num_epochs": 0,
+    "data.resize_size": 0,
+    "data.channels": 3,
+    "data.mean": (0.485, 0.456, 0.406),
+    "data.std": (0.229, 0.224, 0.225),
+    "data.augmentation": "none",
+    "data.flip": True,
+    "data.pad": 10,
+    "data.num_threads": 8,
+    "data.num_workers": 0,
+    "data.prefetch": 2,
+    "optimizer.decay_epochs": (),
+    "user_modules": (),
+}
+
+# Dotted keys (a trailing '.' means the whole block) that a rerun may change on a workdir
+# with checkpoints: they extend the run, or change logging, evaluation, the number of devices
+# (1 and N devices compute the same steps) or where the same data files are read from.
+RESUMABLE_KEYS = (
+    "num_train_steps", "num_epochs", "log_every_steps", "checkpoint_every_steps",
+    "eval_every_steps", "scatter_every_steps", "max_checkpoints_to_keep", "num_devices",
+    "eval.", "data.num_threads", "data.num_workers", "data.prefetch",
+    "data.options.data_dir", "data.options.root",
+)
+
+# What train.py writes into a workdir (removed by ``--overwrite``, nothing else is).
+OUTPUTS = ("checkpoints", CONFIG_FILE, RUN_INFO_FILE, METRICS_FILE, "eval_step_*.json",
+           "eval_all_steps.json", "eval_all_steps.png", "train_labels.npz",
+           "train_labels.json", "*_step_*.png")
+
+
+class WorkdirConflictError(ValueError):
+  """A rerun asks for a config that differs from the one the workdir was trained with."""
+
+
+def is_main_process() -> bool:
+  """Only process 0 writes logs, metrics, configs and results (checkpoints are collective)."""
+  return jax.process_index() == 0
+
+
+# ----------------------------------------------------------------------------- config
+
+
+def _fill_added_keys(tree: dict) -> dict:
+  """``tree`` (a config as nested dicts) with :data:`ADDED_CONFIG_KEYS` filled in."""
+  for dotted, value in ADDED_CONFIG_KEYS.items():
+    *parents, leaf = dotted.split(".")
+    node = tree
+    for p in parents:
+      node = node.setdefault(p, {})
+    node.setdefault(leaf, list(value) if isinstance(value, tuple) else value)
+  return tree
+
+
+def read_config_json(workdir: str) -> dict | None:
+  """The ``config.json`` of ``workdir`` as nested dicts (older files completed with
+  :data:`ADDED_CONFIG_KEYS`), or ``None`` when there is none."""
+  path = os.path.join(workdir, CONFIG_FILE)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return _fill_added_keys(json.load(f))
+
+
+def load_config(workdir: str) -> ml_collections.ConfigDict:
+  """The resolved config that ``train.py`` wrote into ``workdir``.
+
+  Raises:
+    FileNotFoundError: ``workdir`` has no ``config.json``.
+  """
+  tree = read_config_json(workdir)
+  if tree is None:
+    raise FileNotFoundError(
+        f"{os.path.join(workdir, CONFIG_FILE)} does not exist: {workdir!r} is not a dml_jax "
+        "workdir (train.py writes it).")
+  return ml_collections.ConfigDict(tree)
+
+
+def config_json(config: ml_collections.ConfigDict) -> str:
+  """The text of ``config.json`` for ``config`` (sorted keys, tuples as lists)."""
+  return config.to_json_best_effort(indent=2, sort_keys=True)
+
+
+def write_config(config: ml_collections.ConfigDict, workdir: str) -> None:
+  """Writes the resolved config as ``config.json`` into ``workdir`` (process 0 only)."""
+  if not is_main_process():
+    return
+  os.makedirs(workdir, exist_ok=True)
+  with open(os.path.join(workdir, CONFIG_FILE), "w") as f:
+    f.write(config_json(config))
+
+
+def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+  """``{'a': {'b': 1}}`` -> ``{'a.b': 1}``; lists become tuples."""
+  flat = {}
+  for key, value in tree.items():
+    if isinstance(value, dict):
+      flat.update(flatten(value, f"{prefix}{key}."))
+    else:
+      flat[f"{prefix}{key}"] = tuple(value) if isinstance(value, list) else value
+  return flat
+
+
+def config_changes(old: dict, new: dict) -> list[tuple[str, Any, Any]]:
+  """The dotted keys whose values differ between two configs (nested dicts), sorted, as
+  ``(key, old_value, new_value)``; a key missing on one side has the value ``None``."""
+  a, b = flatten(old), flatten(new)
+  return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def is_resumable(key: str) -> bool:
+  """Whether a rerun may change the dotted config ``key`` (see :data:`RESUMABLE_KEYS`)."""
+  return any(key == r or (r.endswith(".") and key.startswith(r)) for r in RESUMABLE_KEYS)
+
+
+def format_change(key: str, old: Any, new: Any) -> str:
+  return f"{key} {old!r} -> {new!r}"
+
+
+def check_rerun(config: ml_collections.ConfigDict, workdir: str) -> list[tuple[str, Any, Any]]:
+  """Compares ``config`` with the ``config.json`` already in ``workdir``, writing nothing.
+
+  Returns:
+    The changes of resumable keys (``[]`` for a new workdir or an identical config).
+
+  Raises:
+    WorkdirConflictError: any other key differs; one line naming the keys (old -> new) and
+      the two ways out.
+  """
+  old = read_config_json(workdir)
+  if old is None:
+    return []
+  new = json.loads(config_json(config))
+  changes = config_changes(old, new)
+  conflicts = [c for c in changes if not is_resumable(c[0])]
+  if conflicts:
+    listed = "; ".join(format_change(*c) for c in conflicts)
+    raise WorkdirConflictError(
+        f"{workdir} was trained with a different config ({listed}). Use a new --workdir, or "
+        f"add --overwrite to delete this workdir's checkpoints and results and start afresh "
+        f"(keys a rerun may change: {', '.join(RESUMABLE_KEYS)}).")
+  return changes
+
+
+def clear(workdir: str) -> list[str]:
+  """Deletes what ``train.py`` wrote into ``workdir`` (``--overwrite``; other files stay).
+
+  Returns:
+    The deleted paths.
+  """
+  removed = []
+  for pattern in OUTPUTS:
+    for path in sorted(glob.glob(os.path.join(workdir, pattern))):
+      if os.path.isdir(path):
+        shutil.rmtree(path)
+      else:
+        os.remove(path)
+      removed.append(path)
+  return removed
+
+
+def unknown_key_hint(key: str, known) -> str:
+  """`` (did you mean X?)`` for the closest of ``known`` to ``key``, or ``''``."""
+  close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+  return f" (did you mean {close[0]}?)" if close else ""
+
+
+# --------------------------------------------------------------------------- run info
+
+
+def write_run_info(workdir: str, **info) -> None:
+  """``run.json``: facts resolved at start (e.g. ``num_train_steps`` from ``num_epochs``)."""
+  if is_main_process():
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, RUN_INFO_FILE), "w") as f:
+      json.dump({k: int(v) for k, v in info.items()}, f, indent=2)
+
+
+def final_step(workdir: str, config: ml_collections.ConfigDict) -> int:
+  """The last train step of the run in ``workdir``: from ``run.json`` when train.py wrote it
+  (needed with ``num_epochs``), else ``config.num_train_steps``."""
+  path = os.path.join(workdir, RUN_INFO_FILE)
+  if os.path.exists(path):
+    with open(path) as f:
+      return int(json.load(f)["num_train_steps"])
+  if config.get("num_epochs", 0):
+    raise ValueError(f"{workdir!r} has no {RUN_INFO_FILE}; with num_epochs the final step is "
+                     "only known once train.py has started.")
+  return int(config.num_train_steps)
+
+
+# ---------------------------------------------------------------------------- metrics
+
+
+def read_metrics(workdir: str) -> list[dict]:
+  """The rows of ``metrics.jsonl`` (a last line cut by a kill is dropped)."""
+  path = os.path.join(workdir, METRICS_FILE)
+  if not os.path.exists(path):
+    return []
+  rows = []
+  with open(path) as f:
+    for line in f:
+      line = line.strip()
+      if line:
+        try:
+          rows.append(json.loads(line))
+        except json.JSONDecodeError:
+          break  # a line cut by a kill: drop it and what follows
+  return rows
+
+
+def truncate_metrics(workdir: str, step: int) -> None:
+  """Drops rows logged after ``step`` (by a run killed after its last checkpoint)."""
+  if not is_main_process():
+    return
+  rows = [r for r in read_metrics(workdir) if r["step"] <= step]
+  with open(os.path.join(workdir, METRICS_FILE), "w") as f:
+    for r in rows:
+      f.write(json.dumps(r) + "\n")
+
+
+def append_metrics(workdir: str, row: dict) -> None:
+  """Appends one JSON row to ``metrics.jsonl`` (process 0 only)."""
+  if not is_main_process():
+    return
+  with open(os.path.join(workdir, METRICS_FILE), "a") as f:
+    f.write(json.dumps(row) + "\n")

@@ -1,0 +1,111 @@
+"""Command-line config overrides: unknown keys, switching the objective, user objectives."""
+
+import os
+import textwrap
+
+import pytest
+
+from dml_jax import objectives
+from dml_jax import overrides
+from dml_test_support import ROOT
+
+EPS = os.path.join(ROOT, "configs/digits_evenodd_eps.py")          # triplet
+NCA = os.path.join(ROOT, "configs/digits_image_folder.py")         # nca
+
+
+def test_unknown_keys_are_one_line_with_the_closest_key():
+  base = overrides.load_config_file(EPS)
+  with pytest.raises(ValueError, match=r"^unknown config key loss.margn \(did you mean "
+                                       r"loss.margin\?\) for objective 'triplet'"):
+    overrides.apply(base, {"loss.margn": 0.1})
+  with pytest.raises(ValueError, match=r"^unknown config key data.group_sise \(did you mean "
+                                       r"data.group_size\?\)$"):
+    overrides.apply(base, {"data.group_sise": 4})
+  with pytest.raises(ValueError, match="^config file configs/nope.py does not exist$"):
+    overrides.load_config_file("configs/nope.py")
+  with pytest.raises(ValueError, match="unknown objective loss.name='tripplet'.*triplet"):
+    overrides.apply(base, {"loss.name": "tripplet"})
+
+
+def test_switching_the_objective_takes_its_defaults_and_the_given_keys():
+  base = overrides.load_config_file(NCA)
+  assert base.loss.name == "nca" and "temperature" in base.loss
+  config = overrides.apply(base, {"loss.name": "triplet"})
+  assert config.loss.to_dict() == {"name": "triplet", **objectives.hparam_defaults("triplet")}
+  config = overrides.apply(base, {"loss.name": "triplet", "loss.margin": 0.3,
+                                  "loss.positive": "easy"})
+  assert (config.loss.margin, config.loss.positive) == (0.3, "easy")
+  objectives.make(**config.loss.to_dict())
+  # Same name: the file's loss block stays, given keys override it; a valid key the file does
+  # not set is accepted (it is the objective's hyper-parameter, not a new config key).
+  config = overrides.apply(base, {"loss.name": "nca", "loss.temperature": 0.05})
+  assert config.loss.to_dict() == {**base.loss.to_dict(), "temperature": 0.05}
+  eps = overrides.apply(overrides.load_config_file(EPS), {"loss.distance": "euclidean"})
+  assert eps.loss.distance == "euclidean" and eps.loss.positive == "easy"
+
+
+def test_strings_convert_to_the_replaced_type():
+  base = overrides.load_config_file(EPS)
+  config = overrides.apply(base, {"loss.margin": "0.5", "batch_size": "64",
+                                  "eval.ks": "(1, 2)", "model.normalize": "true"},
+                           from_strings=True)
+  assert (config.loss.margin, config.batch_size, tuple(config.eval.ks),
+          config.model.normalize) == (0.5, 64, (1, 2), True)
+  with pytest.raises(ValueError, match="batch_size"):
+    overrides.apply(base, {"batch_size": "many"}, from_strings=True)
+
+
+def test_num_train_steps_with_num_epochs_is_refused():
+  base = overrides.load_config_file(EPS)
+  base.num_epochs = 3
+  with pytest.raises(ValueError, match="num_train_steps=30 has no effect.*num_epochs=3"):
+    overrides.apply(base, {"num_train_steps": 30})
+  assert overrides.apply(base, {"num_train_steps": 30, "num_epochs": 0}).num_train_steps == 30
+
+
+USER_MODULE = textwrap.dedent('''
+    from dml_jax import objectives
+
+    @objectives.register("scaled_triplet")
+    def scaled_triplet(*, scale: float = 2.0, margin: float = 0.2,
+                       similarity: str = "neg_sq_euclidean"):
+      init, apply = objectives.triplet(margin=margin, similarity=similarity)
+
+      def scaled(params, embeddings, labels, *, rng=None):
+        loss, aux = apply(params, embeddings, labels, rng=rng)
+        return scale * loss, aux
+
+      return init, scaled
+''')
+
+
+def write_user_module(directory) -> str:
+  path = os.path.join(directory, "my_objectives.py")
+  with open(path, "w") as f:
+    f.write(USER_MODULE)
+  return path
+
+
+def test_a_user_objective_registers_and_overrides_like_a_builtin(tmp_path):
+  import jax  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  path = write_user_module(tmp_path)
+  overrides.import_user_modules([path])
+  overrides.import_user_modules([path])           # importing twice is harmless
+  assert "scaled_triplet" in objectives.names()
+  config = overrides.apply(overrides.load_config_file(EPS),
+                           {"loss.name": "scaled_triplet", "loss.scale": 3.0})
+  assert config.loss.to_dict() == {"name": "scaled_triplet", "scale": 3.0, "margin": 0.2,
+                                   "similarity": "neg_sq_euclidean"}
+  x = np.random.default_rng(0).normal(size=(8, 2)).astype(np.float32)
+  y = np.array([0, 0, 1, 1, 2, 2, 3, 3])
+  key = jax.random.key(0)
+  scaled, _ = objectives.make("scaled_triplet", scale=3.0).apply({}, x, y, rng=key)
+  plain, _ = objectives.make("triplet", similarity="neg_sq_euclidean").apply({}, x, y, rng=key)
+  assert float(scaled) == pytest.approx(3.0 * float(plain), rel=1e-6)
+  with pytest.raises(ValueError, match="already registered"):
+    objectives.register("triplet", lambda *, a=1: None)
+  with pytest.raises(ValueError, match="keyword-only"):
+    objectives.register("bad_objective", lambda margin: None)
+  with pytest.raises(ValueError, match="cannot be imported"):
+    overrides.import_user_modules(["no_such_module_here"])

@@ -1,0 +1,116 @@
+"""A rerun can never damage a workdir: refused configs leave it byte-identical; --overwrite;
+checkpoints that do not fit the config; Ctrl-C saves; the resolved config on disk."""
+
+import json
+import os
+import shutil
+
+import pytest
+
+from dml_jax import checkpointing
+from dml_jax import signals
+from dml_jax import training
+from dml_jax import workdir as workdir_lib
+from dml_test_support import small_config
+
+
+def snapshot(workdir):
+  """``{relative path: bytes}`` of every file under ``workdir``."""
+  files = {}
+  for root, _, names in os.walk(workdir):
+    for name in names:
+      path = os.path.join(root, name)
+      with open(path, "rb") as f:
+        files[os.path.relpath(path, workdir)] = f.read()
+  return files
+
+
+@pytest.fixture
+def copy(run20, tmp_path):
+  """A copy of the shared finished 20-step run (conftest ``run20``)."""
+  workdir = str(tmp_path / "copy")
+  shutil.copytree(run20[0], workdir)
+  return workdir
+
+
+@pytest.mark.parametrize("key,value,listed", [
+    ("loss.positive", "random", "loss.positive 'easy' -> 'random'"),
+    ("model.embedding_dim", 16, "model.embedding_dim 2 -> 16"),
+])
+def test_rerun_with_another_config_is_refused_and_changes_nothing(copy, key, value, listed):
+  before = snapshot(copy)
+  with pytest.raises(workdir_lib.WorkdirConflictError) as e:
+    training.train_and_evaluate(small_config(20, **{key: value}), copy, show_progress=False)
+  message = str(e.value)
+  assert listed in message and "--overwrite" in message and "new --workdir" in message
+  assert "\n" not in message
+  assert snapshot(copy) == before
+  # The untouched run still evaluates.
+  step, _ = training.evaluate_checkpoint(copy)
+  assert step == 20
+
+
+def test_checkpoint_of_another_shape_is_a_mismatch_not_damage(copy, caplog):
+  os.remove(os.path.join(copy, workdir_lib.CONFIG_FILE))   # nothing to compare with first
+  before = snapshot(copy)
+  with caplog.at_level("WARNING"):
+    with pytest.raises(checkpointing.CheckpointMismatchError,
+                       match="the config differs from the checkpoint .*20: params/dense2/.* shape"):
+      training.train_and_evaluate(small_config(20, **{"model.embedding_dim": 16}), copy,
+                                  show_progress=False)
+  assert not any("cannot be restored" in r.getMessage() for r in caplog.records)
+  assert snapshot(copy) == before
+
+
+def test_resumable_keys_may_change(copy):
+  results = training.train_and_evaluate(
+      small_config(30, log_every_steps=10, **{"eval.ks": (1, 5)}), copy, show_progress=False)
+  assert set(results["test"]) >= {"recall@1", "recall@5"} and "recall@10" not in results["test"]
+  config = workdir_lib.load_config(copy)
+  assert config.num_train_steps == 30 and tuple(config.eval.ks) == (1, 5)
+  assert os.path.exists(os.path.join(copy, "eval_step_30.json"))
+
+
+def test_overwrite_starts_afresh(copy):
+  with open(os.path.join(copy, "notes.txt"), "w") as f:
+    f.write("mine")
+  training.train_and_evaluate(small_config(10, **{"loss.positive": "random"}), copy,
+                              show_progress=False, overwrite=True)
+  manager = checkpointing.make_manager(copy, read_only=True)
+  assert checkpointing.steps(manager) == [10]
+  assert workdir_lib.load_config(copy).loss.positive == "random"
+  assert not os.path.exists(os.path.join(copy, "eval_step_20.json"))
+  assert max(r["step"] for r in workdir_lib.read_metrics(copy)) == 10
+  assert os.path.exists(os.path.join(copy, "notes.txt"))   # not ours: kept
+
+
+def test_stop_flag_saves_the_current_step(tmp_path):
+  workdir = str(tmp_path)
+  stop = signals.StopFlag()
+  stop.set(2)   # as if SIGINT arrived during the first step
+  with pytest.raises(training.TrainingInterrupted,
+                     match="interrupted at step 1; rerun the same command to resume"):
+    training.train_and_evaluate(small_config(20), workdir, show_progress=False, stop=stop)
+  manager = checkpointing.make_manager(workdir, read_only=True)
+  assert checkpointing.steps(manager) == [1]
+  assert not os.path.exists(os.path.join(workdir, "eval_step_1.json"))
+
+
+def test_config_changes_and_resumable_keys():
+  old = {"a": 1, "eval": {"ks": [1, 2]}, "loss": {"name": "nca", "temperature": 0.1}}
+  new = {"a": 1, "eval": {"ks": [1]}, "loss": {"name": "nca", "margin": 0.2}}
+  assert workdir_lib.config_changes(old, new) == [
+      ("eval.ks", (1, 2), (1,)), ("loss.margin", None, 0.2), ("loss.temperature", 0.1, None)]
+  assert workdir_lib.is_resumable("eval.ks") and workdir_lib.is_resumable("num_train_steps")
+  assert not workdir_lib.is_resumable("evaluation") and not workdir_lib.is_resumable("seed")
+
+
+def test_an_older_config_json_is_not_a_conflict(tmp_path):
+  """Keys added to the schema since a workdir was written take their old-behaviour value."""
+  config = small_config()
+  tree = json.loads(workdir_lib.config_json(config))
+  del tree["data"]["noise_seed"], tree["user_modules"]
+  os.makedirs(tmp_path, exist_ok=True)
+  with open(tmp_path / workdir_lib.CONFIG_FILE, "w") as f:
+    json.dump(tree, f)
+  assert workdir_lib.check_rerun(config, str(tmp_path)) == []
