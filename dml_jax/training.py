@@ -341,15 +341,8 @@ def build(config: ml_collections.ConfigDict) -> Setup:
                mesh=mesh, num_train_steps=num_train_steps)
 
 
-def make_train_step(setup: Setup) -> Callable:
-  """``train_step(state, images [B,H,W,C], labels [B], key) -> (state, metrics)``, jitted.
-
-  The batch is sharded over the mesh and the state replicated; the program means the same as
-  on one device with the global batch (see ``parallel``), so mining sees the whole batch.
-
-  When the loss or the gradient is not finite, the state is returned unchanged and
-  ``metrics['finite']`` is 0, so no NaN ever reaches the parameters or a checkpoint.
-  """
+def _train_step_fn(setup: Setup) -> Callable:
+  """The un-jitted train step (see :func:`make_train_step`)."""
   graphdef, objective, tx = setup.train_graphdef, setup.objective, setup.tx
 
   def loss_fn(trainable, batch_stats, images, labels, key):
@@ -359,9 +352,6 @@ def make_train_step(setup: Setup) -> Callable:
     _, _, new_batch_stats = nnx.split(model, nnx.Param, ...)
     return loss, (aux, new_batch_stats)
 
-  rep, batch = parallel.replicated(setup.mesh), parallel.batch_sharded(setup.mesh)
-
-  @functools.partial(jax.jit, in_shardings=(rep, batch, batch, rep), out_shardings=(rep, rep))
   def train_step(state, images, labels, key):
     trainable = {"model": state["params"], "objective": state["objective"]}
     (loss, (aux, new_batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
@@ -384,6 +374,43 @@ def make_train_step(setup: Setup) -> Callable:
     return new_state, metrics
 
   return train_step
+
+
+def make_train_step(setup: Setup) -> Callable:
+  """``train_step(state, images [B,H,W,C], labels [B], key) -> (state, metrics)``, jitted.
+
+  The batch is sharded over the mesh and the state replicated; the program means the same as
+  on one device with the global batch (see ``parallel``), so mining sees the whole batch.
+
+  When the loss or the gradient is not finite, the state is returned unchanged and
+  ``metrics['finite']`` is 0, so no NaN ever reaches the parameters or a checkpoint.
+  """
+  rep, batch = parallel.replicated(setup.mesh), parallel.batch_sharded(setup.mesh)
+  return jax.jit(_train_step_fn(setup), in_shardings=(rep, batch, batch, rep),
+                 out_shardings=(rep, rep))
+
+
+def make_guarded_step(setup: Setup) -> Callable:
+  """The training loop's step: ``(state, halted, images, labels, key) -> (state, halted,
+  metrics)``, jitted, with no host round-trip.
+
+  ``halted`` (int32 scalar, on the device) is 0 until a step's loss or gradient is not finite,
+  then that step's number; from then on every step leaves the state as it was. The loop
+  fetches ``halted`` only at log and checkpoint steps, so the device runs ahead of the host
+  while no checkpoint ever holds a state past the first non-finite step.
+  """
+  step_fn = _train_step_fn(setup)
+  rep, batch = parallel.replicated(setup.mesh), parallel.batch_sharded(setup.mesh)
+
+  def guarded(state, halted, images, labels, key):
+    new_state, metrics = step_fn(state, images, labels, key)
+    ok = halted == 0
+    new_state = jax.tree.map(lambda new, old: jnp.where(ok, new, old), new_state, state)
+    halted = jnp.where(ok & (metrics["finite"] == 0), state["step"] + 1, halted)
+    return new_state, halted, metrics
+
+  return jax.jit(guarded, in_shardings=(rep, rep, batch, batch, rep),
+                 out_shardings=(rep, rep, rep))
 
 
 def make_embed_fn(setup: Setup) -> Callable:
@@ -494,7 +521,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       the current step is saved and :class:`TrainingInterrupted` raised.
   """
   setup, manager, start, state = start_run(config, workdir, overwrite=overwrite)
-  train_step = make_train_step(setup)
+  train_step = make_guarded_step(setup)
   embed_fn = make_embed_fn(setup)
   train = setup.splits["train"]
   total = setup.num_train_steps
@@ -507,26 +534,34 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   bar = tqdm.tqdm(total=total, initial=start, unit="step", dynamic_ncols=True,
                   mininterval=0.5, disable=not (show_progress and is_main_process()))
   window_t, window_n = time.perf_counter(), 0
-  history = []
+  halted = parallel.replicate(setup.mesh, jnp.zeros((), jnp.int32))
+  history = {}   # step -> metrics still on the device, fetched once per log step
+
+  def check_finite():
+    bad = int(jax.device_get(halted))
+    if bad:
+      m = jax.device_get(history[bad])
+      raise NonFiniteLossError(
+          f"Loss or gradient became non-finite at step {bad} (loss={float(m['loss'])}, "
+          f"grad_norm={float(m['grad_norm'])}); training stopped, parameters and checkpoints "
+          f"were left at step {bad - 1}. Lower optimizer.learning_rate or check the loss "
+          "hyper-parameters.")
+
   try:
     for batch_step, local_images, local_labels in batches:
       step = batch_step + 1
       images, labels = parallel.global_batch(setup.mesh, local_images, local_labels,
                                              batch_size=config.batch_size)
-      state, metrics = train_step(state, images, labels, step_key(config.seed, step))
-      metrics = jax.device_get(metrics)
-      if not metrics["finite"]:
-        raise NonFiniteLossError(
-            f"Loss or gradient became non-finite at step {step} (loss="
-            f"{float(metrics['loss'])}, grad_norm={float(metrics['grad_norm'])}); training "
-            f"stopped, parameters and checkpoints were left at step {step - 1}. Lower "
-            "optimizer.learning_rate or check the loss hyper-parameters.")
-      history.append(metrics)
+      state, halted, history[step] = train_step(state, halted, images, labels,
+                                                step_key(config.seed, step))
       window_n += config.batch_size
       bar.update(1)
+      interrupted = stop is not None and stop.is_set() and step != total
       if step % config.log_every_steps == 0 or step == total:
+        check_finite()
+        rows = list(jax.device_get(history).values())
         elapsed = time.perf_counter() - window_t
-        mean = {k: float(np.mean([h[k] for h in history])) for k in history[0]}
+        mean = {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
         row = {"step": step, **{f"train/{k}": v for k, v in mean.items() if k != "finite"},
                "learning_rate": float(setup.schedule(step - 1)),
                "examples_per_sec": window_n / max(elapsed, 1e-9)}
@@ -535,12 +570,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
         if not show_progress:
           logging.info("step %d/%d: loss %.4f, %.0f examples/s", step, total, mean["loss"],
                        row["examples_per_sec"])
-        window_t, window_n, history = time.perf_counter(), 0, []
-      if step % config.checkpoint_every_steps == 0 or step == total:
+        window_t, window_n, history = time.perf_counter(), 0, {}
+      if step % config.checkpoint_every_steps == 0 or step == total or interrupted:
+        check_finite()
         checkpointing.save(manager, step, state, {"step": step})
-      if stop is not None and stop.is_set() and step != total:
-        if step % config.checkpoint_every_steps:
-          checkpointing.save(manager, step, state, {"step": step})
+      if interrupted:
         raise TrainingInterrupted(step, stop.signum)
       if config.scatter_every_steps and step % config.scatter_every_steps == 0:
         workdir_lib.append_metrics(workdir, {"step": step, **log_scatter(
