@@ -80,6 +80,9 @@ def window_taps(x: jax.Array, window: Sequence[int], *, strides: Sequence[int], 
   for tap in itertools.product(*(range(k) for k in window)):
     start = [u * d for u, d in zip(tap, rhs_dilation)]
     limit = [a + (o - 1) * s + 1 for a, o, s in zip(start, out, strides)]
+    if not any(start) and tuple(limit) == x.shape[1:-1] and set(strides) <= {1}:
+      taps.append(x)  # the whole input (a 1x1 window, stride 1, no padding)
+      continue
     taps.append(lax.slice(x, (0, *start, 0), (x.shape[0], *limit, x.shape[-1]),
                           (1, *strides, 1)))
   return taps

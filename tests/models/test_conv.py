@@ -1,0 +1,246 @@
+"""The CPU formulations of convolution and pooling (``conv``, ``pooling``) against XLA's own
+ops, values and gradients, and every model with each ``conv_impl``."""
+
+import functools
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from jax import lax
+
+from dml_jax import models
+from dml_jax.models import conv, pooling
+
+NHWC = ("NHWC", "HWIO", "NHWC")
+
+# name -> (input [B, H, W, C], kernel [kh, kw, C / groups, O], conv_general_dilated kwargs)
+CONV_CASES = {
+    "1x1": ((2, 6, 5, 4), (1, 1, 4, 6), dict(window_strides=(1, 1), padding="VALID")),
+    "1x1_stride2": ((2, 7, 6, 4), (1, 1, 4, 6), dict(window_strides=(2, 2), padding="VALID")),
+    "3x3_same": ((2, 6, 5, 4), (3, 3, 4, 6), dict(window_strides=(1, 1), padding="SAME")),
+    "3x3_stride2_pad1": ((2, 7, 6, 4), (3, 3, 4, 6),
+                         dict(window_strides=(2, 2), padding=((1, 1), (1, 1)))),
+    "7x7_stride2_pad3": ((2, 11, 10, 3), (7, 7, 3, 5),
+                         dict(window_strides=(2, 2), padding=((3, 3), (3, 3)))),
+    "3x3_same_stride2": ((2, 7, 6, 4), (3, 3, 4, 6), dict(window_strides=(2, 2), padding="SAME")),
+    "uneven": ((2, 7, 6, 4), (3, 2, 4, 6),
+               dict(window_strides=(2, 1), padding=((0, 2), (1, -1)))),
+    "grouped": ((2, 6, 5, 4), (3, 3, 2, 6),
+                dict(window_strides=(1, 1), padding="SAME", feature_group_count=2)),
+    "depthwise": ((2, 6, 5, 4), (3, 3, 1, 8),
+                  dict(window_strides=(2, 2), padding="SAME", feature_group_count=4)),
+    "kernel_dilation": ((2, 8, 7, 4), (3, 3, 4, 6),
+                        dict(window_strides=(1, 1), padding="SAME", rhs_dilation=(2, 2))),
+    "input_dilation": ((2, 4, 3, 4), (3, 3, 4, 6),
+                       dict(window_strides=(1, 1), padding=((2, 2), (1, 1)),
+                            lhs_dilation=(2, 2))),
+}
+
+
+def _conv_and_vjp(impl, kwargs):
+  """``(x, w, ct) -> (y, dx, dw)`` of ``impl`` ('reference' = lax.conv_general_dilated)."""
+  fn = lax.conv_general_dilated if impl == "reference" else conv.conv_function(impl)
+
+  def run(x, w, ct):
+    y, vjp = jax.vjp(lambda x, w: fn(x, w, dimension_numbers=NHWC, **kwargs), x, w)
+    return (y, *vjp(ct))
+  return run
+
+
+@pytest.mark.parametrize("name", sorted(CONV_CASES))
+def test_conv_matches_lax_values_and_gradients(name):
+  x_shape, w_shape, kwargs = CONV_CASES[name]
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.standard_normal(x_shape), jnp.float32)
+  w = jnp.asarray(rng.standard_normal(w_shape), jnp.float32)
+  y_shape = jax.eval_shape(
+      lambda: lax.conv_general_dilated(x, w, dimension_numbers=NHWC, **kwargs)).shape
+  ct = jnp.asarray(rng.standard_normal(y_shape), jnp.float32)
+
+  @jax.jit
+  def all_impls(x, w, ct):
+    return {impl: _conv_and_vjp(impl, kwargs)(x, w, ct)
+            for impl in ("reference", "lax", "matmul", "auto")}
+
+  got = all_impls(x, w, ct)
+  for impl in ("lax", "matmul", "auto"):
+    for a, b, what in zip(got[impl], got["reference"], ("y", "dx", "dw")):
+      chex.assert_equal_shape([a, b])
+      scale = float(jnp.max(jnp.abs(b)))
+      np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * scale, err_msg=f"{impl} {what}")
+
+
+def test_conv_matmul_other_dimension_numbers():
+  rng = np.random.default_rng(1)
+  x = jnp.asarray(rng.standard_normal((2, 4, 7, 6)), jnp.float32)  # NCHW
+  w = jnp.asarray(rng.standard_normal((5, 4, 3, 3)), jnp.float32)  # OIHW
+  kwargs = dict(window_strides=(2, 1), padding="SAME", dimension_numbers=("NCHW", "OIHW", "NCHW"))
+  np.testing.assert_allclose(conv.conv_matmul(x, w, **kwargs),
+                             lax.conv_general_dilated(x, w, **kwargs), rtol=1e-5, atol=1e-5)
+
+
+def test_patches_layout_and_identity():
+  x = jnp.arange(2 * 3 * 4 * 2, dtype=jnp.float32).reshape(2, 3, 4, 2)
+  p = conv.patches(x, (3, 3), strides=(1, 1), padding="SAME")
+  chex.assert_shape(p, (2, 3, 4, 18))
+  # tap (1, 1) (the centre, t = 4) is the input; tap (0, 0) is shifted down-right.
+  np.testing.assert_array_equal(p[..., 8:10], x)
+  np.testing.assert_array_equal(p[:, 1:, 1:, 0:2], x[:, :-1, :-1])
+  assert conv.patches(x, (1, 1), strides=(1, 1), padding="VALID") is x
+
+
+def test_auto_on_cpu_compiles_no_convolution():
+  x = jnp.ones((2, 6, 6, 3))
+  w = jnp.ones((3, 3, 3, 4))
+
+  def hlo(impl):
+    fn = conv.conv_function(impl)
+    grad = jax.grad(lambda x, w: jnp.sum(fn(x, w, (1, 1), "SAME", dimension_numbers=NHWC)),
+                    argnums=(0, 1))
+    return jax.jit(grad).lower(x, w).compile().as_text()
+
+  assert " convolution(" in hlo("lax")
+  assert " convolution(" not in hlo("auto")
+
+
+def test_bad_options_raise():
+  with pytest.raises(ValueError, match="allowed: auto, lax, matmul"):
+    conv.conv_function("cudnn")
+  with pytest.raises(ValueError, match="batch_group_count"):
+    conv.conv_matmul(jnp.ones((2, 4, 4, 2)), jnp.ones((1, 1, 2, 2)), (1, 1), "VALID",
+                     dimension_numbers=NHWC, batch_group_count=2)
+  with pytest.raises(ValueError, match="allowed: auto, lax, matmul"):
+    pooling.max_pool(jnp.ones((1, 4, 4, 1)), (2, 2), impl="fast")
+  for arch in ("small_cnn", "resnet18", "bn_inception"):
+    with pytest.raises(ValueError, match="allowed: auto, lax, matmul"):
+      models.make(arch, embedding_dim=4, rngs=nnx.Rngs(0), conv_impl="fast")
+
+
+POOL_CASES = {
+    "2x2_stride2": ((2, 2), (2, 2), "VALID"),
+    "3x3_stride2_pad1": ((3, 3), (2, 2), ((1, 1), (1, 1))),
+    "3x3_stride1_pad1": ((3, 3), (1, 1), ((1, 1), (1, 1))),
+    "3x3_stride2_ceil": ((3, 3), (2, 2), ((0, 1), (0, 1))),
+    "3x3_same": ((3, 3), (2, 2), "SAME"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(POOL_CASES))
+def test_max_pool_equals_reduce_window_values_and_gradients_with_ties(name):
+  window, strides, padding = POOL_CASES[name]
+  rng = np.random.default_rng(0)
+  base = rng.standard_normal((2, 7, 9, 3)).astype(np.float32)
+  inputs = {"normal": base, "ties": np.round(base),  # many equal values per window
+            "neg_inf": np.where(base > 0.5, base, -np.inf).astype(np.float32)}
+  y_shape = nnx.max_pool(jnp.asarray(base), window, strides, padding).shape
+  ct = jnp.asarray(rng.standard_normal(y_shape), jnp.float32)
+
+  @jax.jit
+  def all_impls(x, ct):
+    out = {}
+    for impl in ("lax", "matmul", "auto"):
+      y, vjp = jax.vjp(lambda x: pooling.max_pool(x, window, strides, padding, impl=impl), x)
+      out[impl] = (y, *vjp(ct))
+    return out
+
+  for kind, x in inputs.items():
+    got = all_impls(jnp.asarray(x), ct)
+    for impl in ("matmul", "auto"):  # exactly: the same selection, ties included
+      np.testing.assert_array_equal(got[impl][0], got["lax"][0], err_msg=f"{kind} {impl} y")
+      np.testing.assert_array_equal(got[impl][1], got["lax"][1], err_msg=f"{kind} {impl} dx")
+
+
+@pytest.mark.parametrize("count_include_pad", [True, False])
+def test_avg_pool_matches_reduce_window(count_include_pad):
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.standard_normal((2, 7, 9, 3)), jnp.float32)
+  ct = jnp.asarray(rng.standard_normal((2, 7, 9, 3)), jnp.float32)
+  pool = functools.partial(pooling.avg_pool, window=(3, 3), strides=(1, 1),
+                           padding=((1, 1), (1, 1)), count_include_pad=count_include_pad)
+
+  @jax.jit
+  def all_impls(x, ct):
+    return {impl: (lambda y, vjp: (y, *vjp(ct)))(*jax.vjp(lambda v: pool(v, impl=impl), x))
+            for impl in ("lax", "matmul")}
+
+  got = all_impls(x, ct)
+  for a, b in zip(got["matmul"], got["lax"]):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+# ---- the models: same parameters, same outputs with every conv_impl ----
+
+# arch -> (constructor kwargs, input shape, BatchNorm mode). Eval mode (running averages) for
+# BN-Inception: with batch statistics over a handful of values per channel (a 1x1 feature
+# map), BatchNorm amplifies float32 rounding differences; ResNet-18 checks train mode at a
+# size where the last feature map is 2x2. ResNet-50 (same layers as ResNet-18 plus 1x1
+# convolutions) is only checked for its parameters (compiling it costs half a minute).
+MODEL_CASES = {
+    "small_cnn": (dict(image_size=12, in_channels=1), (4, 12, 12, 1), "train"),
+    "resnet18": ({}, (2, 64, 64, 3), "train"),
+    "resnet50": ({}, None, None),
+    "bn_inception": ({}, (2, 32, 32, 3), "eval"),
+}
+
+
+def _random_state(model, seed=0):
+  """Random values for an abstract model's variables (BN scales and variances in [0.5, 1.5],
+  the rest normal with variance 1 / fan-in)."""
+  rng = np.random.default_rng(seed)
+
+  def fill(path, v):
+    name = [k.key for k in path if isinstance(k, jax.tree_util.DictKey)][-1]
+    if name in ("var", "scale"):
+      return jnp.asarray(rng.uniform(0.5, 1.5, v.shape), v.dtype)
+    fan_in = int(np.prod(v.shape[:-1])) if len(v.shape) > 1 else 10
+    return jnp.asarray(rng.standard_normal(v.shape) / np.sqrt(fan_in), v.dtype)
+  return jax.tree_util.tree_map_with_path(fill, nnx.state(model))
+
+
+@nnx.jit
+def _forward(model, x):
+  return model(x)
+
+
+@pytest.mark.parametrize("arch", sorted(MODEL_CASES))
+def test_models_same_parameters_and_outputs_with_each_impl(arch):
+  kwargs, shape, mode = MODEL_CASES[arch]
+  built = {impl: nnx.eval_shape(lambda impl=impl: models.make(
+      arch, embedding_dim=8, rngs=nnx.Rngs(0), conv_impl=impl, **kwargs))
+           for impl in ("lax", "auto")}
+  # identical parameter names, shapes and dtypes (checkpoints and pretrained weights load)
+  chex.assert_trees_all_equal_shapes_and_dtypes(nnx.state(built["lax"]),
+                                                nnx.state(built["auto"]))
+  if shape is None:
+    return
+  values = _random_state(built["lax"])
+  x = jax.random.normal(jax.random.key(1), shape)
+  out = {}
+  for impl, model in built.items():
+    nnx.update(model, values)
+    getattr(model, mode)()
+    out[impl] = (_forward(model, x), nnx.state(model, nnx.BatchStat))
+  chex.assert_tree_all_finite(out["lax"])
+  chex.assert_trees_all_close(out["auto"], out["lax"], rtol=1e-4, atol=1e-4)
+
+
+def test_small_cnn_gradients_equal_with_each_impl_and_one_trace():
+  x = jax.random.normal(jax.random.key(0), (8, 12, 12, 1))
+  grads, traces = {}, []
+  for impl in ("lax", "matmul"):
+    model = models.make("small_cnn", embedding_dim=4, image_size=12, rngs=nnx.Rngs(0),
+                        conv_impl=impl)
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+
+    def loss(params, rest, x, graphdef=graphdef, impl=impl):
+      traces.append(impl)
+      return jnp.sum(nnx.merge(graphdef, params, rest, copy=True)(x)[:, 0])
+
+    grad = jax.jit(jax.grad(loss))
+    grads[impl] = grad(params, rest, x)
+    grad(params, rest, x + 1.0)  # same shapes: no second trace
+  assert traces == ["lax", "matmul"]
+  chex.assert_trees_all_close(grads["matmul"], grads["lax"], rtol=1e-4, atol=1e-5)
