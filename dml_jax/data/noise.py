@@ -1,4 +1,5 @@
-"""Label noise for the label-noise paper's experiments (Nguyen et al.; eqs. 6-8).
+"""Label noise for the label-noise paper's experiments (Le & Odobez, "Theoretical guarantees
+of deep embedding losses under label noise"; eqs. 6-8).
 
 * :func:`uniform_label_noise`: each label is kept with probability ``1 - p`` and otherwise
   replaced by one of the *other* ``K - 1`` classes uniformly (eq. 6).
