@@ -61,7 +61,10 @@ def get_config() -> ml_collections.ConfigDict:
   c.optimizer.name = "adam"       # 'adam' | 'sgd' (with momentum) | 'rmsprop'
   c.optimizer.learning_rate = 1e-3
   c.optimizer.momentum = 0.9      # sgd only
-  c.optimizer.weight_decay = 0.0  # decoupled (adamw) for adam, L2 added to gradients for sgd
+  c.optimizer.weight_decay = 0.0
+  # 'coupled': L2 added to the gradient before the optimizer (torch.optim's weight_decay, what
+  # the papers' code did); 'decoupled': AdamW (adam only), decay multiplied by the rate.
+  c.optimizer.weight_decay_mode = "coupled"
   c.optimizer.schedule = "constant"   # 'constant' | 'step' | 'cosine'
   c.optimizer.decay_steps = (0,)  # 'step': multiply the rate by decay_factor at these steps
   c.optimizer.decay_epochs = ()   # 'step': also decay at these epochs (papers: (20, 30))

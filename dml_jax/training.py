@@ -126,7 +126,9 @@ def prepare_train_split(train, *, label_noise: float, clean_fraction: float, see
   ``label_noise = p > 0``: labels are corrupted once with uniform noise (eq. 6, seed
   ``seed``); the clean labels stay available as ``label_sets['clean']``.
   ``clean_fraction < 1``: the clean "topline", a random subset of that fraction of the
-  training examples with their true labels.
+  training examples with their true labels (the paper's topline: as many clean examples as
+  noise rate ``p = 1 - clean_fraction`` leaves). Classes that lose all their examples (SOP
+  has many 2-image classes) are left out, with a warning giving their number.
   """
   if label_noise:
     noisy = noise_lib.uniform_label_noise(train.labels, rate=label_noise,
@@ -136,11 +138,13 @@ def prepare_train_split(train, *, label_noise: float, clean_fraction: float, see
                           name=f"{train.name} (label noise p={label_noise})")
   if clean_fraction != 1.0:
     idx = noise_lib.clean_subsample(len(train.labels), fraction=clean_fraction, seed=seed)
-    kept = np.unique(train.labels[idx])
-    if len(kept) != train.num_classes:
-      raise ValueError(f"config.data.clean_fraction={clean_fraction} leaves only {len(kept)} "
-                       f"of {train.num_classes} training classes; use a larger fraction.")
-    return data_lib.Split(images=data_lib.take(train.images, idx), labels=train.labels[idx],
+    kept, labels = np.unique(train.labels[idx], return_inverse=True)
+    if len(kept) < train.num_classes:  # SOP: many 2-image classes lose both images
+      logging.warning("data.clean_fraction=%s: %d of %d training classes have no example left "
+                      "in the clean subset and are left out (the others renumbered 0..%d).",
+                      clean_fraction, train.num_classes - len(kept), train.num_classes,
+                      len(kept) - 1)
+    return data_lib.Split(images=data_lib.take(train.images, idx), labels=labels,
                           label_sets={k: v[idx] for k, v in train.label_sets.items()},
                           name=f"{train.name} (clean {clean_fraction:.2f})")
   return train
@@ -169,11 +173,18 @@ def learning_rate_schedule(*, learning_rate: float, schedule: str, num_train_ste
   return sched
 
 
+OPTIMIZERS = ("adam", "sgd", "rmsprop")
+# 'coupled': weight_decay * w added to the gradient before the optimizer (torch.optim's
+# weight_decay, the papers' code); 'decoupled': AdamW's decay, multiplied by the learning rate.
+WEIGHT_DECAY_MODES = ("coupled", "decoupled")
+
+
 def make_optimizer(opt: ml_collections.ConfigDict, *, num_train_steps: int,
                    model_params=None, steps_per_epoch: int = 0,
                    ) -> tuple[optax.GradientTransformation, optax.Schedule]:
   """The optax transformation for ``{'model': ..., 'objective': ...}`` parameter trees.
 
+  ``weight_decay`` is applied as ``weight_decay_mode`` says (:data:`WEIGHT_DECAY_MODES`).
   Objective parameters (margin beta, proxies) get ``objective_learning_rate`` through
   ``optax.multi_transform``. When ``backbone_learning_rate`` or ``head_learning_rate`` is set,
   the model's parameters are split by ``models.param_labels(model_params)`` into backbone and
@@ -181,6 +192,16 @@ def make_optimizer(opt: ml_collections.ConfigDict, *, num_train_steps: int,
   schedule decays at ``decay_steps`` and at ``decay_epochs * steps_per_epoch`` (the papers'
   "divide by 10 after epochs 20 and 30").
   """
+  if opt.name not in OPTIMIZERS:
+    raise ValueError(f"Unknown optimizer.name {opt.name!r}; allowed: {', '.join(OPTIMIZERS)}.")
+  mode = opt.get("weight_decay_mode", "decoupled")
+  if mode not in WEIGHT_DECAY_MODES:
+    raise ValueError(f"Unknown optimizer.weight_decay_mode {mode!r}; allowed: "
+                     f"{', '.join(WEIGHT_DECAY_MODES)}.")
+  if opt.weight_decay and mode == "decoupled" and opt.name != "adam":
+    raise ValueError(f"optimizer.weight_decay_mode='decoupled' is AdamW (optimizer.name="
+                     f"'adam'); {opt.name} takes 'coupled' (L2 in the gradient, as torch's "
+                     f"{opt.name}).")
   decay_epochs = tuple(opt.get("decay_epochs", ()))
   if decay_epochs and steps_per_epoch <= 0:
     raise ValueError(f"optimizer.decay_epochs={decay_epochs} needs steps_per_epoch > 0.")
@@ -192,21 +213,14 @@ def make_optimizer(opt: ml_collections.ConfigDict, *, num_train_steps: int,
         learning_rate=learning_rate, schedule=opt.schedule, num_train_steps=num_train_steps,
         decay_steps=tuple(sorted(decay_steps)), decay_factor=opt.decay_factor,
         warmup_steps=opt.warmup_steps)
-    if opt.name == "adam":
-      if opt.weight_decay:
-        return optax.adamw(sched, weight_decay=opt.weight_decay), sched
-      return optax.adam(sched), sched
-    if opt.name == "sgd":
-      tx = optax.sgd(sched, momentum=opt.momentum or None)
-      if opt.weight_decay:
-        tx = optax.chain(optax.add_decayed_weights(opt.weight_decay), tx)
-      return tx, sched
-    if opt.name == "rmsprop":  # the label-noise paper
-      tx = optax.rmsprop(sched, momentum=opt.momentum or None)
-      if opt.weight_decay:
-        tx = optax.chain(optax.add_decayed_weights(opt.weight_decay), tx)
-      return tx, sched
-    raise ValueError(f"Unknown optimizer.name {opt.name!r}; allowed: adam, sgd, rmsprop.")
+    if opt.name == "adam" and opt.weight_decay and mode == "decoupled":
+      return optax.adamw(sched, weight_decay=opt.weight_decay), sched
+    tx = {"adam": lambda: optax.adam(sched),
+          "sgd": lambda: optax.sgd(sched, momentum=opt.momentum or None),
+          "rmsprop": lambda: optax.rmsprop(sched, momentum=opt.momentum or None)}[opt.name]()
+    if opt.weight_decay:  # coupled: L2 added to the gradient before the optimizer
+      tx = optax.chain(optax.add_decayed_weights(opt.weight_decay), tx)
+    return tx, sched
 
   model_tx, sched = one(opt.learning_rate)
   transforms = {"model": model_tx,

@@ -52,6 +52,7 @@ ADDED_CONFIG_KEYS = {
     "data.prefetch": 2,
     "optimizer.decay_epochs": (),
     "user_modules": (),
+    "optimizer.weight_decay_mode": "decoupled",
 }
 
 # Dotted keys (a trailing '.' means the whole block) that a rerun may change on a workdir

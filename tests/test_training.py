@@ -228,3 +228,47 @@ def test_scatter_diagram_is_logged_during_training(tmp_path):
   rows = [r for r in read_rows(workdir) if "scatter/correct_fraction" in r]
   assert [r["step"] for r in rows] == [5, 10]
   assert all(0.0 <= r["scatter/correct_fraction"] <= 1.0 for r in rows)
+
+
+def _optimizer_step(**overrides):
+  """One update of w = [1, -2] with gradient [0.5, 0.5] by ``make_optimizer``."""
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  opt = small_config(**{f"optimizer.{k}": v for k, v in overrides.items()}).optimizer
+  tx, _ = training.make_optimizer(opt, num_train_steps=10)
+  params = {"model": {"w": jnp.array([1.0, -2.0])}, "objective": {}}
+  grads = {"model": {"w": jnp.array([0.5, 0.5])}, "objective": {}}
+  updates, _ = tx.update(grads, tx.init(params), params)
+  return np.asarray(updates["model"]["w"])
+
+
+def test_weight_decay_coupled_is_l2_in_the_gradient_and_decoupled_is_adamw():
+  lr, wd = 1e-3, 0.1
+  w, g = np.array([1.0, -2.0]), np.array([0.5, 0.5])
+
+  def adam_first_step(grad):   # bias-corrected first Adam step: -lr * g / (|g| + eps)
+    return -lr * grad / (np.abs(grad) + 1e-8)
+
+  coupled = _optimizer_step(learning_rate=lr, weight_decay=wd, weight_decay_mode="coupled")
+  np.testing.assert_allclose(coupled, adam_first_step(g + wd * w), rtol=1e-5)
+  decoupled = _optimizer_step(learning_rate=lr, weight_decay=wd, weight_decay_mode="decoupled")
+  np.testing.assert_allclose(decoupled, adam_first_step(g) - lr * wd * w, rtol=1e-5)
+  sgd = _optimizer_step(name="sgd", momentum=0.0, learning_rate=lr, weight_decay=wd,
+                        weight_decay_mode="coupled")
+  np.testing.assert_allclose(sgd, -lr * (g + wd * w), rtol=1e-6)
+  with pytest.raises(ValueError, match="'decoupled' is AdamW"):
+    _optimizer_step(name="sgd", weight_decay=wd, weight_decay_mode="decoupled")
+  with pytest.raises(ValueError, match="weight_decay_mode 'l2'; allowed: coupled, decoupled"):
+    _optimizer_step(weight_decay_mode="l2")
+
+
+def test_clean_topline_on_many_two_image_classes_drops_the_emptied_ones(caplog):
+  """SOP-like: 300 classes of 2 images; a 0.4 subset empties many classes."""
+  labels = np.repeat(np.arange(300), 2)
+  train = data_lib.Split(images=np.zeros((600, 8, 8, 1), np.float32), labels=labels,
+                         label_sets={}, name="sop-like")
+  with caplog.at_level("WARNING"):
+    top = training.prepare_train_split(train, label_noise=0.0, clean_fraction=0.4, seed=0)
+  kept = np.unique(top.labels)
+  assert len(top.labels) == 240 and 100 < len(kept) < 300
+  assert any(f"{300 - len(kept)} of 300 training classes" in r.getMessage()
+             for r in caplog.records)
