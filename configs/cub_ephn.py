@@ -1,8 +1,14 @@
-r"""2nd-order triplet paper, Table 1 row "EPHN-1st (512)", CUB-200-2011: R@1 64.9, R@2 75.3,
-R@4 83.5 (reported; the same numbers as the EPHN paper's EPSHN (512) row).
+r"""EPHN (easy positive, hard negative) with the 1st-order NCA loss in the 2nd-order paper's CUB
+setting: the 1st-order control of cub_ephn_2nd.py, for a like-for-like 1st vs 2nd comparison.
 
-As cub_ephn_2nd.py with the 1st-order NCA loss softplus((S_an - S_ap) / 0.1) (EPHN paper
-eq. for L_EPHN): easy positive, hard negative, n = 8, SGD 0.0025, 40 epochs.
+As cub_ephn_2nd.py with the 1st-order NCA loss softplus((S_an - S_ap) / 0.1) (EPHN paper's
+L_EPHN): easy positive, hard negative, n = 8, SGD 0.0025 (the 2nd-order paper's CUB rate),
+40 epochs, divided by 10 after epochs 20 and 30.
+
+No published number matches this setting exactly. The 2nd-order paper's Table 1 row
+"EPHN-1st (512)" (R@1 64.9, R@2 75.3, R@4 83.5) repeats the EPHN paper's "EPSHN (512)" row,
+which was trained with semi-hard negatives, n = 16 and SGD 0.0001: that row is
+configs/cub_epshn.py (issue 18).
 
   python train.py --config=configs/cub_ephn.py --workdir=runs/cub_ephn
   python train.py --config=configs/cub_ephn.py:smoke --workdir=/tmp/smoke
