@@ -42,6 +42,13 @@ Negatives (``N_a`` = negatives of anchor ``a``), per term ``(a, p)``:
   negatives with a positive triplet loss, ``{n in N_a : s_an > s_ap - margin}``. With
   ``s = -d^2`` this is ``d_ap^2 - d_an^2 + margin > 0``; it includes negatives closer than the
   positive. ``margin`` is in the units of ``s``. Dropped if the set is empty. Needs a key;
+* ``'semihard_band'``   Roth et al.'s semi-hard miner (the code the EPS paper built on): uniform
+  over the band ``{n in N_a : s_ap - margin < s_an < s_ap}``, i.e. with ``s = -d`` (unsquared
+  distances, what the triplet and margin objectives pass for this mode)
+  ``d_ap < d_an < d_ap + margin``; if the band is empty, uniform over all of ``N_a`` (a
+  fallback, so only anchors without a positive or without any negative are dropped). Like
+  ``'semihard_random'`` it differs from the fixed ``'semihard'`` in being random; unlike it,
+  it excludes negatives closer than the positive and never drops a term. Needs a key;
 * ``'easy'``            ``argmin_{n in N_a} s_an`` (EPHN paper §3.2);
 * ``'random'``          uniform over ``N_a``, drawn independently per term (needs a key);
 * ``'all'``             every ``n in N_a`` (the loss sums over them);
@@ -74,10 +81,11 @@ import jax
 import jax.numpy as jnp
 
 POSITIVE_MODES = ("easy", "hard", "random", "all")
-NEGATIVE_MODES = ("hard", "semihard", "semihard_random", "easy", "random", "all",
-                  "distance_weighted")
+NEGATIVE_MODES = ("hard", "semihard", "semihard_random", "semihard_band", "easy", "random",
+                  "all", "distance_weighted")
 STOCHASTIC_POSITIVE_MODES = ("random",)
-STOCHASTIC_NEGATIVE_MODES = ("semihard_random", "random", "distance_weighted")
+STOCHASTIC_NEGATIVE_MODES = ("semihard_random", "semihard_band", "random", "distance_weighted")
+MARGIN_MODES = ("semihard_random", "semihard_band")   # negative modes that read ``margin``
 
 
 class Selection(NamedTuple):
@@ -220,6 +228,8 @@ def negatives(s: jax.Array, neg_mask: jax.Array, pairs: jax.Array, *, mode: str,
   * ``'hard'``: ``argmax_{n in N_a} s_an``;  ``'easy'``: ``argmin_{n in N_a} s_an``;
   * ``'semihard'``: ``argmax {s_an : n in N_a, s_an <= s_ap}`` (none: term dropped);
   * ``'semihard_random'``: uniform over ``{n in N_a : s_an > s_ap - margin}`` (none: dropped);
+  * ``'semihard_band'``: uniform over ``{n in N_a : s_ap - margin < s_an < s_ap}``; if that is
+    empty, uniform over ``N_a`` (Roth et al.);
   * ``'random'``: uniform over ``N_a``, independently per term;
   * ``'all'``: ``N_a``;
   * ``'distance_weighted'``: ``Pr(n) ~ w_an`` (Wu et al.; ``s`` must be ``-d^2``), independently
@@ -233,8 +243,10 @@ def negatives(s: jax.Array, neg_mask: jax.Array, pairs: jax.Array, *, mode: str,
     neg_mask: bool ``[B, N]``, ``neg_mask[a, n]`` = ``n`` is a negative of ``a``.
     pairs: bool ``[B, N]`` selected (anchor, positive) pairs, e.g. from :func:`positive_pairs`.
     mode: one of ``NEGATIVE_MODES``.
-    margin: ``'semihard_random'`` only: the triplet margin in the units of ``s``.
-    key: PRNG key, required for ``'semihard_random'``, ``'random'``, ``'distance_weighted'``.
+    margin: ``'semihard_random'`` and ``'semihard_band'`` only: the triplet margin (the band
+      width) in the units of ``s``.
+    key: PRNG key, required for ``'semihard_random'``, ``'semihard_band'``, ``'random'``,
+      ``'distance_weighted'``.
     dim, cutoff, nonzero_loss_cutoff, fallback: ``'distance_weighted'`` only (see
       :func:`distance_weighted_negatives`); ``dim`` (the embedding dimension) is required.
 
@@ -274,9 +286,16 @@ def negatives(s: jax.Array, neg_mask: jax.Array, pairs: jax.Array, *, mode: str,
   else:
     if mode == "semihard_random":
       lo = jnp.maximum(_search_rows(sorted_keys, s - margin, side="right"), first)
+      count = n - lo
+    elif mode == "semihard_band":
+      # Ranks with s_ap - margin < s_an < s_ap; an empty band falls back to all negatives.
+      lo = jnp.maximum(_search_rows(sorted_keys, s - margin, side="right"), first)
+      count = jnp.maximum(_search_rows(sorted_keys, s, side="left") - lo, 0)
+      lo = jnp.where(count > 0, lo, first)
+      count = jnp.where(count > 0, count, n - first)
     else:  # random
       lo = first
-    count = n - lo
+      count = n - lo
     found = count > 0
     rank = _uniform_in_range(_need_key(key, mode), lo, count)
   rank = jnp.clip(rank, 0, n - 1)
@@ -291,7 +310,8 @@ def negatives(s: jax.Array, neg_mask: jax.Array, pairs: jax.Array, *, mode: str,
 # row replaces the row sort + ``searchsorted`` of :func:`negatives` (``O(B N)`` instead of
 # ``O(B N log N)``). :func:`select` takes this path for those positive modes.
 
-PER_ANCHOR_NEGATIVE_MODES = ("hard", "semihard", "semihard_random", "easy", "random")
+PER_ANCHOR_NEGATIVE_MODES = ("hard", "semihard", "semihard_random", "semihard_band", "easy",
+                             "random")
 
 
 def _last_argmax(x: jax.Array) -> jax.Array:
@@ -325,6 +345,8 @@ def negatives_per_anchor(s: jax.Array, neg_mask: jax.Array, pos_idx: jax.Array, 
   * ``'semihard'``: ``argmax {s_an : n in N_a, s_an <= s_ap}``, ties by the *last* index —
     exactly the negative of the sorted path (the last stable-sort rank with ``s_an <= s_ap``);
   * ``'semihard_random'``: uniform over ``{n in N_a : s_an > s_ap - margin}``;
+  * ``'semihard_band'``: uniform over ``{n in N_a : s_ap - margin < s_an < s_ap}``, or over
+    ``N_a`` when that band is empty;
   * ``'random'``: uniform over ``N_a``.
 
   The random modes draw one ``u ~ U[0, 1)`` per anchor and take the ``floor(u c)``-th admissible
@@ -338,8 +360,8 @@ def negatives_per_anchor(s: jax.Array, neg_mask: jax.Array, pos_idx: jax.Array, 
     pos_idx: int ``[B]`` each anchor's positive (arbitrary where the anchor has none: its term
       is invalid anyway).
     mode: one of ``PER_ANCHOR_NEGATIVE_MODES``.
-    margin: ``'semihard_random'`` only, in the units of ``s``.
-    key: PRNG key, required for ``'semihard_random'`` and ``'random'``.
+    margin: ``'semihard_random'`` and ``'semihard_band'`` only, in the units of ``s``.
+    key: PRNG key, required for ``'semihard_random'``, ``'semihard_band'`` and ``'random'``.
 
   Returns:
     ``(idx, found)``: int32 ``[B]`` negative per anchor, bool ``[B]`` whether one was found.
@@ -361,7 +383,13 @@ def negatives_per_anchor(s: jax.Array, neg_mask: jax.Array, pos_idx: jax.Array, 
     admissible = neg_mask & (s <= s_ap)
     return (_last_argmax(jnp.where(admissible, s, -jnp.inf)),
             jnp.any(admissible, axis=1))
-  admissible = neg_mask & (s > s_ap - margin) if mode == "semihard_random" else neg_mask
+  if mode == "semihard_random":
+    admissible = neg_mask & (s > s_ap - margin)
+  elif mode == "semihard_band":
+    band = neg_mask & (s > s_ap - margin) & (s < s_ap)
+    admissible = jnp.where(jnp.any(band, axis=1, keepdims=True), band, neg_mask)
+  else:
+    admissible = neg_mask
   return _uniform_member(_need_key(key, mode), admissible)
 
 
@@ -388,7 +416,7 @@ def select(s: jax.Array, pos_mask: jax.Array, neg_mask: jax.Array, *, positive: 
     neg_mask: bool ``[B, N]`` negatives.
     positive: one of ``POSITIVE_MODES``.
     negative: one of ``NEGATIVE_MODES``.
-    margin: ``'semihard_random'`` margin, in the units of ``s``.
+    margin: ``'semihard_random'`` / ``'semihard_band'`` margin, in the units of ``s``.
     key: PRNG key, required when :func:`is_stochastic`.
     dim, cutoff, nonzero_loss_cutoff, fallback: ``negative='distance_weighted'`` only (see
       :func:`distance_weighted_negatives`); ``dim`` (the embedding dimension) is required.
@@ -440,7 +468,8 @@ def select(s: jax.Array, pos_mask: jax.Array, neg_mask: jax.Array, *, positive: 
 # released code: apache/mxnet example/gluon/embedding_learning/model.py (DistanceWeightedSampling).
 
 DW_FALLBACKS = ("negatives", "batch", "drop")
-_DW_TINY = 1e-12   # floor of 1 - d^2/4 inside the log (d < nonzero_loss_cutoff <= 2 where used)
+DW_NO_CUTOFF = 2.0  # nonzero_loss_cutoff = the sphere's diameter: no negative is cut off
+_DW_TINY = 1e-12   # floor of 1 - d^2/4 inside the log (reached only at d = 2, without cut-off)
 
 
 def check_distance_weighted(*, dim, cutoff: float, nonzero_loss_cutoff: float,
@@ -450,7 +479,8 @@ def check_distance_weighted(*, dim, cutoff: float, nonzero_loss_cutoff: float,
   Args:
     dim: the embedding dimension ``D``, an int ``>= 1``.
     cutoff: lower clip of the distance, ``0 < cutoff < nonzero_loss_cutoff``.
-    nonzero_loss_cutoff: negatives at ``d >= nonzero_loss_cutoff`` get weight 0, ``<= 2``.
+    nonzero_loss_cutoff: negatives at ``d >= nonzero_loss_cutoff`` get weight 0, ``<= 2``;
+      ``2`` (``DW_NO_CUTOFF``, the sphere's diameter) cuts nothing off.
     fallback: one of ``DW_FALLBACKS``.
   """
   if isinstance(dim, bool) or not hasattr(dim, "__index__") or dim < 1:
@@ -483,14 +513,18 @@ def distance_weights(s: jax.Array, neg_mask: jax.Array, *, dim: int, cutoff: flo
   * ``w_an = exp(log w_an - max_n' log w_an')`` (max over the anchor's admissible negatives;
     the released code subtracts the batch-wide max, which gives the same distribution) for
     ``n in N_a`` with ``d_an < nonzero_loss_cutoff``, else 0 (same class and self: 0).
+    ``nonzero_loss_cutoff = 2`` (the sphere's diameter) admits every negative: Roth et al.'s
+    code, which the EPS paper used, has this cut-off commented out ("cutting of values with
+    high distances made the results slightly worse"). ``1 - d^2/4`` is floored at ``1e-12``
+    inside the log, so an antipodal negative (``d = 2``) gets a large finite weight.
 
   Args:
     s: float ``[B, N]`` scores ``-d^2`` (stop-gradient is applied).
     neg_mask: bool ``[B, N]`` negatives of each anchor.
     dim: the embedding dimension ``D``.
     cutoff: lower clip of ``d``, default 0.5 (released code).
-    nonzero_loss_cutoff: weight 0 from this distance on, default 1.4 (released code: with the
-      margin loss, ``beta + alpha`` at initialisation).
+    nonzero_loss_cutoff: weight 0 from this distance on, default 1.4 (Wu et al.'s released
+      code: with the margin loss, ``beta + alpha`` at initialisation); 2 = no cut-off.
 
   Returns:
     float32 ``[B, N]`` weights in ``[0, 1]``; each row's maximum is 1 unless the row is all 0.
@@ -502,7 +536,10 @@ def distance_weights(s: jax.Array, neg_mask: jax.Array, *, dim: int, cutoff: flo
   d = jnp.maximum(jnp.sqrt(d2), cutoff)
   log_w = ((2.0 - dim) * jnp.log(d)
            - 0.5 * (dim - 3.0) * jnp.log(jnp.maximum(1.0 - 0.25 * jnp.square(d), _DW_TINY)))
-  admissible = neg_mask & (jnp.sqrt(d2) < nonzero_loss_cutoff)
+  if nonzero_loss_cutoff >= DW_NO_CUTOFF:
+    admissible = neg_mask
+  else:
+    admissible = neg_mask & (jnp.sqrt(d2) < nonzero_loss_cutoff)
   m = jnp.max(jnp.where(admissible, log_w, -jnp.inf), axis=1, keepdims=True)
   m = jnp.where(jnp.isfinite(m), m, 0.0)
   return jnp.where(admissible, jnp.exp(jnp.where(admissible, log_w, m) - m), 0.0)
@@ -552,7 +589,7 @@ def distance_weighted_negatives(s: jax.Array, neg_mask: jax.Array, pairs: jax.Ar
     pairs: bool ``[B, N]`` selected (anchor, positive) pairs.
     dim: the embedding dimension ``D``.
     cutoff: default 0.5.
-    nonzero_loss_cutoff: default 1.4.
+    nonzero_loss_cutoff: default 1.4; 2 = no cut-off (see :func:`distance_weights`).
     fallback: ``'negatives'`` (default), ``'batch'`` or ``'drop'``.
     key: PRNG key (required).
 
@@ -641,6 +678,7 @@ def keep_easiest(values: jax.Array, valid: jax.Array, *, keep_fraction: float) -
 
 MS_POSITIVE_MODES = ("ms", "all", "easy")
 MS_NEGATIVE_MODES = ("ms", "all")
+MS_NEGATIVE_REFERENCES = ("hardest", "selected")
 
 
 def _check_gamma(gamma, name: str = "gamma") -> None:
@@ -650,16 +688,22 @@ def _check_gamma(gamma, name: str = "gamma") -> None:
 
 def multi_similarity_pairs(s: jax.Array, pos_mask: jax.Array, neg_mask: jax.Array, *,
                            epsilon: float = 0.1, positive: str = "ms",
-                           negative: str = "ms") -> tuple[jax.Array, jax.Array]:
+                           negative: str = "ms",
+                           negative_reference: str = "hardest") -> tuple[jax.Array, jax.Array]:
   """Multi-similarity pair mining (Wang et al. 2019 §3.3, released code), or EPS positives.
 
   First the positive set ``P'_a`` the loss sees before MS filtering: ``P_a`` for
   ``positive='ms'`` / ``'all'``; ``{argmax_{p in P_a} s_ap}`` for ``positive='easy'`` (EPS
   paper §5.2.2: EPS replaces MS positive mining by the single easiest positive). Then:
 
-  * ``negative='ms'``: keep ``n in N_a`` with ``s_an + epsilon > min_{p in P'_a} s_ap``; with
-    ``positive='easy'`` the reference is therefore the easy positive's ``s_ap`` (the MS rule
-    applied to the tuple ``(a, p_a)`` that EPS trains on); ``'all'``: keep ``N_a``.
+  * ``negative='ms'``: keep ``n in N_a`` with ``s_an + epsilon > ref_a``, where ``ref_a`` is
+    ``min_{p in P_a} s_ap``, the hardest positive of all (``negative_reference='hardest'``,
+    default: the MS rule unchanged, the EPS paper's "same hard-negative method" and Roth et
+    al.'s code, which computes the negative rule from all positives), or
+    ``min_{p in P'_a} s_ap`` (``'selected'``: with ``positive='easy'`` the easy positive's own
+    ``s_ap``, the MS rule applied to the tuple ``(a, p_a)`` that EPS trains on; it keeps fewer,
+    harder negatives). The two coincide unless ``positive='easy'``. ``negative='all'``: keep
+    ``N_a``.
   * ``positive='ms'``: keep ``p in P_a`` with ``s_ap - epsilon < max_{n in N_a} s_an``
     (the max over *all* negatives, as in the released code); ``'all'``: ``P_a``; ``'easy'``:
     the easy positive, unfiltered.
@@ -675,6 +719,7 @@ def multi_similarity_pairs(s: jax.Array, pos_mask: jax.Array, neg_mask: jax.Arra
     epsilon: the mining margin ``>= 0``, default 0.1 (MS paper).
     positive: one of ``MS_POSITIVE_MODES``, default ``'ms'``.
     negative: one of ``MS_NEGATIVE_MODES``, default ``'ms'``.
+    negative_reference: one of ``MS_NEGATIVE_REFERENCES``, default ``'hardest'``.
 
   Returns:
     ``(pos_kept, neg_kept)``: bool ``[B, N]`` each.
@@ -685,13 +730,17 @@ def multi_similarity_pairs(s: jax.Array, pos_mask: jax.Array, neg_mask: jax.Arra
   if negative not in MS_NEGATIVE_MODES:
     raise ValueError(f"Unknown multi-similarity negative mode {negative!r}; allowed: "
                      f"{', '.join(MS_NEGATIVE_MODES)}.")
+  if negative_reference not in MS_NEGATIVE_REFERENCES:
+    raise ValueError(f"Unknown multi-similarity negative_reference {negative_reference!r}; "
+                     f"allowed: {', '.join(MS_NEGATIVE_REFERENCES)}.")
   if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not epsilon >= 0:
     raise ValueError(f"epsilon must be a number >= 0, got {epsilon!r}.")
   s = _check_inputs(s, pos_mask, "pos_mask")
   _check_inputs(s, neg_mask, "neg_mask")
   cand = positive_pairs(s, pos_mask, mode="easy") if positive == "easy" else pos_mask
   if negative == "ms":
-    ref = jnp.min(jnp.where(cand, s, jnp.inf), axis=1, keepdims=True)
+    ref_set = cand if negative_reference == "selected" else pos_mask
+    ref = jnp.min(jnp.where(ref_set, s, jnp.inf), axis=1, keepdims=True)
     neg_kept = neg_mask & (s + epsilon > ref)
   else:
     neg_kept = neg_mask

@@ -50,7 +50,7 @@ from dml_jax import similarity as sim
 
 DUPLICATE_SIMILARITY = 0.9999   # released EPHN code: positives above this are duplicates
 NCA_ACTIVE_WEIGHT = 1e-3        # an NCA term is active when its negative weight q exceeds this
-NCA_NEGATIVE_MODES = ("hard", "semihard", "easy", "random", "all")   # no margin: no semihard_random
+NCA_NEGATIVE_MODES = ("hard", "semihard", "easy", "random", "all")   # no margin: no semihard_random/band
 TRIPLET_SIMILARITIES = ("cosine", "neg_sq_euclidean")                 # kinds that define d^2
 TRIPLET_DISTANCES = ("squared", "euclidean")     # hinge on d^2 (FaceNet, EPS) or d (label noise)
 TRIPLET_MIN_SQ_DISTANCE = 1e-12                  # d = sqrt(max(d^2, this)) for 'euclidean'
@@ -175,8 +175,8 @@ def _nca_family(*, name: str, order: int, positive: str, negative: str, temperat
                 positive_similarity_only: bool):
   """``(init, apply)`` of the 1st (``order=1``) or 2nd (``order=2``) order NCA objective."""
   _choice("positive", positive, mining.POSITIVE_MODES)
-  if negative == "semihard_random":
-    raise ValueError(f"negative='semihard_random' needs a triplet margin, which objective "
+  if negative in mining.MARGIN_MODES:
+    raise ValueError(f"negative={negative!r} needs a triplet margin, which objective "
                      f"{name!r} has not; choose one of: {', '.join(NCA_NEGATIVE_MODES)} "
                      "(or use objective 'triplet').")
   _choice("negative", negative, NCA_NEGATIVE_MODES)
@@ -290,7 +290,10 @@ def _triplet_terms(embeddings, labels, key, *, positive: str, negative: str, mar
   ``distance='squared'`` uses ``d^2``; ``'euclidean'`` uses ``d = sqrt(d^2)`` (clipped at
   ``TRIPLET_MIN_SQ_DISTANCE`` below, so identical points have a zero, not infinite, gradient).
   Mining runs on ``-d`` (or ``-d^2``), so ``'semihard_random'``'s margin is in the same units
-  as the loss; ``'distance_weighted'`` always sees ``-d^2`` (its own definition).
+  as the loss; ``'distance_weighted'`` always sees ``-d^2`` (its own definition) and
+  ``'semihard_band'`` always ``-d`` on unsquared distances (Roth et al.'s miner, whose band
+  ``d_ap < d_an < d_ap + margin`` uses the loss's margin on plain distances even though their
+  hinge is on ``d^2``).
 
   Returns:
     ``(terms, valid, s, s_an)``: float32 ``[B, B]`` per-term losses, bool ``[B, B]`` valid terms,
@@ -302,7 +305,13 @@ def _triplet_terms(embeddings, labels, key, *, positive: str, negative: str, mar
   d2 = sim.squared_distance(s, kind=similarity)
   d = d2 if distance == "squared" else jnp.sqrt(jnp.maximum(d2, TRIPLET_MIN_SQ_DISTANCE))
   pos_mask, neg_mask = sim.label_masks(labels)
-  score = -jax.lax.stop_gradient(d2 if negative == "distance_weighted" else d)
+  if negative == "distance_weighted":
+    mined = d2
+  elif negative == "semihard_band" and distance == "squared":
+    mined = jnp.sqrt(jnp.maximum(d2, TRIPLET_MIN_SQ_DISTANCE))
+  else:
+    mined = d
+  score = -jax.lax.stop_gradient(mined)
   sel = mining.select(score, pos_mask, neg_mask, positive=positive,
                       negative=negative, margin=margin, key=key, dim=embeddings.shape[1])
   if negative == "all":
@@ -345,20 +354,27 @@ def triplet(*, positive: str = "random", negative: str = "semihard", margin: flo
   ``'neg_sq_euclidean'``). Mining runs on the score ``-d^2``, so ``'semihard'`` is the hardest
   negative with ``d_an^2 >= d_ap^2`` (term dropped if none) and ``'semihard_random'`` is uniform
   over the negatives with ``d_ap^2 - d_an^2 + margin > 0`` (label-noise paper eq. 28; it
-  includes negatives closer than the positive). ``negative='all'``: the mean (or sum, see
-  ``negative_reduction``) of the hinge over all the anchor's negatives.
+  includes negatives closer than the positive). ``'semihard_band'`` is Roth et al.'s semi-hard
+  miner (the framework the EPS paper used): uniform over the band
+  ``d_ap < d_an < d_ap + margin`` on *unsquared* distances ``d = sqrt(d^2)`` whatever
+  ``distance`` is (their code compares plain distances with the loss's margin), and uniform
+  over all the anchor's negatives when the band is empty, so every anchor with a positive keeps
+  its term. ``negative='all'``: the mean (or sum, see ``negative_reduction``) of the hinge over
+  all the anchor's negatives.
   ``'distance_weighted'``: Wu et al.'s sampling ``Pr(n) ~ q(d_an)^-1`` (``mining``), with
   ``D`` the embedding dimension and the sampler's defaults (cutoff 0.5, weight 0 from
   ``d = 1.4``, uniform over the negatives when no weight is left); cosine only.
 
   Variants: the default is random-positive semi-hard triplet; EPS = ``positive='easy'``
-  (EPS paper §5.2.2: EPS + semi-hard).
+  (EPS paper §5.2.2: EPS + semi-hard); EPS as run in Roth et al.'s framework =
+  ``positive='easy', negative='semihard_band'``.
 
   Args:
     positive: ``'random'`` (default), ``'easy'``, ``'hard'``, ``'all'``.
-    negative: ``'semihard'`` (default), ``'semihard_random'``, ``'hard'``, ``'easy'``,
-      ``'random'``, ``'all'``, ``'distance_weighted'``.
-    margin: ``>= 0`` in squared-distance units, default 0.2.
+    negative: ``'semihard'`` (default), ``'semihard_random'``, ``'semihard_band'``, ``'hard'``,
+      ``'easy'``, ``'random'``, ``'all'``, ``'distance_weighted'``.
+    margin: ``>= 0`` in the units of the hinge (``d^2``, or ``d`` for ``'euclidean'``), default
+      0.2; also the band width of ``'semihard_band'`` (on ``d``).
     similarity: ``'cosine'`` (default) or ``'neg_sq_euclidean'`` (``'dot'`` defines no distance).
     negative_reduction: ``negative='all'`` only: ``'mean'`` (default, over all the anchor's
       negatives, zero hinges included) or ``'sum'``.
@@ -387,8 +403,8 @@ def triplet(*, positive: str = "random", negative: str = "semihard", margin: flo
 # --- Margin / proxy / trimmed objectives (issue 3) -------------------------------------------
 
 MARGIN_BETA_MODES = ("class", "global", "fixed")
-MARGIN_NEGATIVE_MODES = ("distance_weighted", "semihard", "semihard_random", "hard", "easy",
-                         "random")
+MARGIN_NEGATIVE_MODES = ("distance_weighted", "semihard", "semihard_random", "semihard_band",
+                         "hard", "easy", "random")
 MARGIN_REDUCTIONS = ("nonzero", "mean")
 PROXY_ACTIVE_WEIGHT = 1e-3   # a proxy-NCA anchor is active when 1 - p(true proxy) exceeds this
 
@@ -441,14 +457,22 @@ def margin(*, positive: str = "random", negative: str = "distance_weighted",
 
   Sampling: ``positive='random'`` (one uniform positive per anchor, the DESIGN default),
   ``'easy'`` = EPS + distance-weighted (EPS paper §5.2.2), ``'all'`` = the released sampler
-  (every (anchor, positive) pair, each with its own negative). ``negative='distance_weighted'``
+  (every (anchor, positive) pair, each with its own negative) and the label-noise paper's 1-1
+  scheme (§5.2: "for each positive pair, 1 negative pair is chosen with 1 common end point";
+  with ``negative='semihard_random'``, ``beta='fixed'``, ``beta0=1.4``). ``negative='distance_weighted'``
   draws ``Pr(n | a) ~ q(d_an)^-1`` over the anchor's negatives with ``d_an <
   nonzero_loss_cutoff``, ``d`` clipped below at ``cutoff`` (``mining.distance_weights``);
   ``fallback`` handles anchors with no weight left (``mining.distance_weighted_negatives``:
   ``'negatives'`` uniform over the negatives [default], ``'batch'`` the released code's
-  uniform over the whole batch, ``'drop'``). The other negative modes mine on ``-d``;
+  uniform over the whole batch, ``'drop'``). ``nonzero_loss_cutoff=2`` (the sphere's
+  diameter) switches the zero-weight cut-off off: Wu et al.'s sampler (and our default 1.4)
+  gives weight 0 to negatives at ``d >= 1.4``, whose hinge is closed at initialisation; Roth et
+  al.'s code, which the EPS paper ran, has that line commented out. The other negative modes
+  mine on ``-d``;
   ``'semihard_random'`` is then the label-noise paper's random semi-hard (eq. 28) with the
-  margin ``alpha`` in distance units, ``{n : d_ap - d_an + alpha > 0}``.
+  margin ``alpha`` in distance units, ``{n : d_ap - d_an + alpha > 0}``, and
+  ``'semihard_band'`` Roth et al.'s band ``d_ap < d_an < d_ap + alpha`` (random negative when
+  empty).
 
   ``beta``: ``'class'`` (default; Wu et al. / released code: one ``beta`` per class, params
   ``{'beta': float32 [num_classes]}``, every entry ``beta0``), ``'global'`` (one shared
@@ -466,7 +490,7 @@ def margin(*, positive: str = "random", negative: str = "distance_weighted",
   Args:
     positive: ``'random'`` (default), ``'easy'`` (EPS), ``'hard'``, ``'all'`` (released code).
     negative: ``'distance_weighted'`` (default), ``'semihard'``, ``'semihard_random'``,
-      ``'hard'``, ``'easy'``, ``'random'``.
+      ``'semihard_band'``, ``'hard'``, ``'easy'``, ``'random'``.
     alpha: the margin ``>= 0``, default 0.2.
     beta: ``'class'`` (default), ``'global'`` or ``'fixed'``.
     beta0: initial (or fixed) ``beta > 0``, default 1.2.
@@ -474,7 +498,8 @@ def margin(*, positive: str = "random", negative: str = "distance_weighted",
     similarity: ``'cosine'`` (default) or ``'neg_sq_euclidean'`` (not with distance weighting).
     cutoff: distance-weighted lower clip of ``d``, default 0.5.
     nonzero_loss_cutoff: distance-weighted zero-weight distance, default 1.4 (= ``beta0 +
-      alpha``, the distance beyond which a negative's hinge is closed at initialisation).
+      alpha``, the distance beyond which a negative's hinge is closed at initialisation; Wu et
+      al.); 2 = no cut-off (Roth et al.'s code, used by the EPS paper).
     fallback: ``'negatives'`` (default), ``'batch'`` (released code) or ``'drop'``.
     reduction: ``'nonzero'`` (default, released code) or ``'mean'``.
 
@@ -823,7 +848,8 @@ def binomial(*, alpha: float = 40.0, beta: float = 2.0, base: float = 0.5,
 
 def multi_similarity(*, alpha: float = 2.0, beta: float = 50.0, base: float = 0.5,
                      epsilon: float = 0.1, positive: str = "ms", negative: str = "ms",
-                     skip_duplicate_positives: bool = False, similarity: str = "cosine"):
+                     negative_reference: str = "hardest", skip_duplicate_positives: bool = False,
+                     similarity: str = "cosine"):
   """Multi-similarity loss with MS mining (Wang et al. 2019; DRO paper eq. 2), official code.
 
   Per anchor ``a`` with mined sets ``P'_a``, ``N'_a`` (``mining.multi_similarity_pairs``):
@@ -836,8 +862,16 @@ def multi_similarity(*, alpha: float = 2.0, beta: float = 50.0, base: float = 0.
   Variants (``positive``, ``negative``): MS = (``'ms'``, ``'ms'``) [default]; no mining =
   (``'all'``, ``'all'``), eq. 2 over every pair, the loss whose gradient DRO-KL grouped with
   pseudo pairs recovers (DRO paper eqs. 25-27); EPS + MS = (``'easy'``, ``'ms'``) (EPS paper
-  §5.2.2: the single easiest positive replaces MS positive mining; the negative rule then uses
-  that positive's ``S_ap``, i.e. keeps ``S_an + epsilon > S_a,easy``).
+  §5.2.2: "we replace the positive hard-mining method with EPS and use the same hard-negative
+  method": the single easiest positive replaces MS positive mining).
+
+  ``negative_reference`` says which ``S_ap`` the MS negative rule compares with:
+  ``'hardest'`` (default) ``min_{P_a} S_ap`` over all positives, the MS rule unchanged, as the
+  paper's "same hard-negative method" and Roth et al.'s code (computed from all positives
+  before the positive filter) read; ``'selected'`` the minimum over the positives the loss
+  sees, i.e. with EPS the easy positive's own ``S_ap`` (keeps only ``S_an + epsilon >
+  S_a,easy``: fewer, harder negatives; this library's rule before issue 18). They differ only
+  with ``positive='easy'``.
 
   Defaults: ``alpha = 2``, ``beta = 50``, ``lambda = base = 0.5``, ``epsilon = 0.1`` (MS paper;
   the official repository's configs use ``beta = 40``, the EPS paper ``lambda = 1``).
@@ -849,6 +883,7 @@ def multi_similarity(*, alpha: float = 2.0, beta: float = 50.0, base: float = 0.
     epsilon: mining margin ``>= 0``, default 0.1.
     positive: ``'ms'`` (default), ``'all'`` or ``'easy'``.
     negative: ``'ms'`` (default) or ``'all'``.
+    negative_reference: ``'hardest'`` (default) or ``'selected'``.
     skip_duplicate_positives: released MS code selects positives by ``S < 1 - 1e-5``, which also
       drops duplicates of the anchor; True reproduces that (cosine only). Default False: only the
       anchor itself is excluded (by index).
@@ -863,6 +898,7 @@ def multi_similarity(*, alpha: float = 2.0, beta: float = 50.0, base: float = 0.
   epsilon = _number("epsilon", epsilon, positive=False)
   _choice("positive", positive, mining.MS_POSITIVE_MODES)
   _choice("negative", negative, mining.MS_NEGATIVE_MODES)
+  _choice("negative_reference", negative_reference, mining.MS_NEGATIVE_REFERENCES)
   _flag("skip_duplicate_positives", skip_duplicate_positives)
   _choice("similarity", similarity, sim.KINDS)
   if skip_duplicate_positives and similarity != "cosine":
@@ -875,7 +911,8 @@ def multi_similarity(*, alpha: float = 2.0, beta: float = 50.0, base: float = 0.
     if skip_duplicate_positives:
       pos = pos & (sg < MS_DUPLICATE_SIMILARITY)
     pk, nk = mining.multi_similarity_pairs(sg, pos, neg, epsilon=epsilon, positive=positive,
-                                           negative=negative)
+                                           negative=negative,
+                                           negative_reference=negative_reference)
     valid = (jnp.any(pk, axis=1) & jnp.any(nk, axis=1))[:, None]
     pk, nk = pk & valid, nk & valid
     term_fn = lambda x: losses.multi_similarity(x, pk, nk, alpha=alpha, beta=beta, base=base)

@@ -59,7 +59,8 @@ def np_dw_probs(e, labels, *, cutoff=0.5, nonzero_loss_cutoff=1.4):
   p = np.zeros((len(labels), len(labels)))
   for a in range(len(labels)):
     for n in range(len(labels)):
-      if labels[n] != labels[a] and dist[a, n] < nonzero_loss_cutoff:
+      if labels[n] != labels[a] and (dist[a, n] < nonzero_loss_cutoff
+                                     or nonzero_loss_cutoff == 2.0):   # 2: no cut-off
         d = max(dist[a, n], cutoff)
         p[a, n] = d ** (2 - dim) * (1 - d * d / 4) ** (-(dim - 3) / 2)
     if p[a].sum() > 0:
@@ -101,6 +102,26 @@ def test_distance_weights_match_the_formula_and_mask_same_class_and_far_negative
   far = (LABELS[:, None] != LABELS[None]) & (dist >= 1.4)
   assert far.any() and np.all(w[far] == 0)   # the batch has far negatives; they get 0
   assert np.allclose(w.max(axis=1)[w.max(axis=1) > 0], 1.0)   # max-subtracted per anchor
+
+
+def test_distance_weights_without_cutoff_keep_far_negatives():
+  """nonzero_loss_cutoff=2 (Roth et al.'s code): every negative keeps its weight q(d)^-1,
+  also beyond d = 1.4 and at an antipodal point (d = 2, finite weight)."""
+  e = batch(0)
+  e[11] = -e[0]                                         # antipodal to anchor 0 (classes differ)
+  s = sim.pairwise_similarity(jnp.asarray(e))
+  _, neg = sim.label_masks(jnp.asarray(LABELS))
+  score = -sim.squared_distance(s)
+  w = np.asarray(mining.distance_weights(score, neg, dim=D, nonzero_loss_cutoff=2.0))
+  assert np.all(np.isfinite(w)) and np.all((w > 0) == (LABELS[:, None] != LABELS[None]))
+  rows = slice(1, B - 1)                # anchors 0 and 11 put all their weight on d = 2
+  got = w[rows] / w[rows].sum(axis=1, keepdims=True)
+  with np.errstate(divide="ignore", invalid="ignore"):   # the oracle's rows 0, 11: inf / inf
+    want = np_dw_probs(e, LABELS, nonzero_loss_cutoff=2.0)[rows]
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-7)
+  assert w[0, 11] == w[11, 0] == 1.0
+  cut = np.asarray(mining.distance_weights(score, neg, dim=D))
+  assert (cut[np.asarray(neg)] == 0).any()              # the default cuts some of them off
 
 
 def test_distance_weights_in_high_dimension_are_finite():
@@ -274,6 +295,8 @@ def oracle_margin_terms(e, labels, hp, sel):
         cand = [min(farther, key=lambda n: dist[a, n])] if farther else []
       elif neg == "semihard_random":   # label-noise paper eq. 28 in plain distances
         cand = [n for n in negs if dist[a, p] - dist[a, n] + hp["alpha"] > 0]
+      elif neg == "semihard_band":     # Roth et al.: d_ap < d_an < d_ap + alpha, else any
+        cand = [n for n in negs if dist[a, p] < dist[a, n] < dist[a, p] + hp["alpha"]] or negs
       elif neg == "hard":
         cand = [min(negs, key=lambda n: dist[a, n])]
       elif neg == "easy":
@@ -314,6 +337,8 @@ MARGIN_CASES = [
     dict(positive="easy", negative="semihard", beta="global", reduction="mean"),
     dict(positive="all", negative="semihard_random", beta="fixed", beta0=1.4),  # label-noise
     dict(positive="hard", negative="random", alpha=0.05, fallback="drop"),
+    dict(positive="easy", nonzero_loss_cutoff=2.0),                # EPS in Roth's code
+    dict(positive="all", negative="semihard_band", beta="global"),
 ]
 
 
@@ -504,6 +529,8 @@ def test_trimmed_triplet_back_propagates_only_the_easiest_terms():
 
 
 @pytest.mark.parametrize("name,kw", [("margin", {}), ("margin", dict(positive="all")),
+                                     ("margin", dict(positive="all", negative="semihard_band",
+                                                     beta="global")),
                                      ("trimmed_triplet", {}),
                                      ("triplet", dict(negative="distance_weighted"))])
 def test_batch_without_valid_anchor_gives_zero_loss_and_finite_gradient(name, kw):
@@ -552,6 +579,8 @@ def test_apply_traces_once_per_shape(name, kw):
     (lambda: objectives.make("margin", negative="all"), "distance_weighted, semihard"),
     (lambda: objectives.make("margin", fallback="uniform"), "negatives, batch, drop"),
     (lambda: objectives.make("margin", cutoff=1.5), "0 < cutoff < nonzero_loss_cutoff <= 2"),
+    (lambda: objectives.make("margin", nonzero_loss_cutoff=2.5),
+     "0 < cutoff < nonzero_loss_cutoff <= 2"),
     (lambda: objectives.make("margin", beta="fixed", nu=0.1), "beta='fixed' use nu=0"),
     (lambda: objectives.make("margin", similarity="neg_sq_euclidean"), "similarity='cosine'"),
     (lambda: objectives.make("triplet", negative="distance_weighted",

@@ -62,6 +62,9 @@ def oracle_negative_candidates(s, labels, a, p, mode, margin=0.0):
     return [max(below, key=lambda n: s[a, n])] if below else []
   if mode == "semihard_random":
     return [n for n in cand if s[a, n] > s[a, p] - margin]
+  if mode == "semihard_band":   # Roth et al.: the band, else every negative
+    band = [n for n in cand if s[a, p] - margin < s[a, n] < s[a, p]]
+    return band or cand
   return cand  # random, all
 
 
@@ -215,7 +218,8 @@ def draws(s, labels, n, *, positive, negative, margin=0.0, seed=11):
 
 
 @pytest.mark.parametrize("positive", ["easy", "all"])
-@pytest.mark.parametrize("negative,margin", [("semihard_random", 0.3), ("random", 0.0)])
+@pytest.mark.parametrize("negative,margin", [("semihard_random", 0.3), ("semihard_band", 0.3),
+                                             ("random", 0.0)])
 def test_random_negatives_are_admissible_uniform_and_deterministic(positive, negative, margin):
   s = np_scores(batch(4))
   args = (jnp.asarray(s, jnp.float32), jnp.asarray(LABELS), 2000)
@@ -250,6 +254,32 @@ def test_semihard_random_candidates_follow_the_positive_loss_condition():
   sel = draws(jnp.asarray(x @ x.T), labels, 200, positive="easy", negative="semihard_random",
               margin=0.1, seed=3)
   assert set(sel.negative[:, 0, 1].tolist()) == {2, 3}
+
+
+def test_semihard_band_is_roths_band_on_distances_with_a_random_fallback():
+  # Scores s = -d (unsquared distances, what the objectives pass). Anchor 0: positive 1 at
+  # d = 0.5; negatives at d = 0.3 (closer than the positive), 0.6 and 0.65 (in the band
+  # (0.5, 0.7) of margin 0.2), 0.7 (on the open edge) and 0.9. Anchor 6: positive 7 at
+  # d = 0.2, negatives only at d >= 0.8: empty band -> uniform over all its negatives.
+  # Anchor 8 has no positive: no term, no NaN.
+  d = np.full((9, 9), 1.5)
+  np.fill_diagonal(d, 0.0)
+  d[0, 1:6] = [0.5, 0.3, 0.6, 0.65, 0.7]
+  d[0, 8] = 0.9
+  d[6, 7], d[6, 8] = 0.2, 0.8
+  d = np.minimum(d, d.T)
+  labels = jnp.asarray([0, 0, 1, 2, 3, 4, 5, 5, 6], jnp.int32)
+  s = jnp.asarray(-d, jnp.float32)
+  for positive in ("easy", "all"):
+    sel = draws(s, labels, 300, positive=positive, negative="semihard_band", margin=0.2, seed=5)
+    assert set(sel.negative[:, 0, 1].tolist()) == {3, 4}
+    assert sel.valid[:, 0, 1].all()
+    fallback = sel.negative[:, 6, 7]
+    assert sel.valid[:, 6, 7].all() and set(fallback.tolist()) == {0, 1, 2, 3, 4, 5, 8}
+    assert not sel.valid[:, 8].any()
+  # Label-noise random semi-hard (d_an < d_ap + 0.2) admits nothing for anchor 6: dropped.
+  rnd = draws(s, labels, 20, positive="easy", negative="semihard_random", margin=0.2)
+  assert not rnd.valid[:, 6, 7].any()
 
 
 def test_random_negative_needs_a_key():
@@ -315,7 +345,8 @@ def test_per_anchor_negatives_equal_the_sorted_path(positive, negative):
     assert sel.pairs.sum(axis=1).max() <= 1 and sel.valid.any()
 
 
-@pytest.mark.parametrize("negative,margin", [("semihard_random", 0.15), ("random", 0.0)])
+@pytest.mark.parametrize("negative,margin", [("semihard_random", 0.15), ("semihard_band", 0.15),
+                                             ("random", 0.0)])
 def test_per_anchor_random_negatives_draw_from_the_sorted_paths_set(negative, margin):
   # Same validity and, per term, the same admissible set as the sorted path (uniformity over
   # that set: test_random_negatives_are_admissible_uniform_and_deterministic).

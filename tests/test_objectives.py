@@ -67,8 +67,10 @@ def negatives_of(labels, a):
   return [j for j in range(len(labels)) if labels[j] != labels[a]]
 
 
-def candidates(score, d2, labels, a, p, negative, margin):
-  """Admissible negatives of term (a, p), by explicit loops (one for deterministic modes)."""
+def candidates(score, d2, labels, a, p, negative, margin, dist=None):
+  """Admissible negatives of term (a, p), by explicit loops (one for deterministic modes).
+
+  ``dist``: unsquared distances, for ``'semihard_band'`` (Roth et al.'s miner)."""
   negs = negatives_of(labels, a)
   if negative == "hard":
     return [max(negs, key=lambda n: score[a, n])]
@@ -79,6 +81,8 @@ def candidates(score, d2, labels, a, p, negative, margin):
     return [max(below, key=lambda n: score[a, n])] if below else []
   if negative == "semihard_random":   # positive triplet loss (label-noise paper eq. 28)
     return [n for n in negs if d2[a, p] - d2[a, n] + margin > 0]
+  if negative == "semihard_band":     # d_ap < d_an < d_ap + margin, else any negative
+    return [n for n in negs if dist[a, p] < dist[a, n] < dist[a, p] + margin] or negs
   return negs   # random, all
 
 
@@ -91,6 +95,7 @@ def oracle_terms(e, labels, name, hp, sel=None):
   kind = hp.get("similarity", "cosine")
   s = np_similarity(e, kind)
   d2 = np_triplet_distance(s, hp)
+  dist = np.sqrt(np.maximum(np_sq_distance(s, kind), 1e-12))
   score = -d2 if name == "triplet" else s
   positive, negative = hp["positive"], hp["negative"]
   margin = hp.get("margin", 0.0)
@@ -112,12 +117,12 @@ def oracle_terms(e, labels, name, hp, sel=None):
       assert p in ps
       ps = [p]
     for p in ps:
-      cand = candidates(score, d2, labels, a, p, negative, margin)
+      cand = candidates(score, d2, labels, a, p, negative, margin, dist)
       if sel is not None:
         assert bool(sel.valid[a, p]) == bool(cand), (a, p)
       if not cand:
         continue
-      if negative in ("random", "semihard_random"):
+      if negative in ("random", "semihard_random", "semihard_band"):
         n = int(sel.negative[a, p])
         assert n in cand, (a, p, n, cand)
         cand = [n]
@@ -187,7 +192,8 @@ def library_selection(e, labels, name, hp, rng):
   score = s
   if name == "triplet":
     d2 = sim.squared_distance(s, kind=hp["similarity"])
-    score = -(jnp.sqrt(jnp.maximum(d2, 1e-12)) if hp.get("distance") == "euclidean" else d2)
+    plain = hp.get("distance") == "euclidean" or hp["negative"] == "semihard_band"
+    score = -(jnp.sqrt(jnp.maximum(d2, 1e-12)) if plain else d2)
   pos, neg = sim.label_masks(jnp.asarray(labels))
   return jax.device_get(mining.select(score, pos, neg, positive=hp["positive"],
                                       negative=hp["negative"], margin=hp.get("margin", 0.0),
@@ -258,6 +264,10 @@ TRIPLET_CASES = [
     dict(positive="all", negative="semihard_random", margin=0.2, distance="euclidean"),
     dict(positive="all", negative="semihard", distance="euclidean"),
     dict(positive="easy", negative="all", distance="euclidean"),
+    # Roth et al.'s semi-hard miner (EPS framework): band on plain d, hinge on d^2
+    dict(positive="easy", negative="semihard_band"),
+    dict(positive="all", negative="semihard_band", margin=0.3),
+    dict(positive="all", negative="semihard_band", distance="euclidean"),
 ]
 
 
@@ -338,7 +348,8 @@ def test_batch_without_valid_anchor_gives_zero_loss_and_finite_gradient(name):
 
 
 @pytest.mark.parametrize("name,kw", [("nca", {}), ("nca", dict(positive="all", negative="all")),
-                                     ("triplet", dict(positive="all", negative="all"))])
+                                     ("triplet", dict(positive="all", negative="all")),
+                                     ("triplet", dict(positive="easy", negative="semihard_band"))])
 def test_anchors_without_positive_never_give_nan(name, kw):
   loss, aux, grad = run(name, batch(7), LABELS, **kw)
   chex.assert_tree_all_finite((loss, aux, grad))
@@ -388,12 +399,32 @@ def test_random_selection_is_deterministic_per_key():
   assert a == b and len(losses) > 1
 
 
-def test_apply_traces_once_per_shape():
-  obj = objectives.make("nca", positive="all", negative="semihard")
+@pytest.mark.parametrize("name,kw", [("nca", dict(positive="all", negative="semihard")),
+                                     ("triplet", dict(positive="easy", negative="semihard_band"))])
+def test_apply_traces_once_per_shape(name, kw):
+  obj = objectives.make(name, **kw)
   fn = jax.jit(chex.assert_max_traces(obj.apply, n=1))
   for seed in range(3):
-    loss, _ = fn({}, jnp.asarray(batch(seed)), jnp.asarray(np.roll(LABELS, seed)))
+    loss, _ = fn({}, jnp.asarray(batch(seed)), jnp.asarray(np.roll(LABELS, seed)),
+                 rng=jax.random.key(seed))
     assert np.isfinite(loss)
+
+
+def test_semihard_band_oracle_batch_has_band_and_fallback_terms():
+  """The oracle cases above exercise both branches of Roth et al.'s miner, and the band
+  differs from what d^2 would give (it is on plain distances)."""
+  s = np_similarity(batch(2), "cosine")
+  d2 = np_sq_distance(s, "cosine")
+  dist = np.sqrt(d2)
+  band = fallback = squared_differs = 0
+  for a in range(B):
+    for p in positives_of(LABELS, a):
+      negs = negatives_of(LABELS, a)
+      in_band = [n for n in negs if dist[a, p] < dist[a, n] < dist[a, p] + 0.2]
+      band += bool(in_band)
+      fallback += not in_band
+      squared_differs += in_band != [n for n in negs if d2[a, p] < d2[a, n] < d2[a, p] + 0.2]
+  assert band and fallback and squared_differs
 
 
 # ----------------------------------------------------------------------------- the API
@@ -424,6 +455,7 @@ def test_names_hparams_and_init():
     (lambda: objectives.make("nca", temperature=0.0), "temperature must be a number > 0"),
     (lambda: objectives.make("nca_2nd", temperature=-1), "temperature must be a number > 0"),
     (lambda: objectives.make("nca", negative="semihard_random"), "needs a triplet margin"),
+    (lambda: objectives.make("nca_2nd", negative="semihard_band"), "needs a triplet margin"),
     (lambda: objectives.make("triplet", similarity="dot"), "cosine, neg_sq_euclidean"),
     (lambda: objectives.make("triplet", margin=-0.1), "margin must be a number >= 0"),
     (lambda: objectives.make("triplet", negative_reduction="max"), "mean, sum"),

@@ -98,8 +98,9 @@ def ms_sets(s, labels, i, hp):
     pk = [j for j in ps if ns and s[i, j] - eps < max(s[i, n] for n in ns)]
   else:
     pk = cand
+  ref = cand if hp.get("negative_reference", "hardest") == "selected" else ps
   if hp["negative"] == "ms":
-    nk = [j for j in ns if cand and s[i, j] + eps > min(s[i, p] for p in cand)]
+    nk = [j for j in ns if ref and s[i, j] + eps > min(s[i, p] for p in ref)]
   else:
     nk = ns
   return pk, nk
@@ -302,6 +303,7 @@ CASES = [
     ("binomial", dict(reduction="mean", alpha=10.0)),
     ("multi_similarity", {}),                                       # MS mining
     ("multi_similarity", dict(positive="easy")),                    # EPS + MS
+    ("multi_similarity", dict(positive="easy", negative_reference="selected")),
     ("multi_similarity", dict(positive="all", negative="all")),     # no mining
     ("lifted_structure", {}),
     ("lifted_structure", dict(margin=-2.6, base=0.1)),              # some hinges closed
@@ -388,15 +390,22 @@ def test_multi_similarity_pairs_match_loops():
   e = batch(5)
   s = np_cosine(e)
   pos, neg = sim.label_masks(jnp.asarray(LABELS))
+  kept = {}
   for positive in mining.MS_POSITIVE_MODES:
     for negative in mining.MS_NEGATIVE_MODES:
-      hp = dict(epsilon=0.1, positive=positive, negative=negative)
-      pk, nk = map(np.asarray, mining.multi_similarity_pairs(jnp.asarray(s, jnp.float32), pos,
-                                                             neg, **hp))
-      for i in range(B):
-        want_p, want_n = ms_sets(s, LABELS, i, dict(hp, skip_duplicate_positives=False))
-        assert sorted(np.flatnonzero(pk[i])) == sorted(want_p), (positive, negative, i)
-        assert sorted(np.flatnonzero(nk[i])) == sorted(want_n), (positive, negative, i)
+      for ref in mining.MS_NEGATIVE_REFERENCES:
+        hp = dict(epsilon=0.1, positive=positive, negative=negative, negative_reference=ref)
+        pk, nk = map(np.asarray, mining.multi_similarity_pairs(jnp.asarray(s, jnp.float32),
+                                                               pos, neg, **hp))
+        for i in range(B):
+          want_p, want_n = ms_sets(s, LABELS, i, dict(hp, skip_duplicate_positives=False))
+          assert sorted(np.flatnonzero(pk[i])) == sorted(want_p), (positive, negative, ref, i)
+          assert sorted(np.flatnonzero(nk[i])) == sorted(want_n), (positive, negative, ref, i)
+        kept[positive, negative, ref] = nk
+  # The reference matters only for EPS + MS, where the hardest positive keeps more negatives.
+  hardest, selected = kept["easy", "ms", "hardest"], kept["easy", "ms", "selected"]
+  assert np.all(selected <= hardest) and hardest.sum() > selected.sum()
+  np.testing.assert_array_equal(kept["ms", "ms", "hardest"], kept["ms", "ms", "selected"])
 
 
 def test_kl_weights_and_grouped_weights_match_loops():
@@ -602,7 +611,7 @@ def test_hparams_defaults_and_init():
   assert set(ALL) <= set(objectives.names())
   assert objectives.make("multi_similarity").hparams == dict(
       alpha=2.0, beta=50.0, base=0.5, epsilon=0.1, positive="ms", negative="ms",
-      skip_duplicate_positives=False, similarity="cosine")
+      negative_reference="hardest", skip_duplicate_positives=False, similarity="cosine")
   assert objectives.make("dro_kl").hparams == dict(
       gamma=0.1, mode="sample", k=160, remove_zero_loss=True, pair_loss="margin", margin=0.2,
       base=0.5, alpha=40.0, beta=2.0, similarity="cosine")
@@ -644,6 +653,9 @@ def test_k_above_the_number_of_pairs_is_clamped_with_a_warning():
     (lambda: objectives.make("dro_kl_grouped", pseudo_pairs=True, c_neg="x"), "c_neg must be"),
     (lambda: objectives.make("multi_similarity", positive="hard"), "ms, all, easy"),
     (lambda: objectives.make("multi_similarity", negative="easy"), "ms, all"),
+    (lambda: objectives.make("multi_similarity", negative_reference="easy"), "hardest, selected"),
+    (lambda: mining.multi_similarity_pairs(S_RAND, MASK_RAND, ~MASK_RAND,
+                                           negative_reference="x"), "hardest, selected"),
     (lambda: objectives.make("multi_similarity", epsilon=-0.1), "epsilon must be a number >= 0"),
     (lambda: objectives.make("multi_similarity", beta=0), "beta must be a number > 0"),
     (lambda: objectives.make("multi_similarity", similarity="dot",

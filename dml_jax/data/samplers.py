@@ -7,18 +7,29 @@ groups of the same batch. An epoch is built as follows (host-side numpy):
 
 1. Every class is shuffled and cut into consecutive groups of ``n``; the last group of a
    class holds the remainder ``r = N_c mod n`` (a class with ``N_c < n`` is one such group).
-   ``small_class`` decides what happens to a group with fewer than ``n`` examples:
+   A remainder group of a class with ``N_c >= n`` is completed with ``n - r`` *other*
+   examples of the class (drawn without replacement, so the group has no duplicates), in
+   every mode but ``'skip'``: only a class that has fewer than ``n`` examples may form a
+   group of fewer than ``n`` (the EPHN paper, §5: "When a class has fewer than n examples, we
+   use all the examples from the class"), and no remainder leaves an anchor without a
+   positive. ``small_class`` decides what happens to the group of a class with ``N_c < n``:
 
-   * ``'replace'`` (default; the released code pads classes): the group is padded to ``n``.
-     If the class has at least ``n`` examples the padding is ``n - r`` *other* examples of
-     the class (drawn without replacement, so the group has no duplicates); a class with
-     ``N_c < n`` is padded by sampling its examples with replacement (duplicates, i.e.
-     positive pairs with similarity 1). Every group has exactly ``n`` examples.
-   * ``'all'`` (the seed paper's text): the group keeps its ``r`` examples; the free slots
-     of the batch go to further groups (see 4), so a batch may hold more than ``c`` classes
-     and a class may contribute a single example (an anchor without a positive).
-   * ``'skip'``: the group is dropped, so classes with ``N_c < n`` never appear and the
-     remainder of a class is left out of this epoch (a different remainder next epoch).
+   * ``'all'`` (default; DESIGN §4 and the EPHN paper's text): the group keeps its ``N_c``
+     examples; the free slots of the batch go to further groups (see 4), so a batch may hold
+     more than ``c`` classes. Only a class with a single example in the whole split gives an
+     anchor without a positive.
+   * ``'replace'`` (the released EPHN code pads classes): the group is padded to ``n`` by
+     sampling the class's examples with replacement (duplicates, i.e. positive pairs with
+     similarity 1, which become every duplicated anchor's easiest positive). Every group has
+     exactly ``n`` examples.
+   * ``'skip'``: the group is dropped, so classes with ``N_c < n`` never appear; the
+     remainder of a larger class is left out of this epoch (a different remainder next
+     epoch), so every group has exactly ``n`` distinct examples.
+
+   Why ``'all'`` by default: it is what the EPHN paper and DESIGN state, it trains on every
+   class, and it adds no duplicate images: a padded duplicate is a positive at ``S = 1``,
+   which easy-positive mining (EPHN, EPS) then always selects, giving that anchor a
+   zero-information term. ``'replace'`` stays for reproducing the released code.
 
 2. The number of batches per epoch is the constant
    ``S = max(ceil(G / c), max_k G_k)`` (``G`` groups in all, ``G_k`` of class ``k``): every
@@ -28,15 +39,23 @@ groups of the same batch. An epoch is built as follows (host-side numpy):
    without replacement with probability proportional to their remaining groups, each
    contributing its next group. This keeps the classes of a batch distinct, spreads the
    classes over the epoch like a random shuffle and always finishes in ``S`` batches.
-4. A batch with free slots (the last batches, or when a class dominates) is topped up with
-   extra groups of classes absent from the batch, drawn at random (``n`` examples without
-   replacement, or as in 1 for a class with ``N_c < n``); with ``'all'``, top-up groups
-   hold ``min(n, free slots, N_c)`` examples, and if every class is already in the batch the
-   last free slots repeat examples of the batch (sampling with replacement). Top-ups are the
-   only examples visited twice in an epoch.
+4. A batch with free slots (the last batches, small classes with ``'all'``, or when a class
+   dominates) is topped up with extra groups of classes absent from the batch, drawn at
+   random (``n`` examples without replacement, or as in 1 for a class with ``N_c < n``).
+   With ``'all'``, a top-up group holds ``min(n, free slots, N_c)`` examples (the EPHN
+   paper: "if ... the last class in the batch does not have space for n images, we just
+   include enough images to fill the batch") and never a single one: classes with one
+   example are not used for top-ups, and a last single free slot goes to one more unused
+   example of a class already in the batch (its group then holds up to ``n + 1``; a class
+   with ``N_c < n`` has none left), so it is never a lone anchor. Only if every class of
+   the split is in the batch and has no unused example do the last free slots repeat
+   examples of the batch (sampling with replacement). Top-ups are the only examples visited
+   twice in an epoch.
 
 So every batch has exactly ``B`` indices, and with ``'replace'`` and ``'all'`` an epoch
-visits every example at least once. The epoch is a function of ``(seed, epoch)`` only
+visits every example at least once. With ``'all'`` and ``'skip'`` an example appears at most
+once in a batch except in that last-resort case; with ``'replace'`` a class with ``N_c < n``
+is padded with duplicates. The epoch is a function of ``(seed, epoch)`` only
 (``numpy.random.default_rng([seed, epoch])``); ``batch_indices(step)`` builds (and caches)
 that epoch's batches, so a resumed run gets exactly the batches it would have had.
 """
@@ -50,7 +69,7 @@ import threading
 from absl import logging
 import numpy as np
 
-SMALL_CLASS_MODES = ("replace", "all", "skip")
+SMALL_CLASS_MODES = ("all", "replace", "skip")
 
 
 class NPerClassSampler:
@@ -68,8 +87,9 @@ class NPerClassSampler:
     batch_size: ``B``, a multiple of ``group_size``.
     group_size: ``n >= 2``, examples per class in a batch.
     seed: non-negative int; the batches depend on ``(seed, step)`` only.
-    small_class: ``'replace'``, ``'all'`` or ``'skip'``, the treatment of groups with fewer
-      than ``n`` examples (see the module docstring).
+    small_class: ``'all'`` (default), ``'replace'`` or ``'skip'``: the treatment of classes
+      with fewer than ``n`` examples (see the module docstring; groups of larger classes are
+      always complete).
     cache_epochs: how many epochs' batch tables to keep (each is ``[S, B]`` int64).
 
   Raises:
@@ -79,7 +99,7 @@ class NPerClassSampler:
   """
 
   def __init__(self, labels: np.ndarray, *, batch_size: int, group_size: int, seed: int,
-               small_class: str = "replace", cache_epochs: int = 2):
+               small_class: str = "all", cache_epochs: int = 2):
     labels = np.asarray(labels)
     if labels.ndim != 1 or labels.shape[0] == 0:
       raise ValueError(f"labels must be a non-empty rank-1 array [N], got shape {labels.shape}.")
@@ -121,9 +141,13 @@ class NPerClassSampler:
       self._groups_per_class = self.class_counts // n
     else:
       self._groups_per_class = -(-self.class_counts // n)
-    # Classes that may contribute top-up groups (with 'skip', only classes with >= n).
-    self._filler_classes = np.flatnonzero(self._groups_per_class > 0)
-    usable = len(self._filler_classes)
+    usable = int(np.count_nonzero(self._groups_per_class))
+    # Classes that may contribute top-up groups: with 'skip', only classes with >= n; with
+    # 'all', classes with >= 2 examples (a one-example top-up would be a lone anchor).
+    filler = self._groups_per_class > 0
+    if small_class == "all":
+      filler &= self.class_counts >= 2
+    self._filler_classes = np.flatnonzero(filler)
     if usable < self.classes_per_batch:
       what = f"classes with >= {n} examples" if small_class == "skip" else "classes"
       raise ValueError(f"batch_size={batch_size} // group_size={group_size} = "
@@ -208,7 +232,7 @@ class NPerClassSampler:
       taken[chosen] += 1
       remaining[chosen] -= 1
       parts = [groups[g, :sizes[g]] for g in group_ids]
-      table[b] = self._top_up(parts, set(chosen.tolist()), rng)
+      table[b] = self._top_up(parts, chosen.tolist(), rng)
     assert not remaining.any()
     return table
 
@@ -232,17 +256,17 @@ class NPerClassSampler:
     start = self._starts[group_class][:, None]
     inside = pos < count
     groups = np.where(inside, order[start + np.minimum(pos, count - 1)], -1)
+    # Padding slot t of a remainder group (r = count - rank * n): the class's (t - r)-th
+    # example (never in the remainder) if the class has >= n examples; with 'replace', a
+    # uniformly drawn example of a class with < n examples (with replacement).
+    pad_pos = np.where(count >= n, pos - count,
+                       np.floor(rng.random(pos.shape) * count).astype(np.int64))
+    padded = order[start + np.clip(pad_pos, 0, count - 1)]
+    pad = ~inside & ((count >= n) | (self.small_class == "replace"))
+    groups = np.where(pad, padded, groups)
+    sizes = np.where(count[:, 0] >= n, n, np.minimum(count[:, 0] - group_rank * n, n))
     if self.small_class == "replace":
-      # Padding slot t of a remainder group (r = count - rank * n): the class's
-      # (t - r)-th example (never in the remainder) if the class has >= n examples, else a
-      # uniformly drawn example of the class (with replacement).
-      pad_pos = np.where(count >= n, pos - count,
-                         np.floor(rng.random(pos.shape) * count).astype(np.int64))
-      padded = order[start + np.clip(pad_pos, 0, count - 1)]
-      groups = np.where(inside, groups, padded)
       sizes = np.full(len(group_class), n)
-    else:
-      sizes = np.minimum(count[:, 0] - group_rank * n, n)
     return groups, sizes, first_group
 
   def _class_sample(self, k: int, size: int, rng: np.random.Generator) -> np.ndarray:
@@ -252,13 +276,15 @@ class NPerClassSampler:
     extra = rng.choice(members, size=size - len(distinct), replace=True)
     return np.concatenate([distinct, extra])
 
-  def _top_up(self, parts: list[np.ndarray], present: set[int],
+  def _top_up(self, parts: list[np.ndarray], classes: list[int],
               rng: np.random.Generator) -> np.ndarray:
-    """Concatenates the batch's groups and fills the free slots (module docstring, 4)."""
+    """Concatenates the batch's groups (``parts``, of classes ``classes``) and fills the free
+    slots (module docstring, 4)."""
     free = self.batch_size - sum(len(p) for p in parts)
     if free:
+      present = set(classes)
       for k in rng.permutation(self._filler_classes).tolist():
-        if free == 0:
+        if free < (2 if self.small_class == "all" else 1):
           break
         if k in present:
           continue
@@ -267,11 +293,29 @@ class NPerClassSampler:
         else:  # 'replace' and 'skip' groups are always full.
           size = self.group_size
         parts.append(self._class_sample(k, size, rng))
+        classes.append(k)
         free -= size
-      if free:  # Only with 'all': every class is already in the batch.
+      if free == 1:  # Only with 'all': one more example of a class in the batch.
+        free -= self._extend_a_group(parts, classes, rng)
+      if free:  # Only with 'all': every class is already in the batch, none has more.
         batch = np.concatenate(parts)
         parts.append(rng.choice(batch, size=free, replace=True))
     return np.concatenate(parts)
+
+  def _extend_a_group(self, parts: list[np.ndarray], classes: list[int],
+                      rng: np.random.Generator) -> int:
+    """Adds one unused example of a class of the batch to its group, in place (the group
+    stays contiguous); returns 1, or 0 if no class of the batch has an unused example."""
+    room = [i for i, (p, k) in enumerate(zip(parts, classes))
+            if len(np.unique(p)) < self.class_counts[k]]
+    if not room:
+      return 0
+    i = room[int(rng.integers(len(room)))]
+    k = classes[i]
+    members = self._by_class[self._starts[k]:self._starts[k] + self.class_counts[k]]
+    unused = np.setdiff1d(members, parts[i])
+    parts[i] = np.concatenate([parts[i], [rng.choice(unused)]])
+    return 1
 
 
 def _check_nonnegative(value: int, what: str) -> int:

@@ -24,10 +24,19 @@ def _check_batch(labels, idx, *, batch_size, group_size, small_class):
   assert idx.min() >= 0 and idx.max() < len(labels)
   bl = labels[idx]
   if small_class == "all":
-    # Groups of <= n examples, contiguous, one class each, no class twice.
+    # Contiguous groups, one class each, no class twice, no example twice.
     runs = _runs(bl)
-    assert all(length <= group_size for _, length in runs)
     assert len({c for c, _ in runs}) == len(runs), bl
+    assert len(np.unique(idx)) == batch_size, idx
+    counts = dict(zip(*np.unique(labels, return_counts=True)))
+    for i, (c, length) in enumerate(runs):
+      # A group is complete (n, or all of a class with fewer) except the batch's last group,
+      # cut to fill the batch (EPHN paper); never a lone example of a class that has more.
+      assert length >= min(group_size, counts[c]) or i == len(runs) - 1, (runs, i)
+      assert length >= min(2, counts[c]), (runs, i)
+    # One group may hold one extra example (a last single free slot).
+    assert sum(length > group_size for _, length in runs) <= 1, runs
+    assert all(length <= group_size + 1 for _, length in runs), runs
   else:
     groups = bl.reshape(batch_size // group_size, group_size)
     assert (groups == groups[:, :1]).all(), bl       # one class per group
@@ -53,6 +62,70 @@ def test_batches_have_shape_groups_and_distinct_classes(small_class, seed):
       for g in idx.reshape(4, 3):
         if counts[labels[g[0]]] >= 3:
           assert len(set(g.tolist())) == 3, g
+
+
+def sop_like_labels(num_classes=600, seed=0):
+  """Stanford Online Products' class sizes, roughly: most classes have 2-6 images (many
+  exactly 2), a tail up to 12; shuffled."""
+  rng = np.random.default_rng(seed)
+  sizes = rng.choice([2, 2, 2, 3, 4, 5, 6, 7, 9, 12], size=num_classes)
+  return rng.permutation(np.repeat(np.arange(num_classes), sizes))
+
+
+@pytest.mark.parametrize("group_size,batch_size", [(2, 32), (5, 60)])
+def test_all_mode_on_sop_like_classes_gives_every_anchor_a_positive(group_size, batch_size):
+  """Issue 18: with n = 2 the remainder of a class of 3, 5, 7, ... examples used to be a
+  singleton group (an anchor without a positive); now groups are complete except for classes
+  with fewer than n examples, and every anchor has a positive."""
+  labels = sop_like_labels()
+  s = NPerClassSampler(labels, batch_size=batch_size, group_size=group_size, seed=1)
+  assert s.small_class == "all"                      # the default
+  table = s.epoch_batches(0)
+  for idx in table:
+    _check_batch(labels, idx, batch_size=batch_size, group_size=group_size, small_class="all")
+    _, per_class = np.unique(labels[idx], return_counts=True)
+    assert per_class.min() >= 2                      # no anchor without a positive
+  np.testing.assert_array_equal(np.unique(table), np.arange(len(labels)))
+  counts = np.bincount(labels)
+  # Classes with fewer than n examples contribute all they have, without duplicates.
+  small = np.flatnonzero(counts < group_size)
+  if len(small):
+    sizes = [np.sum(labels[idx] == c) for idx in table for c in np.intersect1d(labels[idx],
+                                                                               small)]
+    assert sizes and set(sizes) <= set(counts[small].tolist())
+  # 'replace' pads them with duplicates (released EPHN code), 'skip' leaves them out.
+  rep = NPerClassSampler(labels, batch_size=batch_size, group_size=group_size, seed=1,
+                         small_class="replace").epoch_batches(0)
+  dup = any(len(np.unique(idx)) < batch_size for idx in rep)
+  assert dup == bool(len(small))
+
+
+def test_all_mode_remainders_are_completed_from_the_class():
+  # A class of 7 with n = 2: groups 2, 2, 2 and the remainder completed to 2 distinct examples.
+  labels = np.concatenate([np.zeros(7, int), np.repeat(np.arange(1, 9), 2)])
+  s = NPerClassSampler(labels, batch_size=4, group_size=2, seed=0)
+  assert s.steps_per_epoch == 6
+  table = s.epoch_batches(0)
+  for idx in table:
+    _check_batch(labels, idx, batch_size=4, group_size=2, small_class="all")
+    g = idx.reshape(2, 2)
+    assert (labels[g] == labels[g[:, :1]]).all() and (g[:, 0] != g[:, 1]).all()
+  zero = table[labels[table] == 0]
+  assert len(zero) == 8 and set(zero.tolist()) == set(range(7))   # one example twice
+
+
+def test_all_mode_last_single_slot_extends_a_group():
+  # n = 4, batch 8: a class of 3 leaves 5 free slots -> a top-up group of 4 and one slot,
+  # which goes to a class of the batch that has an unused example (a group of 5), never a
+  # lone example of a new class.
+  labels = np.concatenate([[0, 0, 0], np.repeat(np.arange(1, 4), 9)])
+  s = NPerClassSampler(labels, batch_size=8, group_size=4, seed=0)
+  lengths = set()
+  for epoch in range(3):
+    for idx in s.epoch_batches(epoch):
+      _check_batch(labels, idx, batch_size=8, group_size=4, small_class="all")
+      lengths |= {length for _, length in _runs(labels[idx])}
+  assert 5 in lengths and 1 not in lengths
 
 
 @pytest.mark.parametrize("small_class", ["replace", "all"])
@@ -145,7 +218,7 @@ def test_epoch_of_and_returned_batches_are_copies():
     (dict(batch_size=10, group_size=4), "batch_size=10 must be a multiple of group_size=4"),
     (dict(batch_size=8, group_size=1), "group_size=1 must be >= 2"),
     (dict(batch_size=16, group_size=2), "8 classes per batch.*only 6 classes"),
-    (dict(batch_size=8, group_size=2, small_class="pad"), "'pad'.*replace, all, skip"),
+    (dict(batch_size=8, group_size=2, small_class="pad"), "'pad'.*all, replace, skip"),
     (dict(batch_size=8, group_size=2, seed=-1), "seed=-1"),
 ])
 def test_errors(kwargs, match):
