@@ -50,7 +50,7 @@ from dml_jax import similarity as sim
 
 DUPLICATE_SIMILARITY = 0.9999   # released EPHN code: positives above this are duplicates
 NCA_ACTIVE_WEIGHT = 1e-3        # an NCA term is active when its negative weight q exceeds this
-NCA_NEGATIVE_MODES = ("hard", "semihard", "easy", "random", "all")   # no margin: no semihard_random/band
+NCA_NEGATIVE_MODES = ("hard", "semihard", "easy", "random", "all")   # no margin: no semihard_*
 TRIPLET_SIMILARITIES = ("cosine", "neg_sq_euclidean")                 # kinds that define d^2
 TRIPLET_DISTANCES = ("squared", "euclidean")     # hinge on d^2 (FaceNet, EPS) or d (label noise)
 TRIPLET_MIN_SQ_DISTANCE = 1e-12                  # d = sqrt(max(d^2, this)) for 'euclidean'
@@ -459,9 +459,10 @@ def margin(*, positive: str = "random", negative: str = "distance_weighted",
   ``'easy'`` = EPS + distance-weighted (EPS paper §5.2.2), ``'all'`` = the released sampler
   (every (anchor, positive) pair, each with its own negative) and the label-noise paper's 1-1
   scheme (§5.2: "for each positive pair, 1 negative pair is chosen with 1 common end point";
-  with ``negative='semihard_random'``, ``beta='fixed'``, ``beta0=1.4``). ``negative='distance_weighted'``
-  draws ``Pr(n | a) ~ q(d_an)^-1`` over the anchor's negatives with ``d_an <
-  nonzero_loss_cutoff``, ``d`` clipped below at ``cutoff`` (``mining.distance_weights``);
+  with ``negative='semihard_random'``, ``beta='fixed'``, ``beta0=1.4``).
+  ``negative='distance_weighted'`` draws ``Pr(n | a) ~ q(d_an)^-1`` over the anchor's negatives
+  with ``d_an < nonzero_loss_cutoff``, ``d`` clipped below at ``cutoff``
+  (``mining.distance_weights``);
   ``fallback`` handles anchors with no weight left (``mining.distance_weighted_negatives``:
   ``'negatives'`` uniform over the negatives [default], ``'batch'`` the released code's
   uniform over the whole batch, ``'drop'``). ``nonzero_loss_cutoff=2`` (the sphere's
