@@ -25,7 +25,10 @@ def get_config() -> ml_collections.ConfigDict:
   c.data.name = "digits_evenodd"
   c.data.options = ml_collections.ConfigDict()   # keyword arguments of the dataset loader
   c.data.group_size = 8           # n examples per class in a batch
-  c.data.small_class = "replace"  # class with < n examples: 'replace' | 'all' | 'skip'
+  # A class with < n examples: 'all' (contributes all it has; EPHN paper), 'replace' (padded
+  # by sampling with replacement, the released EPHN code) or 'skip'. Groups of larger classes
+  # are always complete (samplers.NPerClassSampler).
+  c.data.small_class = "all"
   c.data.image_size = 0           # image datasets: crop side (224); 0 for the in-memory digits
   c.data.resize_size = 0          # shorter side before the crop; 0: image_size * 8/7 (256)
   c.data.channels = 3             # 3 (RGB) or 1 (grey) model input channels
