@@ -31,12 +31,16 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 CONV_IMPLS = ("auto", "lax", "matmul")
+# Largest patch matrix made at once (bytes): larger ones are made batch chunk by batch chunk.
+MAX_PATCH_BYTES = 1 << 20
 
 
 def _pads(padding, in_spatial: Sequence[int], window: Sequence[int],
@@ -112,18 +116,129 @@ def _to_channels_last(dimension_numbers, lhs_shape, rhs_shape):
   return tuple(None if p == identity else p for p in (lhs_perm, rhs_perm, out_perm))
 
 
+def batch_chunks(batch: int, bytes_per_example: int, max_bytes: int | None) -> int:
+  """The number ``n`` of equal batch chunks (``n`` divides ``batch``) so that one chunk's
+  patches take at most ``max_bytes`` (one example per chunk at the least); 1 if they all fit
+  or ``max_bytes`` is None."""
+  if max_bytes is None or batch * bytes_per_example <= max_bytes:
+    return 1
+  size = max(1, min(batch, max_bytes // max(bytes_per_example, 1)))
+  while batch % size:
+    size -= 1
+  return batch // size
+
+
+class _Spec(NamedTuple):
+  """The static part of a chunked matmul convolution (hashable, for ``jax.custom_vjp``)."""
+  window: tuple[int, ...]
+  strides: tuple[int, ...]
+  padding: str | tuple[tuple[int, int], ...]
+  lhs_dilation: tuple[int, ...] | None
+  rhs_dilation: tuple[int, ...] | None
+  chunks: int
+  precision: Any
+  preferred_element_type: Any
+
+
+def _spec_patches(spec: _Spec, x: jax.Array) -> jax.Array:
+  return patches(x, spec.window, strides=spec.strides, padding=spec.padding,
+                 lhs_dilation=spec.lhs_dilation, rhs_dilation=spec.rhs_dilation)
+
+
+def _to_chunks(x: jax.Array, n: int) -> jax.Array:
+  """``[B, ...] -> [n, B / n, ...]``, chunk ``j`` = examples ``j, j + n, ...``."""
+  return jnp.moveaxis(x.reshape(x.shape[0] // n, n, *x.shape[1:]), 1, 0)
+
+
+def _from_chunks(xs: jax.Array) -> jax.Array:
+  """Inverse of ``_to_chunks``."""
+  return jnp.moveaxis(xs, 0, 1).reshape(-1, *xs.shape[2:])
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _conv_chunked(x: jax.Array, w: jax.Array, spec: _Spec) -> jax.Array:
+  """``y = P(x) W`` (``x [B, *S, C]``, ``W [K C, O]``) chunk by chunk: ``[B, *S', O]``.
+
+  Backward, chunk by chunk too: ``dW^T += dy^T P`` (``[O, K C]``, so the large ``P`` is the
+  matmul's right operand as stored) and ``dx = P^T(dy W^T)`` (``P^T`` the transpose of
+  taking the patches: shifted slices added back).
+  """
+  dot = functools.partial(lax.dot_general, precision=spec.precision,
+                          preferred_element_type=spec.preferred_element_type)
+
+  def one(xc):
+    p = _spec_patches(spec, xc)
+    return dot(p, w, (((p.ndim - 1,), (0,)), ((), ())))
+
+  if spec.chunks == 1:
+    return one(x)
+  return _from_chunks(lax.map(one, _to_chunks(x, spec.chunks)))
+
+
+def _conv_chunked_fwd(x, w, spec):
+  return _conv_chunked(x, w, spec), (x, w)
+
+
+def _conv_chunked_bwd(spec, residuals, g):
+  x, w = residuals
+  example = jax.ShapeDtypeStruct((x.shape[0] // spec.chunks, *x.shape[1:]), x.dtype)
+  patches_t = jax.linear_transpose(functools.partial(_spec_patches, spec), example)
+  dot = functools.partial(lax.dot_general, precision=spec.precision)
+
+  def one(dwt, xg):
+    xc, gc = xg
+    p = _spec_patches(spec, xc)
+    batch_dims = tuple(range(gc.ndim - 1))
+    dwt = dwt + dot(gc, p, ((batch_dims, batch_dims), ((), ())),
+                    preferred_element_type=jnp.float32)  # [O, K C]
+    dp = dot(gc, w, (((gc.ndim - 1,), (1,)), ((), ())),
+             preferred_element_type=spec.preferred_element_type)  # [c, *S', K C]
+    return dwt, patches_t(dp.astype(p.dtype))[0]
+
+  dwt0 = jnp.zeros((w.shape[1], w.shape[0]), jnp.float32)
+  if spec.chunks == 1:
+    dwt, dx = one(dwt0, (x, g))
+  else:
+    dwt, dxs = lax.scan(one, dwt0, (_to_chunks(x, spec.chunks), _to_chunks(g, spec.chunks)))
+    dx = _from_chunks(dxs)
+  return dx, dwt.T.astype(w.dtype)
+
+
+_conv_chunked.defvjp(_conv_chunked_fwd, _conv_chunked_bwd)
+
+
+def _conv_grouped(x: jax.Array, w: jax.Array, spec: _Spec, *, groups: int,
+                  out_sharding=None) -> jax.Array:
+  """``[B, *S, C]`` (*) ``[*k, C_g, O]`` -> ``[B, *S', O]`` with ``G`` groups:
+  ``[M, K, G, C_g] x [K, C_g, G, O_g]``, one batched matmul (gradient by autodiff)."""
+  c_g, o = w.shape[-2:]
+  p = _spec_patches(spec, x)
+  taps = p.shape[-1] // x.shape[-1]
+  pg = p.reshape(-1, taps, groups, c_g)  # [M, K, G, C_g]
+  wg = w.reshape(taps, c_g, groups, o // groups)  # [K, C_g, G, O_g]
+  y = lax.dot_general(pg, wg, (((1, 3), (0, 1)), ((2,), (2,))), precision=spec.precision,
+                      preferred_element_type=spec.preferred_element_type,
+                      out_sharding=out_sharding)  # [G, M, O_g]
+  return jnp.transpose(y, (1, 0, 2)).reshape(*p.shape[:-1], o)
+
+
 def conv_matmul(lhs: jax.Array, rhs: jax.Array, window_strides: Sequence[int], padding,
                 lhs_dilation: Sequence[int] | None = None,
                 rhs_dilation: Sequence[int] | None = None, dimension_numbers=None,
                 feature_group_count: int = 1, batch_group_count: int = 1, precision=None,
-                preferred_element_type=None, out_sharding=None) -> jax.Array:
+                preferred_element_type=None, out_sharding=None, *,
+                max_patch_bytes: int | None = MAX_PATCH_BYTES) -> jax.Array:
   """``lax.conv_general_dilated`` as im2col (``patches``) times one matmul; same arguments,
   same result up to float32 rounding.
 
+  Without groups: ``y = P(x) W`` with ``W [K C, O]``, made ``batch_chunks`` examples at a
+  time when the patches of the whole batch would exceed ``max_patch_bytes`` (None: never), so
+  that each chunk's patches stay in the CPU's cache, forward and backward (``_conv_chunked``).
   With ``G = feature_group_count`` groups the input channels ``C = G C_g`` and outputs
   ``O = G O_g`` split into groups and ``y_g = P_g W_g`` per group (one batched matmul;
-  depthwise is ``C_g = 1``). ``batch_group_count > 1`` (which only XLA's own gradient
-  rules use) is refused.
+  depthwise is ``C_g = 1``), the whole batch at once, gradient by autodiff (as with an
+  ``out_sharding``). ``batch_group_count > 1`` (which only XLA's own gradient rules use) is
+  refused.
 
   Args and result as ``lax.conv_general_dilated`` (any ``dimension_numbers``; ``nnx.Conv``
   passes NHWC / HWIO).
@@ -134,26 +249,27 @@ def conv_matmul(lhs: jax.Array, rhs: jax.Array, window_strides: Sequence[int], p
   lhs_perm, rhs_perm, out_perm = _to_channels_last(dimension_numbers, lhs.shape, rhs.shape)
   x = lhs if lhs_perm is None else jnp.transpose(lhs, lhs_perm)
   w = rhs if rhs_perm is None else jnp.transpose(rhs, rhs_perm)
-  window, (c_g, o) = w.shape[:-2], w.shape[-2:]
   g = feature_group_count
-  if x.shape[-1] != g * c_g or o % g:
+  if x.shape[-1] != g * w.shape[-2] or w.shape[-1] % g:
     raise ValueError(f"input channels {x.shape[-1]} must be feature_group_count ({g}) x the "
-                     f"kernel's input channels ({c_g}), and outputs {o} divisible by {g}.")
-  p = patches(x, window, strides=window_strides, padding=padding, lhs_dilation=lhs_dilation,
-              rhs_dilation=rhs_dilation)
-  out_shape = p.shape[:-1]
-  k = len(p.shape) - 1  # contract the last axis of p
-  dot = functools.partial(lax.dot_general, precision=precision,
-                          preferred_element_type=preferred_element_type,
-                          out_sharding=out_sharding)
-  if g == 1:
-    y = dot(p, w.reshape(-1, o), (((k,), (0,)), ((), ())))
+                     f"kernel's input channels ({w.shape[-2]}), and outputs {w.shape[-1]} "
+                     f"divisible by {g}.")
+  spec = _Spec(
+      window=tuple(w.shape[:-2]), strides=tuple(window_strides),
+      padding=padding if isinstance(padding, str) else tuple(
+          (int(lo), int(hi)) for lo, hi in padding),
+      lhs_dilation=None if lhs_dilation is None else tuple(lhs_dilation),
+      rhs_dilation=None if rhs_dilation is None else tuple(rhs_dilation), chunks=1,
+      precision=precision, preferred_element_type=preferred_element_type)
+  if g == 1 and out_sharding is None:
+    example = jax.eval_shape(functools.partial(_spec_patches, spec),
+                             jax.ShapeDtypeStruct((1, *x.shape[1:]), x.dtype))
+    taps = int(np.prod(spec.window))
+    n = batch_chunks(x.shape[0], example.size * x.dtype.itemsize,
+                     max_patch_bytes if taps > 1 else None)
+    y = _conv_chunked(x, w.reshape(-1, w.shape[-1]), spec._replace(chunks=n))
   else:
-    taps = p.shape[-1] // x.shape[-1]
-    pg = p.reshape(-1, taps, g, c_g)  # [M, K, G, C_g]
-    wg = w.reshape(taps, c_g, g, o // g)  # [K, C_g, G, O_g]
-    y = dot(pg, wg, (((1, 3), (0, 1)), ((2,), (2,))))  # [G, M, O_g]
-    y = jnp.transpose(y, (1, 0, 2)).reshape(*out_shape, o)
+    y = _conv_grouped(x, w, spec, groups=g, out_sharding=out_sharding)
   return y if out_perm is None else jnp.transpose(y, out_perm)
 
 

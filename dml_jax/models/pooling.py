@@ -35,6 +35,15 @@ def _taps(x, window, strides, padding, pad_value):
   return conv.window_taps(x, window, strides=strides, padding=padding, pad_value=pad_value)
 
 
+def _max_and_first_argmax(taps: list[jax.Array]) -> tuple[jax.Array, jax.Array]:
+  """``y = max_t T_t`` and the first ``t`` with ``T_t = y`` (``K`` where none is, e.g. NaN)."""
+  y = functools.reduce(jnp.maximum, taps)
+  first = jnp.full(y.shape, len(taps), jnp.int8 if len(taps) < 127 else jnp.int32)
+  for t in reversed(range(len(taps))):
+    first = jnp.where(taps[t] == y, jnp.asarray(t, first.dtype), first)
+  return y, first
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3))
 def max_pool_slices(x: jax.Array, window: tuple[int, ...], strides: tuple[int, ...],
                     padding) -> jax.Array:
@@ -47,20 +56,18 @@ def max_pool_slices(x: jax.Array, window: tuple[int, ...], strides: tuple[int, .
 
 
 def _max_pool_fwd(x, window, strides, padding):
-  y = max_pool_slices(x, window, strides, padding)
-  return y, (x, y)
+  y, first = _max_and_first_argmax(_taps(x, window, strides, padding, -jnp.inf))
+  return y, (x, first)  # x only for its shape: the backward reads first and g
 
 
 def _max_pool_bwd(window, strides, padding, residuals, g):
-  x, y = residuals
-  taps, taps_vjp = jax.vjp(lambda v: _taps(v, window, strides, padding, -jnp.inf), x)
-  free = jnp.ones(y.shape, bool)  # windows whose maximum has not been claimed yet
-  cotangents = []
-  for tap in taps:
-    chosen = free & (tap == y)
-    free = free & ~chosen
-    cotangents.append(jnp.where(chosen, g, jnp.zeros((), g.dtype)))
-  return taps_vjp(cotangents)
+  """``dx = sum_t S_t^T [first = t] g`` with ``S_t^T`` the transpose of taking tap ``t``."""
+  x, first = residuals
+  zero = jnp.zeros((), g.dtype)
+  cotangents = [jnp.where(first == t, g, zero) for t in range(int(np.prod(window)))]
+  take_taps = jax.linear_transpose(lambda v: _taps(v, window, strides, padding, 0.0),
+                                   jax.ShapeDtypeStruct(x.shape, x.dtype))
+  return take_taps(cotangents)
 
 
 max_pool_slices.defvjp(_max_pool_fwd, _max_pool_bwd)

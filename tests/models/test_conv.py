@@ -40,9 +40,19 @@ CONV_CASES = {
 }
 
 
+IMPLS = {
+    "reference": lax.conv_general_dilated,
+    "lax": conv.conv_function("lax"),
+    "matmul": conv.conv_function("matmul"),
+    "auto": conv.conv_function("auto"),
+    # one example per batch chunk (lax.map + jax.checkpoint), as large inputs get
+    "matmul_chunked": functools.partial(conv.conv_matmul, max_patch_bytes=1),
+}
+
+
 def _conv_and_vjp(impl, kwargs):
-  """``(x, w, ct) -> (y, dx, dw)`` of ``impl`` ('reference' = lax.conv_general_dilated)."""
-  fn = lax.conv_general_dilated if impl == "reference" else conv.conv_function(impl)
+  """``(x, w, ct) -> (y, dx, dw)`` of ``IMPLS[impl]``."""
+  fn = IMPLS[impl]
 
   def run(x, w, ct):
     y, vjp = jax.vjp(lambda x, w: fn(x, w, dimension_numbers=NHWC, **kwargs), x, w)
@@ -62,11 +72,10 @@ def test_conv_matches_lax_values_and_gradients(name):
 
   @jax.jit
   def all_impls(x, w, ct):
-    return {impl: _conv_and_vjp(impl, kwargs)(x, w, ct)
-            for impl in ("reference", "lax", "matmul", "auto")}
+    return {impl: _conv_and_vjp(impl, kwargs)(x, w, ct) for impl in IMPLS}
 
   got = all_impls(x, w, ct)
-  for impl in ("lax", "matmul", "auto"):
+  for impl in ("lax", "matmul", "auto", "matmul_chunked"):
     for a, b, what in zip(got[impl], got["reference"], ("y", "dx", "dw")):
       chex.assert_equal_shape([a, b])
       scale = float(jnp.max(jnp.abs(b)))
@@ -80,6 +89,13 @@ def test_conv_matmul_other_dimension_numbers():
   kwargs = dict(window_strides=(2, 1), padding="SAME", dimension_numbers=("NCHW", "OIHW", "NCHW"))
   np.testing.assert_allclose(conv.conv_matmul(x, w, **kwargs),
                              lax.conv_general_dilated(x, w, **kwargs), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("batch,per_example,max_bytes,chunks", [
+    (128, 100, None, 1), (128, 100, 12800, 1), (128, 100, 1000, 16), (128, 100, 1, 128),
+    (6, 100, 450, 2), (7, 100, 300, 7)])
+def test_batch_chunks(batch, per_example, max_bytes, chunks):
+  assert conv.batch_chunks(batch, per_example, max_bytes) == chunks
 
 
 def test_patches_layout_and_identity():
