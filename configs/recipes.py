@@ -104,8 +104,9 @@ def eps(c, *, image_size: int = 224) -> None:
   """EPS paper (built on Roth et al.'s framework): ResNet-50 with frozen BatchNorm, 128-D,
   224 px (80 for Omniglot), Adam 1e-5, batch 160.
 
-  Not stated in the paper, taken from Roth et al.'s defaults: weight decay 4e-4, 150 epochs,
-  RandomResizedCrop + flip. Our choice: n = 4 per class (Roth's default n = 2 would leave one
+  Not stated in the paper, taken from Roth et al.'s defaults: weight decay 4e-4, coupled (L2
+  in the gradient, as torch.optim.Adam's weight_decay: optimizer.weight_decay_mode='coupled'),
+  150 epochs, RandomResizedCrop + flip. Our choice: n = 4 per class (Roth's default n = 2 would leave one
   positive per anchor, making EPS identical to the baseline).
   """
   backbone(c, "resnet50", embedding_dim=128)
@@ -132,10 +133,14 @@ OMNIGLOT_BATCH = (160, 8)
 # EPS paper Tables 2-3: the three losses, each as the baseline and with EPS (the easiest
 # positive replaces the baseline's positive selection; the negative selection is kept).
 EPS_LOSSES = {
-    # Trip. + SH: a random positive (Roth et al.'s semi-hard miner), a semi-hard negative;
-    # margin 0.2 on squared distances (Roth et al.'s default).
+    # Trip. + SH: a random positive, a semi-hard negative; margin 0.2 on squared distances
+    # (Roth et al.'s default). negative='semihard' is FaceNet's reading (hardest negative
+    # beyond the positive, anchor dropped if none); --config.loss.negative=semihard_band is
+    # Roth et al.'s miner that the EPS code ran (README "Departures from the papers").
     "triplet": ({"name": "triplet", "negative": "semihard", "margin": 0.2}, "random"),
     # MS: alpha 2, beta 50, lambda (base) 1 as the paper states; MS mining of the positives.
+    # With EPS the negatives are still mined against the hardest positive (objective default
+    # negative_reference='hardest', the paper's "same hard-negative method").
     "ms": ({"name": "multi_similarity", "negative": "ms", "alpha": 2.0, "beta": 50.0,
             "base": 1.0, "epsilon": 0.1}, "ms"),
     # Dist-Margin: Wu et al.'s margin loss, alpha 0.2, learnable per-class beta from 1.2,
@@ -200,8 +205,9 @@ def noise_loss(c, variant: str) -> None:
     c.loss = config_dict.ConfigDict({"name": "triplet", "positive": "all",
                                      "negative": "semihard", "margin": 0.2,
                                      "distance": "euclidean"})
-  elif variant == "margin":                  # beta = 1.4 fixed, alpha = 0.2, random semi-hard
-    c.loss = config_dict.ConfigDict({"name": "margin", "positive": "random",
+  elif variant == "margin":   # beta = 1.4 fixed, alpha = 0.2, random semi-hard, 1-1 scheme:
+    # every positive pair with its own negative (sec. 5.2)
+    c.loss = config_dict.ConfigDict({"name": "margin", "positive": "all",
                                      "negative": "semihard_random", "alpha": 0.2,
                                      "beta": "fixed", "beta0": 1.4})
   else:
