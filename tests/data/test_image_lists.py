@@ -385,7 +385,8 @@ def test_loaders_registry():
   assert image_lists.LOADERS == {"inshop": image_lists.load_inshop,
                                  "image_list": image_lists.load_image_list,
                                  "image_folder": image_lists.load_image_folder,
-                                 "hotels": image_lists.load_hotels}
+                                 "hotels": image_lists.load_hotels,
+                                 "digits_png": image_lists.load_digits_png}
 
 
 def test_missing_digits_png_folder_says_how_to_write_it(tmp_path):
