@@ -19,8 +19,8 @@ from absl import flags
 
 from dml_jax import cli
 from dml_jax import overrides
-from dml_jax import training
-from dml_jax.evaluation import evaluate
+from dml_jax.evaluation import checkpoints
+from dml_jax.evaluation import report
 
 PROGRAM = "eval.py"
 FLAGS = flags.FLAGS
@@ -60,7 +60,7 @@ def main(argv):
     check_flags()
     overrides.import_user_modules(FLAGS.module)
     if FLAGS.workdirs is not None:
-      out = training.evaluate_workdirs(FLAGS.workdirs, step=FLAGS.step, output=FLAGS.output,
+      out = checkpoints.evaluate_workdirs(FLAGS.workdirs, step=FLAGS.step, output=FLAGS.output,
                                        show_progress=FLAGS.progress)
       if FLAGS.side_by_side:
         print(f"{len(out['runs'])} runs, steps {out['steps']}")
@@ -71,20 +71,20 @@ def main(argv):
       if FLAGS.output:
         print(f"Written {FLAGS.output}")
     elif FLAGS.all_steps:
-      out = training.evaluate_all_steps(FLAGS.workdir, best_by=FLAGS.best_by,
+      out = checkpoints.evaluate_all_steps(FLAGS.workdir, best_by=FLAGS.best_by,
                                         output=FLAGS.output, show_progress=FLAGS.progress)
-      print(evaluate.format_history_table(out["steps"]))
+      print(report.format_history_table(out["steps"]))
       if out["best"]:
         best = out["best"]
         print(f"Best checkpoint by {best['protocol']}/{best['metric']}: step {best['step']} "
-              f"({evaluate.format_value(best['metric'], best['value'])})")
+              f"({report.format_value(best['metric'], best['value'])})")
       print(f"Written {out['json']} and {out['png']}")
     else:
-      step, results = training.evaluate_checkpoint(FLAGS.workdir, step=FLAGS.step,
+      step, results = checkpoints.evaluate_checkpoint(FLAGS.workdir, step=FLAGS.step,
                                                    show_progress=FLAGS.progress)
       print(f"Step {step}")
-      print(evaluate.format_table(results))
-      print(f"Written {evaluate.results_path(FLAGS.workdir, step)}")
+      print(report.format_table(results))
+      print(f"Written {report.results_path(FLAGS.workdir, step)}")
   except (FileNotFoundError, ValueError, NotImplementedError) as e:
     cli.fail(PROGRAM, str(e))
 

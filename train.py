@@ -18,7 +18,8 @@ from dml_jax import checkpointing
 from dml_jax import cli
 from dml_jax import signals
 from dml_jax import training
-from dml_jax.evaluation import evaluate
+from dml_jax import workdir as workdir_lib
+from dml_jax.evaluation import report
 
 PROGRAM = "train.py"
 FLAGS = flags.FLAGS
@@ -65,8 +66,8 @@ def main(argv):
     cli.fail(PROGRAM, str(e), code=128 + e.signum)
   except USER_ERRORS as e:
     cli.fail(PROGRAM, str(e))
-  if training.is_main_process():
-    print(evaluate.format_table(results))
+  if workdir_lib.is_main_process():
+    print(report.format_table(results))
     print(f"Results written to {FLAGS.workdir}")
 
 

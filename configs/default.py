@@ -78,7 +78,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.optimizer.head_learning_rate = 0.0
 
   c.eval = ml_collections.ConfigDict()
-  c.eval.ks = (1, 2, 4, 8)        # Recall@K; () = the dataset's evaluate.DEFAULT_KS list
+  c.eval.ks = (1, 2, 4, 8)        # Recall@K; () = evaluation.protocols.DEFAULT_KS[dataset]
   # Protocols 'split[:label_set][@gallery_split]': 'test' (query = gallery, self excluded),
   # 'train:digit' (other labels), 'query@gallery' (In-Shop), 'test@train' (train as gallery).
   c.eval.splits = ("test",)

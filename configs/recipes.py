@@ -18,7 +18,7 @@ PRETRAINED = {
 }
 
 # data.name -> (eval protocols, data.options). Recall@K lists: eval.ks = () picks the
-# dataset's list (evaluation.evaluate.DEFAULT_KS).
+# dataset's list (evaluation.protocols.DEFAULT_KS).
 DATASETS = {
     "cub": (("test",), {}),
     "cars196": (("test",), {}),

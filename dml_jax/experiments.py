@@ -20,7 +20,7 @@ results are read back), so an interrupted sweep resumes where it stopped (an unf
 resumes from its own newest checkpoint). At the end it writes into ``<workdir>``:
 
 * ``sweep.json``: ``{'axes', 'seeds', 'runs': [{'point', 'name', 'seed', 'workdir',
-  'results'}], 'summary': {name: evaluate.aggregate(...)}}``;
+  'results'}], 'summary': {name: report.aggregate(...)}}``;
 * ``sweep.md``: the mean ± std table (sample std, ``ddof=1``; metrics in percent);
 * ``sweep.png``: ``metric`` on ``protocol`` per grid point with ±std error bars (bars), or
   against the numeric axis ``x`` (one line per other combination) when ``--x`` is given.
@@ -41,7 +41,8 @@ import numpy as np
 
 from dml_jax import cli
 from dml_jax import overrides as overrides_lib
-from dml_jax.evaluation import evaluate as evaluate_lib
+from dml_jax import workdir as workdir_lib
+from dml_jax.evaluation import report
 
 SWEEP_JSON = "sweep.json"
 
@@ -108,7 +109,7 @@ def point_name(point: Mapping[str, str]) -> str:
 
 def final_results_path(workdir: str, num_train_steps: int) -> str:
   """The final evaluation JSON whose presence marks a finished run."""
-  return evaluate_lib.results_path(workdir, num_train_steps)
+  return report.results_path(workdir, num_train_steps)
 
 
 def read_final_results(workdir: str, num_train_steps: int) -> dict | None:
@@ -121,18 +122,18 @@ def read_final_results(workdir: str, num_train_steps: int) -> dict | None:
 
 
 def summarize(runs: Sequence[Mapping]) -> dict:
-  """``{point name: evaluate.aggregate(results of its seeds)}`` in first-seen order."""
+  """``{point name: report.aggregate(results of its seeds)}`` in first-seen order."""
   by_name: dict[str, list] = {}
   for run in runs:
     by_name.setdefault(run["name"], []).append(run["results"])
-  return {name: evaluate_lib.aggregate(results) for name, results in by_name.items()}
+  return {name: report.aggregate(results) for name, results in by_name.items()}
 
 
 def format_summary_table(summary: Mapping, *, metrics: Sequence[str] | None = None) -> str:
   """Markdown ``| point | protocol | metric ... |`` table of mean ± std (fractions in %)."""
   first = next(iter(summary.values()))
   keys = list(metrics) if metrics else sorted(
-      dict.fromkeys(k for p in first.values() for k in p), key=evaluate_lib.metric_sort_key)
+      dict.fromkeys(k for p in first.values() for k in p), key=report.metric_sort_key)
   n = len(next(iter(next(iter(first.values())).values()))["values"])
   lines = [f"mean ± std over {n} seed(s)", "",
            "| point | protocol | " + " | ".join(keys) + " |",
@@ -141,7 +142,7 @@ def format_summary_table(summary: Mapping, *, metrics: Sequence[str] | None = No
     for protocol, row in per_protocol.items():
       cells = []
       for k in keys:
-        scale, digits = (100.0, 1) if evaluate_lib.is_fraction(k) else (1.0, 3)
+        scale, digits = (100.0, 1) if report.is_fraction(k) else (1.0, 3)
         cells.append(f"{scale * row[k]['mean']:.{digits}f} ± {scale * row[k]['std']:.{digits}f}")
       lines.append(f"| {name} | {protocol} | " + " | ".join(cells) + " |")
   return "\n".join(lines)
@@ -160,7 +161,7 @@ def plot_summary(summary: Mapping, points: Mapping[str, Mapping[str, str]], *, p
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
 
   protocol = protocol or next(iter(next(iter(summary.values()))))
-  scale = 100.0 if evaluate_lib.is_fraction(metric) else 1.0
+  scale = 100.0 if report.is_fraction(metric) else 1.0
 
   def stat(name):
     cell = summary[name][protocol][metric]
@@ -240,13 +241,13 @@ def sweep(config: ml_collections.ConfigDict, *, grid: Sequence[str] = (), seeds:
       seed = seed_offset + s
       run_dir = os.path.join(workdir, name, f"seed_{seed}")
       run_cfg = overrides_lib.apply(cfg, {"seed": seed})
-      results = (read_final_results(run_dir, training.final_step(run_dir, run_cfg))
+      results = (read_final_results(run_dir, workdir_lib.final_step(run_dir, run_cfg))
                  if os.path.exists(run_dir) else None)
       done += 1
       if results is None:
         log(f"[{done}/{total}] training {name} seed {seed} -> {run_dir}")
         train_fn(run_cfg, run_dir)
-        last = training.final_step(run_dir, run_cfg)
+        last = workdir_lib.final_step(run_dir, run_cfg)
         results = read_final_results(run_dir, last)
         if results is None:
           raise RuntimeError(f"Run {run_dir} ended without writing "

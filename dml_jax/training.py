@@ -32,14 +32,18 @@ import tqdm
 from dml_jax import checkpointing
 from dml_jax import data as data_lib
 from dml_jax import models
-from dml_jax.data import noise as noise_lib
-from dml_jax.data import pipeline
 from dml_jax import objectives
+from dml_jax import optimizers
 from dml_jax import overrides
 from dml_jax import parallel
 from dml_jax import signals
 from dml_jax import workdir as workdir_lib
-from dml_jax.evaluation import evaluate as evaluate_lib
+from dml_jax.data import noise as noise_lib
+from dml_jax.data import pipeline
+from dml_jax.evaluation import compute
+from dml_jax.evaluation import protocols as protocols_lib
+from dml_jax.evaluation import report
+from dml_jax.evaluation import scatter
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -52,14 +56,6 @@ class TrainingInterrupted(Exception):
   def __init__(self, step: int, signum: int):
     super().__init__(f"interrupted at step {step}; rerun the same command to resume")
     self.step, self.signum = step, signum
-
-
-# Re-exported: the workdir's files live in ``workdir``.
-is_main_process = workdir_lib.is_main_process
-load_workdir_config = workdir_lib.load_config
-write_workdir_config = workdir_lib.write_config
-final_step = workdir_lib.final_step
-METRICS_FILE = workdir_lib.METRICS_FILE
 
 
 # ----------------------------------------------------------------------------- config
@@ -95,145 +91,6 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         f"config.model.pretrained={config.model.pretrained!r} does not exist. Convert "
         "torchvision weights first: python -m dml_jax.models.pretrained convert --arch "
         f"{config.model.name} --torch_checkpoint <file.pth> --output {config.model.pretrained}")
-
-
-TRAIN_LABELS_FILE = "train_labels.npz"
-def write_train_labels(train, data: ml_collections.ConfigDict, workdir: str) -> dict:
-  """Records the training labels of a label-noise or clean-topline run in ``workdir``:
-  ``train_labels.npz`` (``labels`` used for training, and ``clean`` labels with noise) and a
-  summary in ``train_labels.json`` (rate asked, fraction actually flipped, sizes). Noise is
-  applied once per run (seed ``data.noise_seed``), so a resumed run recomputes the same
-  labels; the file lets a user check that. Returns the summary (``{}`` for clean runs)."""
-  if not (data.label_noise or data.clean_fraction != 1.0) or not is_main_process():
-    return {}
-  arrays = {"labels": np.asarray(train.labels)}
-  summary = {"label_noise": float(data.label_noise), "clean_fraction": float(data.clean_fraction),
-             "noise_seed": int(data.noise_seed), "num_examples": int(len(train.labels)),
-             "num_classes": int(train.num_classes)}
-  if "clean" in train.label_sets:
-    arrays["clean"] = np.asarray(train.label_sets["clean"])
-    summary["flipped_fraction"] = float(np.mean(arrays["clean"] != arrays["labels"]))
-  os.makedirs(workdir, exist_ok=True)
-  np.savez(os.path.join(workdir, TRAIN_LABELS_FILE), **arrays)
-  with open(os.path.join(workdir, TRAIN_LABELS_FILE.replace(".npz", ".json")), "w") as f:
-    json.dump(summary, f, indent=2)
-  return summary
-
-
-def prepare_train_split(train, *, label_noise: float, clean_fraction: float, seed: int):
-  """Applies the label-noise paper's training-set options to the train ``Split``.
-
-  ``label_noise = p > 0``: labels are corrupted once with uniform noise (eq. 6, seed
-  ``seed``); the clean labels stay available as ``label_sets['clean']``.
-  ``clean_fraction < 1``: the clean "topline", a random subset of that fraction of the
-  training examples with their true labels (the paper's topline: as many clean examples as
-  noise rate ``p = 1 - clean_fraction`` leaves). Classes that lose all their examples (SOP
-  has many 2-image classes) are left out, with a warning giving their number.
-  """
-  if label_noise:
-    noisy = noise_lib.uniform_label_noise(train.labels, rate=label_noise,
-                                          num_classes=train.num_classes, seed=seed)
-    return data_lib.Split(images=train.images, labels=noisy,
-                          label_sets={**train.label_sets, "clean": train.labels},
-                          name=f"{train.name} (label noise p={label_noise})")
-  if clean_fraction != 1.0:
-    idx = noise_lib.clean_subsample(len(train.labels), fraction=clean_fraction, seed=seed)
-    kept, labels = np.unique(train.labels[idx], return_inverse=True)
-    if len(kept) < train.num_classes:  # SOP: many 2-image classes lose both images
-      logging.warning("data.clean_fraction=%s: %d of %d training classes have no example left "
-                      "in the clean subset and are left out (the others renumbered 0..%d).",
-                      clean_fraction, train.num_classes - len(kept), train.num_classes,
-                      len(kept) - 1)
-    return data_lib.Split(images=data_lib.take(train.images, idx), labels=labels,
-                          label_sets={k: v[idx] for k, v in train.label_sets.items()},
-                          name=f"{train.name} (clean {clean_fraction:.2f})")
-  return train
-
-
-# -------------------------------------------------------------------------- optimizer
-
-
-def learning_rate_schedule(*, learning_rate: float, schedule: str, num_train_steps: int,
-                           decay_steps=(), decay_factor: float = 0.1,
-                           warmup_steps: int = 0) -> optax.Schedule:
-  """``'constant'``, ``'step'`` (times ``decay_factor`` at each of ``decay_steps``) or
-  ``'cosine'`` (to 0 at ``num_train_steps``), after an optional linear warm-up."""
-  if schedule == "constant":
-    sched = optax.constant_schedule(learning_rate)
-  elif schedule == "step":
-    boundaries = {int(s): decay_factor for s in decay_steps if int(s) > 0}
-    sched = optax.piecewise_constant_schedule(learning_rate, boundaries)
-  elif schedule == "cosine":
-    sched = optax.cosine_decay_schedule(learning_rate, max(num_train_steps - warmup_steps, 1))
-  else:
-    raise ValueError(f"Unknown optimizer.schedule {schedule!r}; allowed: constant, step, cosine.")
-  if warmup_steps > 0:
-    warm = optax.linear_schedule(0.0, learning_rate, warmup_steps)
-    sched = optax.join_schedules([warm, sched], [warmup_steps])
-  return sched
-
-
-OPTIMIZERS = ("adam", "sgd", "rmsprop")
-# 'coupled': weight_decay * w added to the gradient before the optimizer (torch.optim's
-# weight_decay, the papers' code); 'decoupled': AdamW's decay, multiplied by the learning rate.
-WEIGHT_DECAY_MODES = ("coupled", "decoupled")
-
-
-def make_optimizer(opt: ml_collections.ConfigDict, *, num_train_steps: int,
-                   model_params=None, steps_per_epoch: int = 0,
-                   ) -> tuple[optax.GradientTransformation, optax.Schedule]:
-  """The optax transformation for ``{'model': ..., 'objective': ...}`` parameter trees.
-
-  ``weight_decay`` is applied as ``weight_decay_mode`` says (:data:`WEIGHT_DECAY_MODES`).
-  Objective parameters (margin beta, proxies) get ``objective_learning_rate`` through
-  ``optax.multi_transform``. When ``backbone_learning_rate`` or ``head_learning_rate`` is set,
-  the model's parameters are split by ``models.param_labels(model_params)`` into backbone and
-  embedding head, each with its own rate. A rate of 0 means ``learning_rate``. The 'step'
-  schedule decays at ``decay_steps`` and at ``decay_epochs * steps_per_epoch`` (the papers'
-  "divide by 10 after epochs 20 and 30").
-  """
-  if opt.name not in OPTIMIZERS:
-    raise ValueError(f"Unknown optimizer.name {opt.name!r}; allowed: {', '.join(OPTIMIZERS)}.")
-  mode = opt.get("weight_decay_mode", "decoupled")
-  if mode not in WEIGHT_DECAY_MODES:
-    raise ValueError(f"Unknown optimizer.weight_decay_mode {mode!r}; allowed: "
-                     f"{', '.join(WEIGHT_DECAY_MODES)}.")
-  if opt.weight_decay and mode == "decoupled" and opt.name != "adam":
-    raise ValueError(f"optimizer.weight_decay_mode='decoupled' is AdamW (optimizer.name="
-                     f"'adam'); {opt.name} takes 'coupled' (L2 in the gradient, as torch's "
-                     f"{opt.name}).")
-  decay_epochs = tuple(opt.get("decay_epochs", ()))
-  if decay_epochs and steps_per_epoch <= 0:
-    raise ValueError(f"optimizer.decay_epochs={decay_epochs} needs steps_per_epoch > 0.")
-  decay_steps = tuple(d for d in opt.decay_steps if d) + tuple(
-      int(round(e * steps_per_epoch)) for e in decay_epochs)
-
-  def one(learning_rate):
-    sched = learning_rate_schedule(
-        learning_rate=learning_rate, schedule=opt.schedule, num_train_steps=num_train_steps,
-        decay_steps=tuple(sorted(decay_steps)), decay_factor=opt.decay_factor,
-        warmup_steps=opt.warmup_steps)
-    if opt.name == "adam" and opt.weight_decay and mode == "decoupled":
-      return optax.adamw(sched, weight_decay=opt.weight_decay), sched
-    tx = {"adam": lambda: optax.adam(sched),
-          "sgd": lambda: optax.sgd(sched, momentum=opt.momentum or None),
-          "rmsprop": lambda: optax.rmsprop(sched, momentum=opt.momentum or None)}[opt.name]()
-    if opt.weight_decay:  # coupled: L2 added to the gradient before the optimizer
-      tx = optax.chain(optax.add_decayed_weights(opt.weight_decay), tx)
-    return tx, sched
-
-  model_tx, sched = one(opt.learning_rate)
-  transforms = {"model": model_tx,
-                "objective": one(opt.objective_learning_rate or opt.learning_rate)[0]}
-  model_labels = "model"
-  if opt.backbone_learning_rate or opt.head_learning_rate:
-    if model_params is None:
-      raise ValueError("per-part learning rates need the model parameters (model_params).")
-    transforms["backbone"] = one(opt.backbone_learning_rate or opt.learning_rate)[0]
-    transforms["head"] = one(opt.head_learning_rate or opt.learning_rate)[0]
-    model_labels = models.param_labels(model_params)
-  tx = optax.multi_transform(transforms, {"model": model_labels, "objective": "objective"})
-  return tx, sched
 
 
 # ------------------------------------------------------------------------ train state
@@ -312,10 +169,10 @@ def build(config: ml_collections.ConfigDict) -> Setup:
   mesh = parallel.make_mesh(config.num_devices)
   parallel.check_batch_size(config.batch_size, mesh)
   splits = dict(data_lib.load(config.data.name, **dataset_options(config.data)))
-  splits["train"] = prepare_train_split(
+  splits["train"] = noise_lib.prepare_train_split(
       splits["train"], label_noise=config.data.label_noise,
       clean_fraction=config.data.clean_fraction, seed=config.data.noise_seed)
-  validate_eval_config(config, splits)
+  protocols_lib.validate_eval_config(config, splits)
   train = splits["train"]
   sampler = data_lib.NPerClassSampler(
       train.labels, batch_size=config.batch_size, group_size=config.data.group_size,
@@ -339,7 +196,7 @@ def build(config: ml_collections.ConfigDict) -> Setup:
   objective_params = objective.init(objective_key, num_classes=num_classes,
                                     dim=config.model.embedding_dim)
   num_train_steps = resolve_num_train_steps(config, sampler.steps_per_epoch)
-  tx, schedule = make_optimizer(config.optimizer, num_train_steps=num_train_steps,
+  tx, schedule = optimizers.make_optimizer(config.optimizer, num_train_steps=num_train_steps,
                                 model_params=params, steps_per_epoch=sampler.steps_per_epoch)
   trainable = {"model": params, "objective": objective_params}
   init_state = parallel.replicate(mesh, {
@@ -451,15 +308,14 @@ def log_scatter(setup: Setup, state: dict, embed_fn: Callable, *, workdir: str,
                 step: int) -> dict:
   """Triplet scatter diagram (2nd-order paper Fig. 1) of the first evaluation protocol's split
   at this step: ``scatter_<split>_step_<N>.png`` and summary numbers for metrics.jsonl."""
-  from dml_jax.analysis import scatter  # pylint: disable=import-outside-toplevel
-  protocol = evaluate_lib.parse_protocol(setup.config.eval.splits[0], setup.splits)
+  protocol = protocols_lib.parse_protocol(setup.config.eval.splits[0], setup.splits)
   split = setup.splits[protocol.split]
   labels = split.label_sets[protocol.label_set] if protocol.label_set else split.labels
-  emb = evaluate_lib.embed(lambda images: embed_fn(state, images), split.images,
+  emb = compute.embed(lambda images: embed_fn(state, images), split.images,
                            batch_size=setup.config.eval.batch_size)
   s_ap, s_an, correct = scatter.scatter_points(emb, labels,
                                                similarity=setup.config.eval.similarity)
-  if is_main_process():
+  if workdir_lib.is_main_process():
     scatter.plot_scatter(s_ap, s_an, correct, similarity=setup.config.eval.similarity,
                          path=os.path.join(workdir, f"scatter_{protocol.split}_step_{step}.png"),
                          title=f"{protocol.split}, step {step}")
@@ -491,7 +347,7 @@ def start_run(config: ml_collections.ConfigDict, workdir: str, *,
   """
   changes = [] if overwrite else workdir_lib.check_rerun(config, workdir)
   setup = build(config)
-  if overwrite and is_main_process():
+  if overwrite and workdir_lib.is_main_process():
     removed = workdir_lib.clear(workdir)
     if removed:
       logging.info("--overwrite: deleted %d earlier outputs of %s.", len(removed), workdir)
@@ -510,7 +366,7 @@ def start_run(config: ml_collections.ConfigDict, workdir: str, *,
     for change in changes:
       logging.info("Changed on resume: %s.", workdir_lib.format_change(*change))
   workdir_lib.write_config(config, workdir)
-  write_train_labels(setup.splits["train"], config.data, workdir)
+  workdir_lib.write_train_labels(setup.splits["train"], config.data, workdir)
   workdir_lib.write_run_info(workdir, num_train_steps=setup.num_train_steps,
                              steps_per_epoch=setup.sampler.steps_per_epoch)
   workdir_lib.truncate_metrics(workdir, start)
@@ -546,7 +402,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       flip=config.data.flip, pad=config.data.pad, num_threads=config.data.num_threads,
       num_workers=config.data.num_workers, prefetch=config.data.prefetch)
   bar = tqdm.tqdm(total=total, initial=start, unit="step", dynamic_ncols=True,
-                  mininterval=0.5, disable=not (show_progress and is_main_process()))
+                  mininterval=0.5, disable=not (show_progress and workdir_lib.is_main_process()))
   window_t, window_n = time.perf_counter(), 0
   halted = parallel.replicate(setup.mesh, jnp.zeros((), jnp.int32))
   history = {}   # step -> metrics still on the device, fetched once per log step
@@ -594,270 +450,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
         workdir_lib.append_metrics(workdir, {"step": step, **log_scatter(
             setup, state, embed_fn, workdir=workdir, step=step)})
       if config.eval_every_steps and step % config.eval_every_steps == 0 and step != total:
-        results = evaluate_with_config(setup, state, embed_fn, workdir=workdir, step=step,
+        results = compute.evaluate_with_config(setup, state, embed_fn, workdir=workdir, step=step,
                                        plot=False)
-        workdir_lib.append_metrics(workdir, {"step": step, **evaluate_lib.flatten(results)})
+        workdir_lib.append_metrics(workdir, {"step": step, **report.flatten(results)})
   finally:
     bar.close()
     manager.close()
 
   last = int(state["step"])
-  results = evaluate_with_config(setup, state, embed_fn, workdir=workdir, step=last,
+  results = compute.evaluate_with_config(setup, state, embed_fn, workdir=workdir, step=last,
                                  plot=config.eval.plot)
   if last > start:
-    workdir_lib.append_metrics(workdir, {"step": last, **evaluate_lib.flatten(results)})
+    workdir_lib.append_metrics(workdir, {"step": last, **report.flatten(results)})
   return results
-
-
-def evaluate_checkpoint(workdir: str, *, step: int | None = None,
-                        plot: bool | None = None, show_progress: bool = False,
-                        protocols: tuple[str, ...] | None = None) -> tuple[int, dict]:
-  """Restores a checkpoint of ``workdir`` (newest readable when ``step`` is None) and
-  evaluates it as ``train_and_evaluate`` does at the end (:func:`evaluate_with_config`);
-  writes ``eval_step_<N>.json``.
-
-  Args:
-    workdir: a directory written by ``train.py``.
-    step: the checkpoint step; ``None`` means the newest readable one.
-    plot: write the embedding PNGs; ``None`` means ``config.eval.plot``.
-    show_progress: progress bars for the embedding and the neighbour search.
-    protocols: evaluate these instead of ``config.eval.splits``.
-
-  Returns:
-    ``(step, {protocol: {metric: value}})``.
-
-  Raises:
-    FileNotFoundError: ``workdir`` has no config or no checkpoint.
-    ValueError: ``step`` does not exist, or a bad evaluation setting (named).
-  """
-  setup = build(load_workdir_config(workdir))
-  (restored_step, results), = evaluate_checkpoints(
-      setup, workdir, steps=None if step is None else (step,), plot=plot,
-      show_progress=show_progress, protocols=protocols).items()
-  return restored_step, results
-
-
-# ------------------------------------------------------------- evaluation binary (eval.py)
-
-# Defaults of the config.eval keys that older workdir configs may lack.
-EVAL_DEFAULTS = {
-    "metrics": evaluate_lib.DEFAULT_METRICS,
-    "rho_skip": 0,
-    "kmeans_n_init": 10,
-}
-
-
-def eval_options(config: ml_collections.ConfigDict) -> dict:
-  """The keyword arguments of ``evaluate_lib.evaluate_splits`` that ``config.eval`` sets.
-
-  Keys missing from an older ``config.json`` take ``EVAL_DEFAULTS``.
-  """
-  cfg = config.eval
-
-  def get(key):
-    return cfg[key] if key in cfg else EVAL_DEFAULTS[key]
-
-  return dict(
-      protocols=tuple(cfg.splits), ks=tuple(cfg.ks), similarity=cfg.similarity,
-      batch_size=cfg.batch_size, overcluster=cfg.overcluster or None, seed=config.seed,
-      metrics_groups=tuple(get("metrics")), rho_skip=int(get("rho_skip")),
-      kmeans_n_init=int(get("kmeans_n_init")), dataset=config.data.name)
-
-
-def evaluate_with_config(setup: Setup, state: dict, embed_fn: Callable, *, workdir: str,
-                         step: int, plot: bool, show_progress: bool = False,
-                         protocols: tuple[str, ...] | None = None) -> dict:
-  """Runs the config's evaluation (``config.eval``: protocols, ks, metrics, similarity, ...)
-  on ``state`` and writes ``eval_step_N.json`` (process 0). ``eval.ks = ()`` means the
-  dataset's ``DEFAULT_KS``.
-  """
-  options = eval_options(setup.config)
-  if protocols is not None:
-    options["protocols"] = tuple(protocols)
-  results = evaluate_lib.evaluate_splits(
-      lambda images: embed_fn(state, images), setup.splits, **options,
-      plot_dir=workdir if plot and is_main_process() else None, step=step,
-      show_progress=show_progress)
-  if is_main_process():
-    evaluate_lib.write_results(results, workdir=workdir, step=step)
-  return results
-
-
-def checkpoint_steps(workdir: str) -> list[int]:
-  """The checkpointed steps of ``workdir``, ascending.
-
-  Raises:
-    FileNotFoundError: no checkpoint at all (the message says how to make one).
-  """
-  manager = checkpointing.make_manager(workdir, read_only=True)
-  try:
-    available = checkpointing.steps(manager)
-  finally:
-    manager.close()
-  if not available:
-    raise FileNotFoundError(
-        f"No checkpoint in {checkpointing.checkpoint_dir(workdir)}: train first with "
-        f"python train.py --config=<config> --workdir={workdir}")
-  return available
-
-
-def evaluate_checkpoints(setup: Setup, workdir: str, *, steps=None, plot: bool | None = False,
-                         show_progress: bool = False,
-                         protocols: tuple[str, ...] | None = None) -> dict[int, dict]:
-  """Evaluates several checkpoints of ``workdir`` with one ``setup`` (data and model built
-  once); writes ``eval_step_<N>.json`` for each.
-
-  Args:
-    setup: ``build(load_workdir_config(workdir))``.
-    workdir: a directory written by ``train.py``.
-    steps: ``None`` (the newest readable checkpoint), ``'all'`` (every checkpoint) or a
-      sequence of steps.
-    plot: write the embedding PNGs; ``None`` means ``config.eval.plot``.
-    show_progress: progress bars.
-    protocols: evaluate these instead of ``config.eval.splits``.
-
-  Returns:
-    ``{step: {protocol: {metric: value}}}`` in increasing step order.
-
-  Raises:
-    FileNotFoundError: no checkpoint. ValueError: a missing or unreadable step, or a bad
-      evaluation setting (checked before anything is restored).
-  """
-  validate_eval_config(setup.config, setup.splits)
-  for protocol in protocols or ():
-    evaluate_lib.parse_protocol(protocol, setup.splits)
-  plot = setup.config.eval.plot if plot is None else plot
-  embed_fn = make_embed_fn(setup)
-  manager = checkpointing.make_manager(workdir, read_only=True)
-  history = {}
-  try:
-    available = checkpointing.steps(manager)
-    if not available:
-      raise FileNotFoundError(
-          f"No checkpoint in {checkpointing.checkpoint_dir(workdir)}: train first with "
-          f"python train.py --config=<config> --workdir={workdir}")
-    wanted = [None] if steps is None else available if steps == "all" else sorted(steps)
-    for step in wanted:
-      restored_step, state, _ = checkpointing.restore(manager, setup.init_state, step=step)
-      history[restored_step] = evaluate_with_config(
-          setup, state, embed_fn, workdir=workdir, step=restored_step, plot=plot,
-          show_progress=show_progress, protocols=protocols)
-  finally:
-    manager.close()
-  return history
-
-
-def validate_eval_config(config: ml_collections.ConfigDict, splits: dict) -> None:
-  """Checks ``config.eval`` against the dataset before any work (protocol names, label sets,
-  metric groups, the K list); raises ``ValueError`` naming the bad value."""
-  options = eval_options(config)
-  for protocol in options["protocols"]:
-    evaluate_lib.parse_protocol(protocol, splits)
-  groups = evaluate_lib.check_metrics(options["metrics_groups"])
-  if not options["ks"] and "retrieval" in groups:
-    evaluate_lib.default_ks(options["dataset"])
-
-
-def evaluate_all_steps(workdir: str, *, best_by: str | None = None,
-                       output: str | None = None, show_progress: bool = False) -> dict:
-  """Evaluates every checkpoint of ``workdir`` (``eval.py --all_steps``).
-
-  Writes ``eval_step_<N>.json`` per step, ``output`` (default
-  ``<workdir>/eval_all_steps.json``: ``{'steps': {N: results}, 'best': ...}``) and a PNG of
-  every metric against the step next to it (same name, ``.png``).
-
-  Args:
-    workdir: a directory written by ``train.py``.
-    best_by: ``'PROTOCOL/METRIC'`` selects the best checkpoint on that protocol, which must
-      not use a test split (``evaluate_lib.parse_selection``); it is evaluated even when
-      ``config.eval.splits`` lacks it.
-    output: the JSON path.
-    show_progress: progress bars.
-
-  Returns:
-    ``{'steps': {step: results}, 'best': None or {'step', 'protocol', 'metric', 'value'},
-    'json': path, 'png': path}``.
-  """
-  selection = evaluate_lib.parse_selection(best_by) if best_by else None
-  setup = build(load_workdir_config(workdir))
-  protocols = tuple(setup.config.eval.splits)
-  if selection and selection[0] not in protocols:
-    protocols += (selection[0],)
-  history = evaluate_checkpoints(setup, workdir, steps="all", plot=False,
-                                 show_progress=show_progress, protocols=protocols)
-  best = None
-  if selection:
-    step = evaluate_lib.best_step(history, protocol=selection[0], metric=selection[1])
-    best = {"step": step, "protocol": selection[0], "metric": selection[1],
-            "value": history[step][selection[0]][selection[1]]}
-  output = output or os.path.join(workdir, "eval_all_steps.json")
-  png = os.path.splitext(output)[0] + ".png"
-  if is_main_process():
-    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    with open(output, "w") as f:
-      json.dump({"workdir": workdir, "steps": {str(s): r for s, r in history.items()},
-                 "best": best}, f, indent=2, sort_keys=True)
-    evaluate_lib.plot_curves(history, path=png, title=workdir)
-  return {"steps": history, "best": best, "json": output, "png": png}
-
-
-def evaluate_workdirs(workdirs, *, step: int | None = None, output: str | None = None,
-                      show_progress: bool = False) -> dict:
-  """Evaluates the newest (or ``step``) checkpoint of each workdir, e.g. one per seed, and
-  aggregates mean ± std (``eval.py --workdirs=a,b,c``).
-
-  Writes ``output`` (JSON: ``{'workdirs', 'steps', 'runs', 'summary'}``) and the markdown
-  table next to it (same name, ``.md``) when ``output`` is given.
-
-  Returns:
-    ``{'workdirs', 'steps', 'runs', 'summary', 'table'}`` (``summary`` as
-    ``evaluate_lib.aggregate``).
-
-  Raises:
-    ValueError: no workdir, a repeated one, or runs evaluated differently (named).
-  """
-  workdirs = [w for w in workdirs if w]
-  if not workdirs:
-    raise ValueError("--workdirs names no workdir; give a comma-separated list.")
-  if len(set(workdirs)) != len(workdirs):
-    raise ValueError(f"--workdirs lists a workdir more than once: {workdirs}.")
-  for workdir in workdirs:  # Fail before any long evaluation.
-    load_workdir_config(workdir)
-    checkpoint_steps(workdir)
-  steps, runs = [], []
-  for workdir in workdirs:
-    restored_step, results = evaluate_checkpoint(workdir, step=step, plot=False,
-                                                 show_progress=show_progress)
-    steps.append(restored_step)
-    runs.append(results)
-  try:
-    summary = evaluate_lib.aggregate(runs)
-  except ValueError as e:
-    raise ValueError(f"{e} (runs in the order of --workdirs: {workdirs})") from None
-  table = evaluate_lib.format_aggregate_table(summary)
-  differences = config_differences(workdirs)
-  if differences:
-    logging.warning("The runs differ in more than the seed (%s): their mean ± std mixes "
-                    "different runs; eval.py --side_by_side shows each run.",
-                    "; ".join(differences))
-  if output and is_main_process():
-    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    with open(output, "w") as f:
-      json.dump({"workdirs": workdirs, "steps": steps, "runs": runs, "summary": summary}, f,
-                indent=2, sort_keys=True)
-    with open(os.path.splitext(output)[0] + ".md", "w") as f:
-      f.write(f"mean ± std over {len(runs)} runs (fractions in percent)\n\n{table}\n")
-  return {"workdirs": workdirs, "steps": steps, "runs": runs, "summary": summary,
-          "table": table, "differences": differences,
-          "runs_table": evaluate_lib.format_runs_table(dict(zip(workdirs, runs)))}
-
-
-def config_differences(workdirs) -> list[str]:
-  """The config keys (besides ``seed`` and the keys a rerun may change) in which the runs of
-  ``workdirs`` differ, as ``'key: v1 (run 0), v2 (run 1)'``."""
-  trees = [workdir_lib.read_config_json(w) for w in workdirs]
-  keys = sorted({k for t in trees[1:] for k, _, _ in workdir_lib.config_changes(trees[0], t)
-                 if k != "seed" and not workdir_lib.is_resumable(k)})
-  flat = [workdir_lib.flatten(t) for t in trees]
-  return [f"{k}: " + ", ".join(f"{f.get(k)!r} (run {i})" for i, f in enumerate(flat))
-          for k in keys]

@@ -26,6 +26,7 @@ from typing import Any
 
 import jax
 import ml_collections
+import numpy as np
 
 CONFIG_FILE = "config.json"
 RUN_INFO_FILE = "run.json"
@@ -267,3 +268,28 @@ def append_metrics(workdir: str, row: dict) -> None:
     return
   with open(os.path.join(workdir, METRICS_FILE), "a") as f:
     f.write(json.dumps(row) + "\n")
+
+
+TRAIN_LABELS_FILE = "train_labels.npz"
+
+
+def write_train_labels(train, data: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Records the training labels of a label-noise or clean-topline run in ``workdir``:
+  ``train_labels.npz`` (``labels`` used for training, and ``clean`` labels with noise) and a
+  summary in ``train_labels.json`` (rate asked, fraction actually flipped, sizes). Noise is
+  applied once per run (seed ``data.noise_seed``), so a resumed run recomputes the same
+  labels; the file lets a user check that. Returns the summary (``{}`` for clean runs)."""
+  if not (data.label_noise or data.clean_fraction != 1.0) or not is_main_process():
+    return {}
+  arrays = {"labels": np.asarray(train.labels)}
+  summary = {"label_noise": float(data.label_noise), "clean_fraction": float(data.clean_fraction),
+             "noise_seed": int(data.noise_seed), "num_examples": int(len(train.labels)),
+             "num_classes": int(train.num_classes)}
+  if "clean" in train.label_sets:
+    arrays["clean"] = np.asarray(train.label_sets["clean"])
+    summary["flipped_fraction"] = float(np.mean(arrays["clean"] != arrays["labels"]))
+  os.makedirs(workdir, exist_ok=True)
+  np.savez(os.path.join(workdir, TRAIN_LABELS_FILE), **arrays)
+  with open(os.path.join(workdir, TRAIN_LABELS_FILE.replace(".npz", ".json")), "w") as f:
+    json.dump(summary, f, indent=2)
+  return summary

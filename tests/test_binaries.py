@@ -11,6 +11,7 @@ import time
 import pytest
 
 from dml_jax import training
+from dml_jax import workdir as workdir_lib
 from dml_test_support import ROOT
 from dml_test_support import small_config
 
@@ -64,7 +65,7 @@ def test_missing_config_file_is_one_line(tmp_path):
 
 def test_rerun_with_another_config_is_one_line_and_writes_nothing(tmp_path):
   workdir = tmp_path / "w"
-  training.write_workdir_config(small_config(20), str(workdir))
+  workdir_lib.write_config(small_config(20), str(workdir))
   before = (workdir / "config.json").read_bytes()
   out = run(["train.py", f"--config={CONFIG}", f"--workdir={workdir}",
              "--config.loss.positive=random"])
@@ -135,7 +136,7 @@ def test_sigint_saves_the_current_step_and_a_rerun_resumes(tmp_path):
           *flags(KILL_OVERRIDES)]
   proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
-  metrics = os.path.join(workdir, training.METRICS_FILE)
+  metrics = os.path.join(workdir, workdir_lib.METRICS_FILE)
   deadline = time.time() + 240
   while (not (os.path.exists(metrics) and os.path.getsize(metrics)) and time.time() < deadline
          and proc.poll() is None):
@@ -166,7 +167,7 @@ def test_user_objective_module_is_found_by_eval(tmp_path):
              f"--module={module}", "--config.loss.name=scaled_triplet", "--config.loss.scale=3",
              "--config.num_train_steps=2"])
   assert out.returncode == 0, out.stderr[-3000:]
-  assert training.load_workdir_config(workdir).user_modules == [module]
+  assert workdir_lib.load_config(workdir).user_modules == [module]
   ev = run(["eval.py", f"--workdir={workdir}", "--noprogress"])   # no --module needed
   assert ev.returncode == 0, ev.stderr[-3000:]
   assert "Step 2" in ev.stdout and "recall@1" in ev.stdout

@@ -9,10 +9,11 @@ import sys
 
 import pytest
 
-from dml_jax import training
-from dml_jax.evaluation import evaluate
 from dml_test_support import ROOT
 from dml_test_support import small_config
+from dml_jax import workdir as workdir_lib
+from dml_jax.evaluation import checkpoints
+from dml_jax.evaluation import report
 
 
 @pytest.fixture(scope="module")
@@ -29,20 +30,20 @@ def runs(run20, tmp_path_factory):
 
 def test_evaluate_checkpoint_equals_what_train_reported(runs):
   workdir, train_results = next(iter(runs.items()))
-  step, results = training.evaluate_checkpoint(workdir)
+  step, results = checkpoints.evaluate_checkpoint(workdir)
   assert step == 20
   assert results == train_results   # bit-identical: same checkpoint, same computation
-  with open(evaluate.results_path(workdir, 20)) as f:
+  with open(report.results_path(workdir, 20)) as f:
     assert json.load(f)["results"] == train_results
-  step, earlier = training.evaluate_checkpoint(workdir, step=10)
+  step, earlier = checkpoints.evaluate_checkpoint(workdir, step=10)
   assert step == 10 and earlier != train_results
   with pytest.raises(ValueError, match="No checkpoint for step 15"):
-    training.evaluate_checkpoint(workdir, step=15)
+    checkpoints.evaluate_checkpoint(workdir, step=15)
 
 
 def test_all_steps_and_best_checkpoint_on_a_validation_protocol(runs):
   workdir = next(iter(runs))
-  out = training.evaluate_all_steps(workdir, best_by="train:digit/map@r")
+  out = checkpoints.evaluate_all_steps(workdir, best_by="train:digit/map@r")
   assert sorted(out["steps"]) == [10, 20]
   assert out["steps"][20] == runs[workdir]
   values = {s: r["train:digit"]["map@r"] for s, r in out["steps"].items()}
@@ -53,12 +54,12 @@ def test_all_steps_and_best_checkpoint_on_a_validation_protocol(runs):
   assert saved["steps"]["10"] == out["steps"][10] and saved["best"] == out["best"]
   assert out["png"].endswith("eval_all_steps.png") and os.path.getsize(out["png"]) > 1000
   with pytest.raises(ValueError, match="'test' is a test split"):
-    training.evaluate_all_steps(workdir, best_by="test/recall@1")
+    checkpoints.evaluate_all_steps(workdir, best_by="test/recall@1")
 
 
 def test_workdirs_aggregate_mean_and_std_over_runs(runs, tmp_path):
   output = str(tmp_path / "summary.json")
-  out = training.evaluate_workdirs(list(runs), output=output)
+  out = checkpoints.evaluate_workdirs(list(runs), output=output)
   assert out["steps"] == [20, 20]
   assert out["runs"] == list(runs.values())
   for protocol, row in next(iter(runs.values())).items():
@@ -70,32 +71,32 @@ def test_workdirs_aggregate_mean_and_std_over_runs(runs, tmp_path):
   with open(str(tmp_path / "summary.md")) as f:
     assert out["table"] in f.read()
   with pytest.raises(ValueError, match="more than once"):
-    training.evaluate_workdirs([output, output])
+    checkpoints.evaluate_workdirs([output, output])
 
 
 def test_workdirs_that_differ_in_more_than_the_seed_are_named(runs, tmp_path, caplog):
   first = next(iter(runs))
   other = str(tmp_path / "other")
   shutil.copytree(first, other)
-  config = training.load_workdir_config(other)
+  config = workdir_lib.load_config(other)
   config.loss.positive, config.seed = "random", 7
-  training.write_workdir_config(config, other)
+  workdir_lib.write_config(config, other)
   with caplog.at_level("WARNING"):
-    out = training.evaluate_workdirs([first, other])
+    out = checkpoints.evaluate_workdirs([first, other])
   assert out["differences"] == ["loss.positive: 'easy' (run 0), 'random' (run 1)"]
   assert any("differ in more than the seed" in r.getMessage() for r in caplog.records)
   rows = [line for line in out["runs_table"].splitlines() if line.startswith(f"| {other} |")]
   assert len(rows) == len(out["runs"][1])
-  assert training.evaluate_workdirs(list(runs))["differences"] == []
+  assert checkpoints.evaluate_workdirs(list(runs))["differences"] == []
 
 
 def test_workdir_without_checkpoints_is_a_clear_error(runs, tmp_path):
   workdir = str(tmp_path / "fresh")
-  training.write_workdir_config(small_config(), workdir)
+  workdir_lib.write_config(small_config(), workdir)
   with pytest.raises(FileNotFoundError, match="No checkpoint in .*fresh"):
-    training.evaluate_checkpoint(workdir)
+    checkpoints.evaluate_checkpoint(workdir)
   with pytest.raises(FileNotFoundError, match="No checkpoint"):
-    training.evaluate_workdirs([next(iter(runs)), workdir])
+    checkpoints.evaluate_workdirs([next(iter(runs)), workdir])
 
 
 def eval_py(*args):
@@ -109,7 +110,7 @@ def test_eval_py_prints_the_table_train_printed(runs):
   out = eval_py(f"--workdir={workdir}")
   assert out.returncode == 0, out.stderr[-3000:]
   assert "Step 20" in out.stdout
-  assert evaluate.format_table(train_results) in out.stdout
+  assert report.format_table(train_results) in out.stdout
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import pytest
 
 from dml_jax import experiments
 from dml_jax import overrides
-from dml_jax.evaluation import evaluate as evaluate_lib
+from dml_jax.evaluation import report
 from dml_test_support import small_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -54,7 +54,7 @@ def fake_train(values):
     calls.append((config.loss.positive, config.seed))
     os.makedirs(workdir, exist_ok=True)
     r1 = values[(config.loss.positive, config.seed)]
-    evaluate_lib.write_results({"test": {"recall@1": r1, "nmi": 0.5}}, workdir=workdir,
+    report.write_results({"test": {"recall@1": r1, "nmi": 0.5}}, workdir=workdir,
                                step=config.num_train_steps)
     return {}
 
@@ -69,7 +69,7 @@ def test_sweep_aggregates_and_resumes(tmp_path):
   # A finished run already on disk (seed 1 of 'easy') must be skipped.
   done = os.path.join(wd, "loss.positive=easy", "seed_1")
   os.makedirs(done)
-  evaluate_lib.write_results({"test": {"recall@1": 0.7, "nmi": 0.5}}, workdir=done, step=10)
+  report.write_results({"test": {"recall@1": 0.7, "nmi": 0.5}}, workdir=done, step=10)
   out = experiments.sweep(small_config(10), grid=["loss.positive=easy,random"], seeds=3,
                           workdir=wd, train_fn=train_fn, log=lambda s: None)
   assert calls == [("easy", 0), ("easy", 2), ("random", 0), ("random", 1), ("random", 2)]

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from dml_jax import data, training
+from dml_jax import optimizers
+from dml_jax.evaluation import checkpoints
 from dml_test_support import fill_image_list_options, mock_tfds, write_inshop_dataset
 from test_configs import CONFIGS, SMOKE_ARG
 
@@ -54,7 +56,7 @@ def test_training_a_paper_config_needs_the_converted_weights(tmp_path):
 def test_num_epochs_and_decay_epochs_use_the_sampler_epoch():
   c = paper_config("cub_ephn_2nd")
   assert training.resolve_num_train_steps(c, steps_per_epoch=46) == 40 * 46
-  _, schedule = training.make_optimizer(c.optimizer, num_train_steps=40 * 46,
+  _, schedule = optimizers.make_optimizer(c.optimizer, num_train_steps=40 * 46,
                                         steps_per_epoch=46)
   np.testing.assert_allclose([schedule(0), schedule(20 * 46 - 1), schedule(20 * 46),
                               schedule(30 * 46)], [0.0025, 0.0025, 0.00025, 0.000025],
@@ -87,7 +89,7 @@ def run_smoke(c, workdir):
     rows = [json.loads(line) for line in f]
   losses = [r["train/loss"] for r in rows if "train/loss" in r]
   assert len(losses) == 2 and np.all(np.isfinite(losses))
-  assert training.checkpoint_steps(workdir) == [2]
+  assert checkpoints.checkpoint_steps(workdir) == [2]
   assert os.path.exists(os.path.join(workdir, "eval_step_2.json"))
 
 

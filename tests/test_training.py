@@ -9,7 +9,11 @@ import pytest
 
 from dml_jax import checkpointing
 from dml_jax import data as data_lib
+from dml_jax import optimizers
 from dml_jax import training
+from dml_jax import workdir as workdir_lib
+from dml_jax.data import noise as noise_lib
+from dml_jax.evaluation import checkpoints
 from dml_test_support import small_config
 
 
@@ -20,12 +24,12 @@ def leaves_equal(a, b, atol=0.0):
 
 
 def read_rows(workdir):
-  with open(os.path.join(workdir, training.METRICS_FILE)) as f:
+  with open(os.path.join(workdir, workdir_lib.METRICS_FILE)) as f:
     return [json.loads(line) for line in f if line.strip()]
 
 
 def restore_state(workdir, step=None):
-  setup = training.build(training.load_workdir_config(workdir))
+  setup = training.build(workdir_lib.load_config(workdir))
   manager = checkpointing.make_manager(workdir, read_only=True)
   try:
     return checkpointing.restore(manager, setup.init_state, step=step)
@@ -47,7 +51,7 @@ def test_run_writes_everything(run20):
   for protocol in ("test", "train:digit"):
     for key in ("recall@1", "recall@5", "recall@10", "map@r", "r_precision", "nmi"):
       assert 0.0 <= results[protocol][key] <= 1.0
-  config = training.load_workdir_config(workdir)
+  config = workdir_lib.load_config(workdir)
   assert config.loss.positive == "easy" and config.num_train_steps == 20
 
 
@@ -79,7 +83,7 @@ def test_resume_continues_and_matches_uninterrupted(run20, tmp_path):
 
 def test_eval_checkpoint_equals_train_results(run20):
   workdir, results = run20
-  step, again = training.evaluate_checkpoint(workdir)
+  step, again = checkpoints.evaluate_checkpoint(workdir)
   assert step == 20
   assert again.keys() == results.keys()
   for p in results:
@@ -103,11 +107,11 @@ def test_damaged_latest_checkpoint_falls_back(run20, tmp_path, caplog):
 
 
 def test_eval_without_checkpoint_is_a_clear_error(tmp_path):
-  training.write_workdir_config(small_config(), str(tmp_path))
+  workdir_lib.write_config(small_config(), str(tmp_path))
   with pytest.raises(FileNotFoundError, match="No checkpoint"):
-    training.evaluate_checkpoint(str(tmp_path))
+    checkpoints.evaluate_checkpoint(str(tmp_path))
   with pytest.raises(FileNotFoundError, match="not a dml_jax workdir"):
-    training.evaluate_checkpoint(str(tmp_path / "nowhere"))
+    checkpoints.evaluate_checkpoint(str(tmp_path / "nowhere"))
 
 
 def test_nan_stops_training_and_never_checkpoints_nan(tmp_path, monkeypatch):
@@ -173,15 +177,15 @@ def test_label_noise_and_clean_topline_change_only_the_train_split():
 def test_noisy_labels_are_recorded_in_the_workdir(tmp_path):
   config = small_config(**{"data.label_noise": 0.4, "data.noise_seed": 3})
   train = training.build(config).splits["train"]
-  summary = training.write_train_labels(train, config.data, str(tmp_path))
-  saved = np.load(tmp_path / training.TRAIN_LABELS_FILE)
+  summary = workdir_lib.write_train_labels(train, config.data, str(tmp_path))
+  saved = np.load(tmp_path / workdir_lib.TRAIN_LABELS_FILE)
   np.testing.assert_array_equal(saved["labels"], train.labels)
   np.testing.assert_array_equal(saved["clean"], train.label_sets["clean"])
   with open(tmp_path / "train_labels.json") as f:
     assert json.load(f) == summary
   assert summary["flipped_fraction"] == pytest.approx(np.mean(saved["labels"] != saved["clean"]))
   assert (summary["label_noise"], summary["noise_seed"]) == (0.4, 3)
-  assert training.write_train_labels(train, small_config().data, str(tmp_path / "clean")) == {}
+  assert workdir_lib.write_train_labels(train, small_config().data, str(tmp_path / "clean")) == {}
 
 
 def _one_step_change(config):
@@ -213,8 +217,8 @@ def test_older_workdir_config_gets_keys_added_since(tmp_path):
   config = small_config()
   del config.data["noise_seed"]
   del config.optimizer["head_learning_rate"]
-  training.write_workdir_config(config, str(tmp_path))
-  loaded = training.load_workdir_config(str(tmp_path))
+  workdir_lib.write_config(config, str(tmp_path))
+  loaded = workdir_lib.load_config(str(tmp_path))
   assert loaded.data.noise_seed == 0 and loaded.optimizer.head_learning_rate == 0.0
   training.validate_config(loaded)
 
@@ -234,7 +238,7 @@ def _optimizer_step(**overrides):
   """One update of w = [1, -2] with gradient [0.5, 0.5] by ``make_optimizer``."""
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   opt = small_config(**{f"optimizer.{k}": v for k, v in overrides.items()}).optimizer
-  tx, _ = training.make_optimizer(opt, num_train_steps=10)
+  tx, _ = optimizers.make_optimizer(opt, num_train_steps=10)
   params = {"model": {"w": jnp.array([1.0, -2.0])}, "objective": {}}
   grads = {"model": {"w": jnp.array([0.5, 0.5])}, "objective": {}}
   updates, _ = tx.update(grads, tx.init(params), params)
@@ -267,7 +271,7 @@ def test_clean_topline_on_many_two_image_classes_drops_the_emptied_ones(caplog):
   train = data_lib.Split(images=np.zeros((600, 8, 8, 1), np.float32), labels=labels,
                          label_sets={}, name="sop-like")
   with caplog.at_level("WARNING"):
-    top = training.prepare_train_split(train, label_noise=0.0, clean_fraction=0.4, seed=0)
+    top = noise_lib.prepare_train_split(train, label_noise=0.0, clean_fraction=0.4, seed=0)
   kept = np.unique(top.labels)
   assert len(top.labels) == 240 and 100 < len(kept) < 300
   assert any(f"{300 - len(kept)} of 300 training classes" in r.getMessage()

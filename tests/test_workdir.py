@@ -11,6 +11,7 @@ from dml_jax import checkpointing
 from dml_jax import signals
 from dml_jax import training
 from dml_jax import workdir as workdir_lib
+from dml_jax.evaluation import checkpoints
 from dml_test_support import small_config
 
 
@@ -46,7 +47,7 @@ def test_rerun_with_another_config_is_refused_and_changes_nothing(copy, key, val
   assert "\n" not in message
   assert snapshot(copy) == before
   # The untouched run still evaluates.
-  step, _ = training.evaluate_checkpoint(copy)
+  step, _ = checkpoints.evaluate_checkpoint(copy)
   assert step == 20
 
 

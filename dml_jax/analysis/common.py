@@ -7,45 +7,34 @@ import os
 import sys
 from collections.abc import Sequence
 
+import jax.numpy as jnp
 import numpy as np
 
-SIMILARITIES = ("cosine", "dot", "neg_sq_euclidean")
+from dml_jax import checkpointing
+from dml_jax import similarity as sim
+from dml_jax import training
+from dml_jax import workdir as workdir_lib
+from dml_jax.evaluation import checkpoints
+from dml_jax.evaluation import compute
+from dml_jax.evaluation import report
+
+SIMILARITIES = sim.KINDS
 
 
 def similarity_matrix(x, y=None, *, kind: str = "cosine") -> np.ndarray:
   """float32 ``[N, M]`` similarity (higher = closer) of ``x [N, D]`` and ``y [M, D]`` (``x`` when
-  None): ``'cosine'`` (rows L2-normalised first), ``'dot'`` or ``'neg_sq_euclidean'`` (-d^2)."""
-  if kind not in SIMILARITIES:
-    raise ValueError(f"Unknown similarity {kind!r}; allowed: {', '.join(SIMILARITIES)}.")
+  None), as numpy: ``dml_jax.similarity.pairwise_similarity`` (``'cosine'``, ``'dot'`` or
+  ``'neg_sq_euclidean'``)."""
   x = np.asarray(x, np.float32)
   y = x if y is None else np.asarray(y, np.float32)
   if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[1]:
     raise ValueError(f"Embeddings must be [N, D] and [M, D], got {x.shape} and {y.shape}.")
-  if kind == "cosine":
-    x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-    y = y / np.maximum(np.linalg.norm(y, axis=1, keepdims=True), 1e-12)
-  s = x @ y.T
-  if kind == "neg_sq_euclidean":
-    s = 2 * s - np.sum(x * x, 1)[:, None] - np.sum(y * y, 1)[None, :]
-  return s.astype(np.float32)
+  return np.array(sim.pairwise_similarity(jnp.asarray(x), jnp.asarray(y), kind=kind))
 
 
-def pyplot():
-  """``matplotlib.pyplot`` with the non-interactive Agg backend."""
-  import matplotlib  # pylint: disable=import-outside-toplevel
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-  return plt
-
-
-def save(fig, path: str) -> str:
-  """Saves and closes ``fig``; creates the directory. Returns ``path``."""
-  plt = pyplot()
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  fig.tight_layout()
-  fig.savefig(path)
-  plt.close(fig)
-  return path
+# Matplotlib with the Agg backend, and saving a figure (shared with the evaluation plots).
+pyplot = report.pyplot
+save = report.save
 
 
 def labels_of(split, label_set: str | None) -> np.ndarray:
@@ -65,7 +54,7 @@ def load_embeddings(workdir: str, *, step: int | None = None,
   or with the config's initial parameters (``at_init=True``; returned step 0).
 
   Uses ``training.build(load_workdir_config(workdir))``, ``checkpointing.restore``,
-  ``training.make_embed_fn`` and ``evaluation.evaluate.embed``.
+  ``training.make_embed_fn`` and ``evaluation.compute.embed``.
 
   Returns:
     ``(step, {split: (embeddings float32 [N, D], Split)}, config)``.
@@ -73,11 +62,8 @@ def load_embeddings(workdir: str, *, step: int | None = None,
   Raises:
     FileNotFoundError: not a workdir or no checkpoint. ValueError: unknown split or step.
   """
-  from dml_jax import checkpointing  # pylint: disable=import-outside-toplevel
-  from dml_jax import training  # pylint: disable=import-outside-toplevel
-  from dml_jax.evaluation import evaluate as evaluate_lib  # pylint: disable=import-outside-toplevel
 
-  config = training.load_workdir_config(workdir)
+  config = workdir_lib.load_config(workdir)
   setup = training.build(config)
   for name in splits:
     if name not in setup.splits:
@@ -85,7 +71,7 @@ def load_embeddings(workdir: str, *, step: int | None = None,
   if at_init:
     restored_step, state = 0, setup.init_state
   else:
-    training.checkpoint_steps(workdir)  # FileNotFoundError with a helpful message
+    checkpoints.checkpoint_steps(workdir)  # FileNotFoundError with a helpful message
     manager = checkpointing.make_manager(workdir, read_only=True)
     try:
       restored_step, state, _ = checkpointing.restore(manager, setup.init_state, step=step)
@@ -96,7 +82,7 @@ def load_embeddings(workdir: str, *, step: int | None = None,
   out = {}
   for name in splits:
     split = setup.splits[name]
-    out[name] = (evaluate_lib.embed(lambda images: embed_fn(state, images), split.images,
+    out[name] = (compute.embed(lambda images: embed_fn(state, images), split.images,
                                     batch_size=bs), split)
   return restored_step, out, config
 

@@ -9,7 +9,7 @@ for Hotels).
 
 Shared label spaces across splits
 ---------------------------------
-The evaluation protocol ``'query@gallery'`` (``evaluation.evaluate``) compares the *primary*
+The evaluation protocol ``'query@gallery'`` (``evaluation.protocols``) compares the *primary*
 labels of two splits, so those must mean the same class on both sides. Whenever the class
 sets of splits that share classes are nested (each contained in the next bigger one: In-Shop
 query and gallery, Hotels test and train, a ``val`` of training classes), the loaders give

@@ -13,7 +13,11 @@ All functions are host-side numpy and deterministic in their ``seed``.
 
 from __future__ import annotations
 
+from absl import logging
 import numpy as np
+
+from dml_jax.data.digits import Split
+from dml_jax.data.images import take
 
 
 def _check_rate(name: str, value, *, upper_inclusive: bool = True) -> float:
@@ -124,3 +128,33 @@ def pair_noise_rates(p: float, num_classes: int, *, as_printed: bool = False):
   both = (1 - 2 / (k - 1)) if as_printed else (1 - 1 / (k - 1))
   q_pos = 2 * p * (1 - p) + p * p * both
   return float(q_pos), float(q_neg)
+
+
+def prepare_train_split(train, *, label_noise: float, clean_fraction: float, seed: int):
+  """Applies the label-noise paper's training-set options to the train ``Split``.
+
+  ``label_noise = p > 0``: labels are corrupted once with uniform noise (eq. 6, seed
+  ``seed``); the clean labels stay available as ``label_sets['clean']``.
+  ``clean_fraction < 1``: the clean "topline", a random subset of that fraction of the
+  training examples with their true labels (the paper's topline: as many clean examples as
+  noise rate ``p = 1 - clean_fraction`` leaves). Classes that lose all their examples (SOP
+  has many 2-image classes) are left out, with a warning giving their number.
+  """
+  if label_noise:
+    noisy = uniform_label_noise(train.labels, rate=label_noise,
+                                          num_classes=train.num_classes, seed=seed)
+    return Split(images=train.images, labels=noisy,
+                          label_sets={**train.label_sets, "clean": train.labels},
+                          name=f"{train.name} (label noise p={label_noise})")
+  if clean_fraction != 1.0:
+    idx = clean_subsample(len(train.labels), fraction=clean_fraction, seed=seed)
+    kept, labels = np.unique(train.labels[idx], return_inverse=True)
+    if len(kept) < train.num_classes:  # SOP: many 2-image classes lose both images
+      logging.warning("data.clean_fraction=%s: %d of %d training classes have no example left "
+                      "in the clean subset and are left out (the others renumbered 0..%d).",
+                      clean_fraction, train.num_classes - len(kept), train.num_classes,
+                      len(kept) - 1)
+    return Split(images=take(train.images, idx), labels=labels,
+                          label_sets={k: v[idx] for k, v in train.label_sets.items()},
+                          name=f"{train.name} (clean {clean_fraction:.2f})")
+  return train

@@ -1,5 +1,6 @@
 """Evaluation: exact blocked kNN, retrieval metrics (Recall@K, MAP@R, R-precision), NMI / NMI+,
-spectral decay rho, and the protocols of ``evaluate``.
+spectral decay rho; the protocols (``protocols``), computing them (``compute``), reporting
+(``report``) and evaluating a workdir's checkpoints (``checkpoints``, eval.py).
 
 ``from dml_jax import evaluation``::
 
@@ -13,7 +14,7 @@ spectral decay rho, and the protocols of ``evaluate``.
   evaluation.DEFAULT_KS   # Recall@K cut-offs of the literature per dataset
 """
 
-from dml_jax.evaluation.evaluate import DEFAULT_KS
+from dml_jax.evaluation.protocols import DEFAULT_KS
 from dml_jax.evaluation.knn import nearest_neighbors
 from dml_jax.evaluation.knn import neighbor_relevance
 from dml_jax.evaluation.metrics import clustering_metrics

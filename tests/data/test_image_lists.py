@@ -9,7 +9,7 @@ from PIL import Image
 
 from dml_jax.data import image_lists
 from dml_jax.data.images import LazyImages
-from dml_jax.evaluation import evaluate
+from dml_jax.evaluation import protocols as protocols_lib
 
 import dml_test_support
 
@@ -50,9 +50,9 @@ def assert_contiguous(split):
 
 def assert_same_label_space(splits, protocol, key):
   """Under ``protocol`` (as evaluate parses it), equal labels <=> equal ``key`` ids."""
-  split, label_set, gallery = evaluate.parse_protocol(protocol, splits)
-  ql = evaluate.protocol_labels(splits[split], label_set)
-  gl = evaluate.protocol_labels(splits[gallery], label_set)
+  split, label_set, gallery = protocols_lib.parse_protocol(protocol, splits)
+  ql = protocols_lib.protocol_labels(splits[split], label_set)
+  gl = protocols_lib.protocol_labels(splits[gallery], label_set)
   qk, gk = splits[split].label_sets[key], splits[gallery].label_sets[key]
   np.testing.assert_array_equal(ql[:, None] == gl[None, :], qk[:, None] == gk[None, :])
 

@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 
 from dml_jax.data import digits
-from dml_jax.evaluation import evaluate
+from dml_jax.evaluation import compute
 from dml_jax.evaluation import metrics
+from dml_jax.evaluation import protocols as protocols_lib
+from dml_jax.evaluation import report
 
 
 @pytest.fixture(scope="module")
@@ -17,12 +19,12 @@ def splits():
 
 
 def test_parse_protocol(splits):
-  assert evaluate.parse_protocol("test", splits) == ("test", None, None)
-  assert evaluate.parse_protocol("train:digit", splits) == ("train", "digit", None)
+  assert protocols_lib.parse_protocol("test", splits) == ("test", None, None)
+  assert protocols_lib.parse_protocol("train:digit", splits) == ("train", "digit", None)
   with pytest.raises(ValueError, match="unknown split 'val'"):
-    evaluate.parse_protocol("val", splits)
+    protocols_lib.parse_protocol("val", splits)
   with pytest.raises(ValueError, match="no label set 'letter'"):
-    evaluate.parse_protocol("train:letter", splits)
+    protocols_lib.parse_protocol("train:letter", splits)
 
 
 def test_embed_pads_to_one_shape_and_keeps_order():
@@ -33,7 +35,7 @@ def test_embed_pads_to_one_shape_and_keeps_order():
     shapes.append(x.shape)
     return x.reshape(len(x), 1) * 2.0
 
-  out = evaluate.embed(fn, images, batch_size=4)
+  out = compute.embed(fn, images, batch_size=4)
   assert {s[0] for s in shapes} == {4}
   np.testing.assert_array_equal(out[:, 0], 2.0 * np.arange(10))
 
@@ -54,17 +56,17 @@ def test_evaluate_splits_scores_label_sets(splits, tmp_path):
   def fn(x):
     return np.stack([lookup[row.tobytes()] for row in np.asarray(x)])
 
-  res = evaluate.evaluate_splits(fn, splits, protocols=("test", "train:digit"), ks=(1, 5),
+  res = compute.evaluate_splits(fn, splits, protocols=("test", "train:digit"), ks=(1, 5),
                                  similarity="cosine", batch_size=256, plot_dir=str(tmp_path),
                                  step=7)
   assert res["test"]["recall@1"] == pytest.approx(1.0)
   assert res["train:digit"]["recall@1"] == pytest.approx(1.0)
   assert res["train:digit"]["nmi"] == pytest.approx(1.0)
   assert os.path.exists(tmp_path / "embedding_test_step_7.png")
-  path = evaluate.write_results(res, workdir=str(tmp_path), step=7)
+  path = report.write_results(res, workdir=str(tmp_path), step=7)
   with open(path) as f:
     assert json.load(f) == {"step": 7, "results": res}
-  table_md = evaluate.format_table(res)
+  table_md = report.format_table(res)
   assert "| train:digit |" in table_md and "100.00" in table_md
 
 
@@ -90,8 +92,8 @@ def toy_splits(seed=0):
 
 def test_parse_protocol_gallery_syntax():
   splits = toy_splits()
-  assert evaluate.parse_protocol("query@gallery", splits) == ("query", None, "gallery")
-  assert evaluate.parse_protocol("test:coarse@train", splits) == ("test", "coarse", "train")
+  assert protocols_lib.parse_protocol("query@gallery", splits) == ("query", None, "gallery")
+  assert protocols_lib.parse_protocol("test:coarse@train", splits) == ("test", "coarse", "train")
   for bad, match in [
       ("test@test", "the gallery is the query split; use 'test'"),
       ("test:coarse@test", "use 'test:coarse'"),
@@ -101,16 +103,16 @@ def test_parse_protocol_gallery_syntax():
       ("test@val", "unknown split 'val'"),
   ]:
     with pytest.raises(ValueError, match=match):
-      evaluate.parse_protocol(bad, splits)
+      protocols_lib.parse_protocol(bad, splits)
   splits["train"] = digits.Split(images=splits["train"].images, labels=splits["train"].labels,
                                  name="toy:train")
   with pytest.raises(ValueError, match="split 'train' has no label set 'coarse'"):
-    evaluate.parse_protocol("test:coarse@train", splits)
+    protocols_lib.parse_protocol("test:coarse@train", splits)
 
 
 def test_protocols_score_the_right_embeddings_and_labels():
   splits = toy_splits()
-  res = evaluate.evaluate_splits(
+  res = compute.evaluate_splits(
       flat, splits, protocols=("test", "query@gallery", "test:coarse@train"), ks=(1, 3),
       similarity="cosine", batch_size=8, metrics_groups=("retrieval", "clustering",
                                                          "spectral_decay"), rho_skip=1)
@@ -136,21 +138,21 @@ def test_protocols_score_the_right_embeddings_and_labels():
 
 def test_default_ks_by_dataset_and_metric_groups():
   splits = toy_splits()
-  evaluate.DEFAULT_KS["toy"] = (1, 2)   # the dataset is read from the split names 'toy:*'
+  protocols_lib.DEFAULT_KS["toy"] = (1, 2)   # the dataset is read from the split names 'toy:*'
   try:
-    res = evaluate.evaluate_splits(flat, splits, protocols=("test",), ks=(), batch_size=64,
+    res = compute.evaluate_splits(flat, splits, protocols=("test",), ks=(), batch_size=64,
                                    metrics_groups=("retrieval",))
   finally:
-    del evaluate.DEFAULT_KS["toy"]
+    del protocols_lib.DEFAULT_KS["toy"]
   assert list(res["test"]) == ["recall@1", "recall@2", "map@r", "r_precision"]
-  assert evaluate.default_ks("sop") == (1, 10, 100, 1000)
-  assert evaluate.default_ks("cars196") == (1, 2, 4, 8, 16, 32)
-  assert evaluate.default_ks("inshop") == (1, 10, 20, 30, 40, 50)
-  assert evaluate.default_ks("digits_evenodd") == (1, 5, 10)
+  assert protocols_lib.default_ks("sop") == (1, 10, 100, 1000)
+  assert protocols_lib.default_ks("cars196") == (1, 2, 4, 8, 16, 32)
+  assert protocols_lib.default_ks("inshop") == (1, 10, 20, 30, 40, 50)
+  assert protocols_lib.default_ks("digits_evenodd") == (1, 5, 10)
   with pytest.raises(ValueError, match="No default Recall@K list for dataset 'toy'"):
-    evaluate.evaluate_splits(flat, splits, protocols=("test",), ks=(), batch_size=64)
+    compute.evaluate_splits(flat, splits, protocols=("test",), ks=(), batch_size=64)
   with pytest.raises(ValueError, match="Unknown evaluation metrics .*'map'"):
-    evaluate.evaluate_splits(flat, splits, protocols=("test",), ks=(1,),
+    compute.evaluate_splits(flat, splits, protocols=("test",), ks=(1,),
                              metrics_groups=("retrieval", "map"))
 
 
@@ -164,46 +166,46 @@ def test_bad_embeddings_and_large_k_name_the_protocol():
 
   with pytest.raises(ValueError, match=r"embeddings of split 'test' has 1 non-finite .*"
                                        r"rows \[1\]"):
-    evaluate.evaluate_splits(diverged, splits, protocols=("test",), ks=(1,), batch_size=64)
+    compute.evaluate_splits(diverged, splits, protocols=("test",), ks=(1,), batch_size=64)
   with pytest.raises(ValueError, match=r"protocol 'query@gallery': Recall@50 .* 35 gallery"):
-    evaluate.evaluate_splits(flat, splits, protocols=("query@gallery",), ks=(1, 50),
+    compute.evaluate_splits(flat, splits, protocols=("query@gallery",), ks=(1, 50),
                              batch_size=64)
 
 
 def test_model_selection_refuses_test_splits():
-  assert evaluate.parse_selection("val/recall@1") == ("val", "recall@1")
-  assert evaluate.parse_selection("train:digit/map@r") == ("train:digit", "map@r")
+  assert protocols_lib.parse_selection("val/recall@1") == ("val", "recall@1")
+  assert protocols_lib.parse_selection("train:digit/map@r") == ("train:digit", "map@r")
   for spec in ("test/recall@1", "test:digit/map@r", "query@gallery/recall@1",
                "val@test/recall@1", "test_small/nmi"):
     with pytest.raises(ValueError, match="is a test split"):
-      evaluate.parse_selection(spec)
+      protocols_lib.parse_selection(spec)
   for spec, match in (("val", "PROTOCOL/METRIC"), ("val/", "PROTOCOL/METRIC"),
                       ("val/rho", "higher is")):
     with pytest.raises(ValueError, match=match):
-      evaluate.parse_selection(spec)
+      protocols_lib.parse_selection(spec)
   history = {10: {"val": {"recall@1": 0.5}}, 20: {"val": {"recall@1": 0.7}},
              30: {"val": {"recall@1": 0.7}}}
-  assert evaluate.best_step(history, protocol="val", metric="recall@1") == 20
+  assert protocols_lib.best_step(history, protocol="val", metric="recall@1") == 20
   with pytest.raises(ValueError, match="no val/map@r"):
-    evaluate.best_step(history, protocol="val", metric="map@r")
+    protocols_lib.best_step(history, protocol="val", metric="map@r")
 
 
 def test_aggregate_tables_and_curves(tmp_path):
   runs = [{"test": {"recall@1": 0.5, "rho": 1.0}}, {"test": {"recall@1": 0.7, "rho": 2.0}},
           {"test": {"recall@1": 0.6, "rho": 3.0}}]
-  summary = evaluate.aggregate(runs)
+  summary = report.aggregate(runs)
   assert summary["test"]["recall@1"]["mean"] == pytest.approx(0.6)
   assert summary["test"]["recall@1"]["std"] == pytest.approx(0.1)   # ddof = 1
   assert summary["test"]["rho"]["values"] == [1.0, 2.0, 3.0]
-  table = evaluate.format_aggregate_table(summary)
+  table = report.format_aggregate_table(summary)
   assert "| test | 60.00 ± 10.00 | 2.0000 ± 1.0000 |" in table
-  assert evaluate.aggregate(runs[:1])["test"]["rho"]["std"] == 0.0
+  assert report.aggregate(runs[:1])["test"]["rho"]["std"] == 0.0
   with pytest.raises(ValueError, match="Run 1 has protocols / metrics"):
-    evaluate.aggregate([runs[0], {"test": {"recall@1": 0.5}}])
-  assert "| test | 50.00 | 1.0000 |" in evaluate.format_table(runs[0])
+    report.aggregate([runs[0], {"test": {"recall@1": 0.5}}])
+  assert "| test | 50.00 | 1.0000 |" in report.format_table(runs[0])
   history = {10: runs[0], 20: runs[1]}
-  assert "| 20 | test | 70.00 | 2.0000 |" in evaluate.format_history_table(history)
-  path = evaluate.plot_curves(history, path=str(tmp_path / "curves.png"), title="t")
+  assert "| 20 | test | 70.00 | 2.0000 |" in report.format_history_table(history)
+  path = report.plot_curves(history, path=str(tmp_path / "curves.png"), title="t")
   assert os.path.getsize(path) > 1000
 
 
@@ -214,10 +216,10 @@ def test_gallery_protocol_refuses_separately_numbered_splits():
   splits = digits.class_split(images, np.array([0, 0, 1, 1, 2, 2, 3, 3]),
                               train_classes=[0, 1], test_classes=[2, 3])
   with pytest.raises(ValueError, match=r"label 0 is class 2 .* class 0 .*test:class@train"):
-    evaluate.parse_protocol("test@train", splits)
-  assert evaluate.parse_protocol("test:class@train", splits).label_set == "class"
+    protocols_lib.parse_protocol("test@train", splits)
+  assert protocols_lib.parse_protocol("test:class@train", splits).label_set == "class"
   shared = {"query": splits["train"], "gallery": splits["train"]}
-  assert evaluate.parse_protocol("query@gallery", shared).gallery == "gallery"
+  assert protocols_lib.parse_protocol("query@gallery", shared).gallery == "gallery"
 
 
 def test_nmi_plus_only_where_the_clusters_fit(splits):
@@ -228,7 +230,7 @@ def test_nmi_plus_only_where_the_clusters_fit(splits):
     return x[:, :4] + 1e-3 * x[:, 4:8]
 
   # 'train': 2 classes, 1,083 points (400 clusters fit); 'train:digit': 6 classes (1,200 do not).
-  res = evaluate.evaluate_splits(fn, splits, protocols=("train", "train:digit"), ks=(1,),
+  res = compute.evaluate_splits(fn, splits, protocols=("train", "train:digit"), ks=(1,),
                                  overcluster=200, kmeans_n_init=1)
   assert "nmi+" in res["train"] and "nmi" in res["train"]
   assert "nmi+" not in res["train:digit"] and "nmi" in res["train:digit"]

@@ -1,0 +1,215 @@
+"""Evaluating a workdir's checkpoints, the logic of ``eval.py``: the newest or a given step,
+every step (learning curves, best checkpoint by a validation metric), and several workdirs
+(mean ± std over seeds). Builds the run with ``training.build`` from the workdir's
+``config.json``; nothing in ``training`` imports this module."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from absl import logging
+
+from dml_jax import checkpointing
+from dml_jax import training
+from dml_jax import workdir as workdir_lib
+from dml_jax.evaluation import compute
+from dml_jax.evaluation import protocols as protocols_lib
+from dml_jax.evaluation import report
+
+
+def evaluate_checkpoint(workdir: str, *, step: int | None = None,
+                        plot: bool | None = None, show_progress: bool = False,
+                        protocols: tuple[str, ...] | None = None) -> tuple[int, dict]:
+  """Restores a checkpoint of ``workdir`` (newest readable when ``step`` is None) and
+  evaluates it as ``train_and_evaluate`` does at the end (:func:`evaluate_with_config`);
+  writes ``eval_step_<N>.json``.
+
+  Args:
+    workdir: a directory written by ``train.py``.
+    step: the checkpoint step; ``None`` means the newest readable one.
+    plot: write the embedding PNGs; ``None`` means ``config.eval.plot``.
+    show_progress: progress bars for the embedding and the neighbour search.
+    protocols: evaluate these instead of ``config.eval.splits``.
+
+  Returns:
+    ``(step, {protocol: {metric: value}})``.
+
+  Raises:
+    FileNotFoundError: ``workdir`` has no config or no checkpoint.
+    ValueError: ``step`` does not exist, or a bad evaluation setting (named).
+  """
+  setup = training.build(workdir_lib.load_config(workdir))
+  (restored_step, results), = evaluate_checkpoints(
+      setup, workdir, steps=None if step is None else (step,), plot=plot,
+      show_progress=show_progress, protocols=protocols).items()
+  return restored_step, results
+
+
+def checkpoint_steps(workdir: str) -> list[int]:
+  """The checkpointed steps of ``workdir``, ascending.
+
+  Raises:
+    FileNotFoundError: no checkpoint at all (the message says how to make one).
+  """
+  manager = checkpointing.make_manager(workdir, read_only=True)
+  try:
+    available = checkpointing.steps(manager)
+  finally:
+    manager.close()
+  if not available:
+    raise FileNotFoundError(
+        f"No checkpoint in {checkpointing.checkpoint_dir(workdir)}: train first with "
+        f"python train.py --config=<config> --workdir={workdir}")
+  return available
+
+
+def evaluate_checkpoints(setup: training.Setup, workdir: str, *, steps=None, plot: bool | None = False,
+                         show_progress: bool = False,
+                         protocols: tuple[str, ...] | None = None) -> dict[int, dict]:
+  """Evaluates several checkpoints of ``workdir`` with one ``setup`` (data and model built
+  once); writes ``eval_step_<N>.json`` for each.
+
+  Args:
+    setup: ``training.build(workdir_lib.load_config(workdir))``.
+    workdir: a directory written by ``train.py``.
+    steps: ``None`` (the newest readable checkpoint), ``'all'`` (every checkpoint) or a
+      sequence of steps.
+    plot: write the embedding PNGs; ``None`` means ``config.eval.plot``.
+    show_progress: progress bars.
+    protocols: evaluate these instead of ``config.eval.splits``.
+
+  Returns:
+    ``{step: {protocol: {metric: value}}}`` in increasing step order.
+
+  Raises:
+    FileNotFoundError: no checkpoint. ValueError: a missing or unreadable step, or a bad
+      evaluation setting (checked before anything is restored).
+  """
+  protocols_lib.validate_eval_config(setup.config, setup.splits)
+  for protocol in protocols or ():
+    protocols_lib.parse_protocol(protocol, setup.splits)
+  plot = setup.config.eval.plot if plot is None else plot
+  embed_fn = training.make_embed_fn(setup)
+  manager = checkpointing.make_manager(workdir, read_only=True)
+  history = {}
+  try:
+    available = checkpointing.steps(manager)
+    if not available:
+      raise FileNotFoundError(
+          f"No checkpoint in {checkpointing.checkpoint_dir(workdir)}: train first with "
+          f"python train.py --config=<config> --workdir={workdir}")
+    wanted = [None] if steps is None else available if steps == "all" else sorted(steps)
+    for step in wanted:
+      restored_step, state, _ = checkpointing.restore(manager, setup.init_state, step=step)
+      history[restored_step] = compute.evaluate_with_config(
+          setup, state, embed_fn, workdir=workdir, step=restored_step, plot=plot,
+          show_progress=show_progress, protocols=protocols)
+  finally:
+    manager.close()
+  return history
+
+
+def evaluate_all_steps(workdir: str, *, best_by: str | None = None,
+                       output: str | None = None, show_progress: bool = False) -> dict:
+  """Evaluates every checkpoint of ``workdir`` (``eval.py --all_steps``).
+
+  Writes ``eval_step_<N>.json`` per step, ``output`` (default
+  ``<workdir>/eval_all_steps.json``: ``{'steps': {N: results}, 'best': ...}``) and a PNG of
+  every metric against the step next to it (same name, ``.png``).
+
+  Args:
+    workdir: a directory written by ``train.py``.
+    best_by: ``'PROTOCOL/METRIC'`` selects the best checkpoint on that protocol, which must
+      not use a test split (``report.parse_selection``); it is evaluated even when
+      ``config.eval.splits`` lacks it.
+    output: the JSON path.
+    show_progress: progress bars.
+
+  Returns:
+    ``{'steps': {step: results}, 'best': None or {'step', 'protocol', 'metric', 'value'},
+    'json': path, 'png': path}``.
+  """
+  selection = protocols_lib.parse_selection(best_by) if best_by else None
+  setup = training.build(workdir_lib.load_config(workdir))
+  protocols = tuple(setup.config.eval.splits)
+  if selection and selection[0] not in protocols:
+    protocols += (selection[0],)
+  history = evaluate_checkpoints(setup, workdir, steps="all", plot=False,
+                                 show_progress=show_progress, protocols=protocols)
+  best = None
+  if selection:
+    step = protocols_lib.best_step(history, protocol=selection[0], metric=selection[1])
+    best = {"step": step, "protocol": selection[0], "metric": selection[1],
+            "value": history[step][selection[0]][selection[1]]}
+  output = output or os.path.join(workdir, "eval_all_steps.json")
+  png = os.path.splitext(output)[0] + ".png"
+  if workdir_lib.is_main_process():
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    with open(output, "w") as f:
+      json.dump({"workdir": workdir, "steps": {str(s): r for s, r in history.items()},
+                 "best": best}, f, indent=2, sort_keys=True)
+    report.plot_curves(history, path=png, title=workdir)
+  return {"steps": history, "best": best, "json": output, "png": png}
+
+
+def evaluate_workdirs(workdirs, *, step: int | None = None, output: str | None = None,
+                      show_progress: bool = False) -> dict:
+  """Evaluates the newest (or ``step``) checkpoint of each workdir, e.g. one per seed, and
+  aggregates mean ± std (``eval.py --workdirs=a,b,c``).
+
+  Writes ``output`` (JSON: ``{'workdirs', 'steps', 'runs', 'summary'}``) and the markdown
+  table next to it (same name, ``.md``) when ``output`` is given.
+
+  Returns:
+    ``{'workdirs', 'steps', 'runs', 'summary', 'table'}`` (``summary`` as
+    ``report.aggregate``).
+
+  Raises:
+    ValueError: no workdir, a repeated one, or runs evaluated differently (named).
+  """
+  workdirs = [w for w in workdirs if w]
+  if not workdirs:
+    raise ValueError("--workdirs names no workdir; give a comma-separated list.")
+  if len(set(workdirs)) != len(workdirs):
+    raise ValueError(f"--workdirs lists a workdir more than once: {workdirs}.")
+  for workdir in workdirs:  # Fail before any long evaluation.
+    workdir_lib.load_config(workdir)
+    checkpoint_steps(workdir)
+  steps, runs = [], []
+  for workdir in workdirs:
+    restored_step, results = evaluate_checkpoint(workdir, step=step, plot=False,
+                                                 show_progress=show_progress)
+    steps.append(restored_step)
+    runs.append(results)
+  try:
+    summary = report.aggregate(runs)
+  except ValueError as e:
+    raise ValueError(f"{e} (runs in the order of --workdirs: {workdirs})") from None
+  table = report.format_aggregate_table(summary)
+  differences = config_differences(workdirs)
+  if differences:
+    logging.warning("The runs differ in more than the seed (%s): their mean ± std mixes "
+                    "different runs; eval.py --side_by_side shows each run.",
+                    "; ".join(differences))
+  if output and workdir_lib.is_main_process():
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    with open(output, "w") as f:
+      json.dump({"workdirs": workdirs, "steps": steps, "runs": runs, "summary": summary}, f,
+                indent=2, sort_keys=True)
+    with open(os.path.splitext(output)[0] + ".md", "w") as f:
+      f.write(f"mean ± std over {len(runs)} runs (fractions in percent)\n\n{table}\n")
+  return {"workdirs": workdirs, "steps": steps, "runs": runs, "summary": summary,
+          "table": table, "differences": differences,
+          "runs_table": report.format_runs_table(dict(zip(workdirs, runs)))}
+
+
+def config_differences(workdirs) -> list[str]:
+  """The config keys (besides ``seed`` and the keys a rerun may change) in which the runs of
+  ``workdirs`` differ, as ``'key: v1 (run 0), v2 (run 1)'``."""
+  trees = [workdir_lib.read_config_json(w) for w in workdirs]
+  keys = sorted({k for t in trees[1:] for k, _, _ in workdir_lib.config_changes(trees[0], t)
+                 if k != "seed" and not workdir_lib.is_resumable(k)})
+  flat = [workdir_lib.flatten(t) for t in trees]
+  return [f"{k}: " + ", ".join(f"{f.get(k)!r} (run {i})" for i, f in enumerate(flat))
+          for k in keys]

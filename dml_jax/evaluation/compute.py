@@ -1,0 +1,174 @@
+"""Computing an evaluation: embed each split once with a model, then score every protocol
+(``protocols``) with the retrieval, clustering and spectral metrics (``metrics``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Mapping, Sequence
+
+import jax
+import numpy as np
+import tqdm
+
+from dml_jax.evaluation import knn
+from dml_jax.evaluation import metrics
+from dml_jax.evaluation import protocols as protocols_lib
+from dml_jax.evaluation import report
+
+
+def embed(embed_fn: Callable, images: np.ndarray, *, batch_size: int,
+          show_progress: bool = False, desc: str = "embed") -> np.ndarray:
+  """Embeds ``images [N, H, W, C]`` in batches of a fixed shape (one compilation).
+
+  The last batch is padded with copies of the first image and the padding is dropped.
+  ``embed_fn`` should be jitted (``training.make_embed_fn``); batches are dispatched
+  asynchronously and fetched one batch behind.
+
+  Returns:
+    float32 ``[N, D]``.
+  """
+  n = len(images)
+  if n == 0:
+    raise ValueError("Cannot embed an empty split.")
+  batch_size = min(batch_size, n)
+  out = []
+  for start in tqdm.tqdm(range(0, n, batch_size), disable=not show_progress, desc=desc,
+                         unit="batch", dynamic_ncols=True, mininterval=0.5):
+    chunk = images[start:start + batch_size]
+    valid = len(chunk)
+    if valid < batch_size:
+      pad = np.repeat(images[:1], batch_size - valid, axis=0)
+      chunk = np.concatenate([chunk, pad], axis=0)
+    out.append((embed_fn(chunk), valid))
+  return np.concatenate([np.asarray(e, dtype=np.float32)[:valid] for e, valid in out], axis=0)
+
+
+def _feasible_overcluster(overcluster: float | None, labels: np.ndarray) -> float | None:
+  """``overcluster`` if ``round(overcluster * classes)`` clusters fit the ``[N]`` labels'
+  points, else ``None`` (no NMI+ for that protocol)."""
+  if overcluster is None:
+    return None
+  if round(overcluster * np.unique(labels).shape[0]) > labels.shape[0]:
+    return None
+  return overcluster
+
+
+def evaluate_splits(embed_fn: Callable, splits: Mapping, *, protocols: tuple[str, ...],
+                    ks: tuple[int, ...], similarity: str = "cosine", batch_size: int = 512,
+                    overcluster: float | None = None, seed: int = 0,
+                    plot_dir: str | None = None, step: int = 0,
+                    metrics_groups: Sequence[str] = protocols_lib.DEFAULT_METRICS,
+                    rho_skip: int = 0,
+                    kmeans_n_init: int = metrics.KMEANS_N_INIT, dataset: str | None = None,
+                    show_progress: bool = False) -> dict[str, dict[str, float]]:
+  """Retrieval, clustering and spectral metrics for each protocol.
+
+  Each split is embedded once (batched, with ``embed_fn``) and checked for NaN / inf rows.
+
+  Args:
+    embed_fn: ``images [b, H, W, C] -> embeddings [b, D]``.
+    splits: ``{name: Split}`` as returned by ``dml_jax.data.load``.
+    protocols: e.g. ``('test', 'train:digit', 'query@gallery')`` (module docstring).
+    ks: Recall@K values; ``()`` means ``DEFAULT_KS[dataset]``.
+    similarity: kNN similarity kind (``dml_jax.similarity``).
+    batch_size: embedding batch size.
+    overcluster: adds NMI+ with ``overcluster * classes`` clusters to every protocol where
+      that is at most the number of query points (EPS Table 3: 30x on Omniglot's 20
+      languages; its 659 letters have too few drawings, so those rows report NMI only).
+    seed: KMeans seed.
+    plot_dir: if given, writes ``embedding_<split>_step_<step>.png`` of every embedded split.
+    step: the checkpoint step (names the plot).
+    metrics_groups: any of ``METRIC_GROUPS``; default ``('retrieval', 'clustering')``.
+    rho_skip: largest singular values left out of ``rho`` (``metrics.spectral_decay``).
+    kmeans_n_init: KMeans restarts of NMI / NMI+ (default 10).
+    dataset: the dataset name for ``ks=()``; ``None`` takes it from the split names
+      (``'<dataset>:<split>'``).
+    show_progress: progress bars for the embedding and the neighbour search.
+
+  Returns:
+    ``{protocol: {'recall@K': ..., 'map@r': ..., 'r_precision': ..., 'nmi': ..., 'rho': ...}}``.
+
+  Raises:
+    ValueError: naming the protocol, for a bad protocol, NaN / inf embeddings (the rows are
+      named), a K larger than the gallery, and the other errors of the metric functions.
+  """
+  groups = protocols_lib.check_metrics(metrics_groups)
+  parsed = [(p, protocols_lib.parse_protocol(p, splits)) for p in protocols]
+  if not ks and "retrieval" in groups:
+    ks = protocols_lib.default_ks(dataset or _dataset_name(splits))
+  cache: dict[str, np.ndarray] = {}
+
+  def embedding(name: str) -> np.ndarray:
+    if name not in cache:
+      emb = embed(embed_fn, splits[name].images, batch_size=batch_size,
+                  show_progress=show_progress, desc=f"embed {name}")
+      cache[name] = knn.as_embeddings(f"The embeddings of split {name!r}", emb)
+    return cache[name]
+
+  results = {}
+  for protocol, (split, label_set, gallery) in parsed:
+    query = embedding(split)
+    labels = protocols_lib.protocol_labels(splits[split], label_set)
+    row = {}
+    try:
+      if "retrieval" in groups:
+        gallery_emb = None if gallery is None else embedding(gallery)
+        gallery_labels = (None if gallery is None
+                          else protocols_lib.protocol_labels(splits[gallery], label_set))
+        row.update(metrics.retrieval_metrics(
+            query, labels, gallery_emb, gallery_labels, ks=tuple(ks), similarity=similarity,
+            show_progress=show_progress))
+      geometry = _normalized(query) if similarity == "cosine" else query
+      if "clustering" in groups:
+        row.update(metrics.clustering_metrics(
+            geometry, labels, overcluster=_feasible_overcluster(overcluster, labels),
+            seed=seed, n_init=kmeans_n_init))
+      if "spectral_decay" in groups:
+        row["rho"] = metrics.spectral_decay(geometry, skip_largest=rho_skip)
+    except ValueError as e:
+      raise ValueError(f"Evaluation protocol {protocol!r}: {e}") from None
+    results[protocol] = {k: float(v) for k, v in row.items()}
+  if plot_dir is not None:
+    for split, emb in cache.items():
+      sp = splits[split]
+      label_set = "digit" if "digit" in sp.label_sets else None
+      colours = sp.label_sets[label_set] if label_set else sp.labels
+      path = os.path.join(plot_dir, f"embedding_{split}_step_{step}.png")
+      report.plot_embedding(emb, colours, path=path,
+                     title=f"{split} embedding, step {step}, coloured by {label_set or 'label'}")
+  return results
+
+
+def _normalized(x: np.ndarray) -> np.ndarray:
+  """Rows of ``x [N, D]`` scaled to unit L2 norm (zero rows stay zero)."""
+  norm = np.linalg.norm(x, axis=1, keepdims=True)
+  return x / np.maximum(norm, 1e-12)
+
+
+def _dataset_name(splits: Mapping) -> str:
+  """The dataset of ``Split.name = '<dataset>:<split>'`` shared by all splits."""
+  names = {str(getattr(s, "name", "")).partition(":")[0] for s in splits.values()}
+  if len(names) != 1:
+    raise ValueError(f"eval.ks is empty and the splits do not name one dataset ({sorted(names)}"
+                     "); set eval.ks.")
+  return names.pop()
+
+
+def evaluate_with_config(setup, state: dict, embed_fn: Callable, *, workdir: str,
+                         step: int, plot: bool, show_progress: bool = False,
+                         protocols: tuple[str, ...] | None = None) -> dict:
+  """Runs the config's evaluation (``config.eval``: protocols, ks, metrics, similarity, ...)
+  on ``state`` and writes ``eval_step_N.json`` (process 0). ``eval.ks = ()`` means the
+  dataset's ``DEFAULT_KS``.
+  """
+  options = protocols_lib.eval_options(setup.config)
+  if protocols is not None:
+    options["protocols"] = tuple(protocols)
+  results = evaluate_splits(
+      lambda images: embed_fn(state, images), setup.splits, **options,
+      plot_dir=workdir if plot and jax.process_index() == 0 else None, step=step,
+      show_progress=show_progress)
+  if jax.process_index() == 0:
+    report.write_results(results, workdir=workdir, step=step)
+  return results

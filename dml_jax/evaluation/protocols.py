@@ -1,0 +1,245 @@
+"""Evaluation protocols: what is scored against what, with which labels and metrics.
+
+A *protocol* is a string ``'split[:label_set][@gallery_split]'``:
+
+* ``split``: the query split, embedded and scored;
+* ``:label_set``: score with ``split.label_sets[label_set]`` instead of the primary labels
+  (with a gallery split, the gallery uses its label set of the same name);
+* ``@gallery_split``: retrieve from another split (query vs gallery, nothing excluded);
+  without it the query split is its own gallery with self excluded.
+
+The protocols of the literature:
+
+* ``'test'``: query = gallery, self excluded (CUB, Cars, SOP);
+* ``'query@gallery'``: the official query split against the gallery split (In-Shop);
+* ``'test@train'``: test images retrieved from the training set, which must share the label
+  space (Hotels-50K style);
+* ``'test'`` and ``'test:alphabet'``: character and alphabet labels (Omniglot, EPS paper
+  Table 3);
+* ``'test'`` and ``'train:digit'``: unseen digits; the training digits by digit, where class
+  collapse shows (digits even/odd).
+
+Metrics of a protocol (``metrics_groups=``; config ``eval.metrics``): ``'retrieval'``
+(``recall@K`` for every K, ``map@r``, ``r_precision``; query vs its gallery),
+``'clustering'`` (``nmi``, plus ``nmi+`` when ``overcluster`` is set; on the query split's
+embeddings) and ``'spectral_decay'`` (``rho``; on the query split's embeddings). With
+``similarity='cosine'`` the clustering and the spectrum use the L2-normalised embeddings (the
+geometry the retrieval uses).
+
+``DEFAULT_KS`` holds the Recall@K cut-offs of the literature per dataset; ``ks=()`` selects the
+dataset's list.
+
+Model selection (``parse_selection``, ``best_step``) and the ``config.eval`` options
+(``eval_options``, ``validate_eval_config``) live here too: they only name protocols and metrics.
+Embedding and scoring are in ``compute``; tables, JSON and plots in ``report``.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, NamedTuple, Sequence
+
+import ml_collections
+import numpy as np
+
+from dml_jax.evaluation import report
+
+
+# Recall@K cut-offs reported in the literature, by dataset name (TFDS and short names).
+DEFAULT_KS: dict[str, tuple[int, ...]] = {
+    "cub": (1, 2, 4, 8, 16, 32),
+    "cub200": (1, 2, 4, 8, 16, 32),
+    "caltech_birds2011": (1, 2, 4, 8, 16, 32),
+    "cars": (1, 2, 4, 8, 16, 32),
+    "cars196": (1, 2, 4, 8, 16, 32),
+    "sop": (1, 10, 100, 1000),
+    "stanford_online_products": (1, 10, 100, 1000),
+    "inshop": (1, 10, 20, 30, 40, 50),
+    "deepfashion_inshop": (1, 10, 20, 30, 40, 50),
+    "omniglot": (1, 2, 4, 8),
+    "digits_evenodd": (1, 5, 10),
+    "mnist_evenodd": (1, 5, 10),
+    "mnist": (1, 2, 4, 8),
+    "flowers102": (1, 2, 4, 8),
+    "hotels": (1, 10, 100),
+    "oxford_flowers102": (1, 2, 4, 8),
+}
+
+
+METRIC_GROUPS = ("retrieval", "clustering", "spectral_decay")
+
+
+DEFAULT_METRICS = ("retrieval", "clustering")
+
+
+# Splits that model selection must never use (In-Shop's query and gallery are its test set).
+TEST_SPLIT_NAMES = ("test", "query", "gallery")
+
+
+class Protocol(NamedTuple):
+  """A parsed protocol: ``split`` scored with ``label_set`` against ``gallery``."""
+  split: str
+  label_set: str | None = None
+  gallery: str | None = None   # None: the query split is its own gallery (self excluded)
+
+
+def parse_protocol(protocol: str, splits: Mapping) -> Protocol:
+  """``'test:alphabet@train'`` -> ``Protocol('test', 'alphabet', 'train')``, validated.
+
+  Raises:
+    ValueError: naming the protocol, for a malformed string, an unknown split or gallery
+      split, a label set one of the splits lacks, or a gallery equal to the query split.
+  """
+  if not isinstance(protocol, str):
+    raise ValueError(f"Evaluation protocol must be a string 'split[:label_set][@gallery]', "
+                     f"got {protocol!r}.")
+  query_part, at, gallery = protocol.partition("@")
+  split, _, label_set = query_part.partition(":")
+  available = ", ".join(sorted(splits))
+  if not split or (at and not gallery) or "@" in gallery or ":" in label_set:
+    raise ValueError(f"Evaluation protocol {protocol!r} is malformed; the syntax is "
+                     "'split[:label_set][@gallery_split]', e.g. 'test', 'train:digit', "
+                     f"'query@gallery', 'test:alphabet@train'. Splits: {available}.")
+  if ":" in gallery:
+    raise ValueError(f"Evaluation protocol {protocol!r}: the label set goes after the query "
+                     "split and applies to both sides, e.g. 'test:digit@train'.")
+  for name in (split, gallery):
+    if name and name not in splits:
+      raise ValueError(f"Evaluation protocol {protocol!r}: unknown split {name!r}; "
+                       f"available: {available}.")
+  if gallery == split:
+    raise ValueError(f"Evaluation protocol {protocol!r}: the gallery is the query split; use "
+                     f"{query_part!r} (query = gallery with self excluded).")
+  if label_set:
+    for name in (split, gallery):
+      if name and label_set not in splits[name].label_sets:
+        raise ValueError(f"Evaluation protocol {protocol!r}: split {name!r} has no label set "
+                         f"{label_set!r}; available: "
+                         f"{', '.join(sorted(splits[name].label_sets)) or 'none'}.")
+  if gallery and not label_set:
+    _check_shared_label_space(protocol, splits[split], splits[gallery])
+  return Protocol(split, label_set or None, gallery or None)
+
+
+def _relabelling(split) -> dict | None:
+  """``{primary label: original class}`` when ``labels`` relabel ``label_sets['class']``
+  one to one, else ``None`` (no ``'class'`` set, or labels that group classes)."""
+  if "class" not in split.label_sets:
+    return None
+  pairs = np.unique(np.stack([split.labels, split.label_sets["class"]]), axis=1)
+  if len(np.unique(pairs[0])) != pairs.shape[1] or len(np.unique(pairs[1])) != pairs.shape[1]:
+    return None
+  return dict(zip(pairs[0].tolist(), pairs[1].tolist()))
+
+
+def _check_shared_label_space(protocol: str, query, gallery) -> None:
+  """A query@gallery protocol compares primary labels: they must name the same classes on
+  both sides (e.g. In-Shop query / gallery), not two separate numberings."""
+  a, b = _relabelling(query), _relabelling(gallery)
+  if a is None or b is None:
+    return
+  clash = [k for k in a.keys() & b.keys() if a[k] != b[k]]
+  if clash:
+    k = clash[0]
+    raise ValueError(
+        f"Evaluation protocol {protocol!r}: label {k} is class {a[k]} in {query.name!r} but "
+        f"class {b[k]} in {gallery.name!r} ({len(clash)} such labels): the two splits number "
+        "their classes separately. Compare the original classes with a label set, e.g. "
+        f"{protocol.split('@')[0]}:class@{protocol.split('@')[1]}.")
+
+
+def protocol_labels(split, label_set: str | None) -> np.ndarray:
+  """The labels ``[N]`` of ``split`` under ``label_set`` (``None``: the primary labels)."""
+  return split.labels if label_set is None else split.label_sets[label_set]
+
+
+def default_ks(dataset: str) -> tuple[int, ...]:
+  """``DEFAULT_KS[dataset]``, or a ``ValueError`` listing the known datasets."""
+  if dataset not in DEFAULT_KS:
+    raise ValueError(f"No default Recall@K list for dataset {dataset!r} (eval.ks is empty); "
+                     f"set eval.ks, or use one of: {', '.join(sorted(DEFAULT_KS))}.")
+  return DEFAULT_KS[dataset]
+
+
+def check_metrics(groups: Sequence[str]) -> tuple[str, ...]:
+  """``groups`` as a non-empty tuple of names from ``METRIC_GROUPS``."""
+  groups = (groups,) if isinstance(groups, str) else tuple(groups)
+  bad = [g for g in groups if g not in METRIC_GROUPS]
+  if bad or not groups:
+    raise ValueError(f"Unknown evaluation metrics {bad or groups!r}; allowed (one or more): "
+                     f"{', '.join(METRIC_GROUPS)}.")
+  return groups
+
+
+def parse_selection(spec: str) -> tuple[str, str]:
+  """``'val/recall@1'`` -> ``('val', 'recall@1')``, refusing test splits.
+
+  Model selection ("best checkpoint") must use a validation protocol: a protocol whose query
+  or gallery split is a test split (``TEST_SPLIT_NAMES`` or a name starting with ``test``)
+  raises, so that numbers on the test set are never the result of selecting on it.
+  """
+  protocol, slash, metric = spec.partition("/")
+  if not slash or not protocol or not metric:
+    raise ValueError(f"Model selection {spec!r} must be 'PROTOCOL/METRIC', e.g. "
+                     "'val/recall@1' or 'train:digit/map@r'.")
+  if not report.is_fraction(metric):
+    raise ValueError(f"Model selection metric {metric!r}: use a metric where higher is "
+                     "better (recall@K, map@r, r_precision, nmi, nmi+).")
+  query_part, _, gallery = protocol.partition("@")
+  for split in (query_part.partition(":")[0], gallery):
+    if split and (split in TEST_SPLIT_NAMES or split.startswith("test")):
+      raise ValueError(f"Model selection on {protocol!r} is refused: {split!r} is a test "
+                       "split, and selecting the best checkpoint on the test set reports an "
+                       "optimistic number. Name a validation protocol (a 'val' split, or a "
+                       "training-set protocol such as 'train:digit').")
+  return protocol, metric
+
+
+def best_step(history: Mapping[int, Mapping[str, Mapping[str, float]]], *, protocol: str,
+              metric: str) -> int:
+  """The step of ``history = {step: results}`` with the highest ``results[protocol][metric]``
+  (the earliest step on ties)."""
+  if not history:
+    raise ValueError("No evaluated checkpoint to select from.")
+  for step, results in history.items():
+    if protocol not in results or metric not in results[protocol]:
+      raise ValueError(f"Model selection: step {step} has no {protocol}/{metric}; metrics of "
+                       f"{protocol!r}: {', '.join(results.get(protocol, {})) or 'none'}.")
+  return max(sorted(history), key=lambda s: history[s][protocol][metric])
+
+
+# ------------------------------------------------------------------ config.eval
+
+# Defaults of the config.eval keys that older workdir configs may lack.
+EVAL_DEFAULTS = {
+    "metrics": DEFAULT_METRICS,
+    "rho_skip": 0,
+    "kmeans_n_init": 10,
+}
+
+
+def eval_options(config: ml_collections.ConfigDict) -> dict:
+  """The keyword arguments of ``evaluate_splits`` that ``config.eval`` sets.
+
+  Keys missing from an older ``config.json`` take ``EVAL_DEFAULTS``.
+  """
+  cfg = config.eval
+
+  def get(key):
+    return cfg[key] if key in cfg else EVAL_DEFAULTS[key]
+
+  return dict(
+      protocols=tuple(cfg.splits), ks=tuple(cfg.ks), similarity=cfg.similarity,
+      batch_size=cfg.batch_size, overcluster=cfg.overcluster or None, seed=config.seed,
+      metrics_groups=tuple(get("metrics")), rho_skip=int(get("rho_skip")),
+      kmeans_n_init=int(get("kmeans_n_init")), dataset=config.data.name)
+
+
+def validate_eval_config(config: ml_collections.ConfigDict, splits: dict) -> None:
+  """Checks ``config.eval`` against the dataset before any work (protocol names, label sets,
+  metric groups, the K list); raises ``ValueError`` naming the bad value."""
+  options = eval_options(config)
+  for protocol in options["protocols"]:
+    parse_protocol(protocol, splits)
+  groups = check_metrics(options["metrics_groups"])
+  if not options["ks"] and "retrieval" in groups:
+    default_ks(options["dataset"])

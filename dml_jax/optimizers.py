@@ -1,0 +1,93 @@
+"""Optimizers from ``config.optimizer``: learning-rate schedules (constant, step, cosine, with
+warm-up), Adam / SGD / RMSProp with coupled or decoupled weight decay, and separate rates for
+the objective's parameters, the backbone and the embedding head (``optax.multi_transform``)."""
+
+from __future__ import annotations
+
+import ml_collections
+import optax
+
+from dml_jax import models
+
+
+def learning_rate_schedule(*, learning_rate: float, schedule: str, num_train_steps: int,
+                           decay_steps=(), decay_factor: float = 0.1,
+                           warmup_steps: int = 0) -> optax.Schedule:
+  """``'constant'``, ``'step'`` (times ``decay_factor`` at each of ``decay_steps``) or
+  ``'cosine'`` (to 0 at ``num_train_steps``), after an optional linear warm-up."""
+  if schedule == "constant":
+    sched = optax.constant_schedule(learning_rate)
+  elif schedule == "step":
+    boundaries = {int(s): decay_factor for s in decay_steps if int(s) > 0}
+    sched = optax.piecewise_constant_schedule(learning_rate, boundaries)
+  elif schedule == "cosine":
+    sched = optax.cosine_decay_schedule(learning_rate, max(num_train_steps - warmup_steps, 1))
+  else:
+    raise ValueError(f"Unknown optimizer.schedule {schedule!r}; allowed: constant, step, cosine.")
+  if warmup_steps > 0:
+    warm = optax.linear_schedule(0.0, learning_rate, warmup_steps)
+    sched = optax.join_schedules([warm, sched], [warmup_steps])
+  return sched
+
+
+OPTIMIZERS = ("adam", "sgd", "rmsprop")
+# 'coupled': weight_decay * w added to the gradient before the optimizer (torch.optim's
+# weight_decay, the papers' code); 'decoupled': AdamW's decay, multiplied by the learning rate.
+WEIGHT_DECAY_MODES = ("coupled", "decoupled")
+
+
+def make_optimizer(opt: ml_collections.ConfigDict, *, num_train_steps: int,
+                   model_params=None, steps_per_epoch: int = 0,
+                   ) -> tuple[optax.GradientTransformation, optax.Schedule]:
+  """The optax transformation for ``{'model': ..., 'objective': ...}`` parameter trees.
+
+  ``weight_decay`` is applied as ``weight_decay_mode`` says (:data:`WEIGHT_DECAY_MODES`).
+  Objective parameters (margin beta, proxies) get ``objective_learning_rate`` through
+  ``optax.multi_transform``. When ``backbone_learning_rate`` or ``head_learning_rate`` is set,
+  the model's parameters are split by ``models.param_labels(model_params)`` into backbone and
+  embedding head, each with its own rate. A rate of 0 means ``learning_rate``. The 'step'
+  schedule decays at ``decay_steps`` and at ``decay_epochs * steps_per_epoch`` (the papers'
+  "divide by 10 after epochs 20 and 30").
+  """
+  if opt.name not in OPTIMIZERS:
+    raise ValueError(f"Unknown optimizer.name {opt.name!r}; allowed: {', '.join(OPTIMIZERS)}.")
+  mode = opt.get("weight_decay_mode", "decoupled")
+  if mode not in WEIGHT_DECAY_MODES:
+    raise ValueError(f"Unknown optimizer.weight_decay_mode {mode!r}; allowed: "
+                     f"{', '.join(WEIGHT_DECAY_MODES)}.")
+  if opt.weight_decay and mode == "decoupled" and opt.name != "adam":
+    raise ValueError(f"optimizer.weight_decay_mode='decoupled' is AdamW (optimizer.name="
+                     f"'adam'); {opt.name} takes 'coupled' (L2 in the gradient, as torch's "
+                     f"{opt.name}).")
+  decay_epochs = tuple(opt.get("decay_epochs", ()))
+  if decay_epochs and steps_per_epoch <= 0:
+    raise ValueError(f"optimizer.decay_epochs={decay_epochs} needs steps_per_epoch > 0.")
+  decay_steps = tuple(d for d in opt.decay_steps if d) + tuple(
+      int(round(e * steps_per_epoch)) for e in decay_epochs)
+
+  def one(learning_rate):
+    sched = learning_rate_schedule(
+        learning_rate=learning_rate, schedule=opt.schedule, num_train_steps=num_train_steps,
+        decay_steps=tuple(sorted(decay_steps)), decay_factor=opt.decay_factor,
+        warmup_steps=opt.warmup_steps)
+    if opt.name == "adam" and opt.weight_decay and mode == "decoupled":
+      return optax.adamw(sched, weight_decay=opt.weight_decay), sched
+    tx = {"adam": lambda: optax.adam(sched),
+          "sgd": lambda: optax.sgd(sched, momentum=opt.momentum or None),
+          "rmsprop": lambda: optax.rmsprop(sched, momentum=opt.momentum or None)}[opt.name]()
+    if opt.weight_decay:  # coupled: L2 added to the gradient before the optimizer
+      tx = optax.chain(optax.add_decayed_weights(opt.weight_decay), tx)
+    return tx, sched
+
+  model_tx, sched = one(opt.learning_rate)
+  transforms = {"model": model_tx,
+                "objective": one(opt.objective_learning_rate or opt.learning_rate)[0]}
+  model_labels = "model"
+  if opt.backbone_learning_rate or opt.head_learning_rate:
+    if model_params is None:
+      raise ValueError("per-part learning rates need the model parameters (model_params).")
+    transforms["backbone"] = one(opt.backbone_learning_rate or opt.learning_rate)[0]
+    transforms["head"] = one(opt.head_learning_rate or opt.learning_rate)[0]
+    model_labels = models.param_labels(model_params)
+  tx = optax.multi_transform(transforms, {"model": model_labels, "objective": "objective"})
+  return tx, sched

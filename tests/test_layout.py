@@ -1,0 +1,103 @@
+"""The package's layout rules (README "Layout"): no import cycle between dml_jax modules, at
+any level (function-level imports included), and no module much over 500 lines unless its
+docstring says why."""
+
+import ast
+import os
+
+import pytest
+
+from dml_test_support import ROOT
+
+PACKAGE = os.path.join(ROOT, "dml_jax")
+
+
+def module_files() -> dict[str, str]:
+  """``{'dml_jax.evaluation.compute': path}`` for every module of the package."""
+  out = {}
+  for folder, _, files in os.walk(PACKAGE):
+    for name in files:
+      if name.endswith(".py"):
+        path = os.path.join(folder, name)
+        rel = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+        out[rel[:-len(".__init__")] if rel.endswith(".__init__") else rel] = path
+  return out
+
+
+def import_graph() -> dict[str, set[str]]:
+  """Module -> the dml_jax modules it imports anywhere in its code."""
+  modules = module_files()
+  graph = {}
+  for name, path in modules.items():
+    with open(path) as f:
+      tree = ast.parse(f.read())
+    package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    edges = set()
+    for node in ast.walk(tree):
+      if isinstance(node, ast.Import):
+        edges.update(a.name for a in node.names if a.name in modules)
+      elif isinstance(node, ast.ImportFrom):
+        base = node.module or ""
+        if node.level:
+          base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1]
+                          + ([node.module] if node.module else []))
+        for alias in node.names:
+          target = f"{base}.{alias.name}"
+          if target in modules:
+            edges.add(target)
+          elif base in modules:
+            edges.add(base)
+    edges.discard(name)
+    # A submodule importing its own package's __init__ (for a sibling) is not a cycle.
+    graph[name] = {e for e in edges if not name.startswith(e + ".")}
+  return graph
+
+
+def find_cycle(graph):
+  """One import cycle as a list of modules, or None."""
+  state, stack = {}, []
+
+  def visit(node):
+    state[node] = "open"
+    stack.append(node)
+    for nxt in sorted(graph.get(node, ())):
+      if state.get(nxt) == "open":
+        return stack[stack.index(nxt):] + [nxt]
+      if nxt not in state:
+        found = visit(nxt)
+        if found:
+          return found
+    stack.pop()
+    state[node] = "done"
+    return None
+
+  for node in sorted(graph):
+    if node not in state:
+      found = visit(node)
+      if found:
+        return found
+  return None
+
+
+def test_cycle_finder_finds_a_cycle():
+  assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+  assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_import_cycle_in_the_package():
+  graph = import_graph()
+  assert "dml_jax.training" in graph and "dml_jax.evaluation.checkpoints" in graph
+  assert "dml_jax.training" in graph["dml_jax.evaluation.checkpoints"]
+  assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+
+
+@pytest.mark.parametrize("name", sorted(module_files()))
+def test_modules_stay_short_or_say_why(name):
+  path = module_files()[name]
+  with open(path) as f:
+    text = f.read()
+  lines = text.count("\n")
+  docstring = ast.get_docstring(ast.parse(text)) or ""
+  assert lines <= 560 or "longer than" in docstring, (
+      f"{path} has {lines} lines; split it by concern (README 'Layout') or say in its "
+      "docstring why it is longer than ~500 lines.")
