@@ -13,9 +13,7 @@ reproduces the uninterrupted run exactly.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
-import json
 import os
 import time
 from typing import Any, Callable

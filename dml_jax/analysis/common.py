@@ -3,7 +3,6 @@ similarity matrices and matplotlib set-up."""
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
 

@@ -19,8 +19,6 @@ import os
 import sys
 from collections.abc import Sequence
 
-import numpy as np
-
 from dml_jax.analysis import common
 from dml_jax.evaluation.scatter import plot_scatter  # pylint: disable=unused-import
 from dml_jax.evaluation.scatter import scatter_points  # pylint: disable=unused-import

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dml_jax.data import augment, official, protocols, tfds_datasets
-from dml_jax.data.digits import Split
+from dml_jax.data.splits import Split
 from dml_jax.data.images import ImageOptions, LazyImages
 
 NAMES = tuple(protocols.PROTOCOLS)

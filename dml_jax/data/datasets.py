@@ -18,7 +18,7 @@ import inspect
 from collections.abc import Callable
 
 from dml_jax.data import benchmarks, digits, image_lists
-from dml_jax.data.digits import Split
+from dml_jax.data.splits import Split
 
 DATASETS: dict[str, Callable[..., dict[str, Split]]] = {
     "digits_evenodd": digits.load_digits_evenodd,

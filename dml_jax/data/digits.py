@@ -1,9 +1,5 @@
-"""The ``Split`` container and the embedded digits dataset (no download).
-
-A ``Split`` is what every part of dml_jax consumes: images ``[N, H, W, C]`` float32, the
-primary labels ``[N]`` int32 (contiguous ``0..C-1``; the labels used for training or for
-the primary evaluation) and further label views in ``label_sets`` (e.g. ``'digit'`` and
-``'parity'``), so one split can be evaluated under several labelings.
+"""The embedded digits dataset (no download); ``Split`` and ``class_split`` live in ``splits``
+(importable from here too).
 
 The digits data are scikit-learn's ``load_digits``: 1797 real 8x8 handwritten digits
 (about 180 per digit) shipped with scikit-learn. ``load_digits_evenodd`` reproduces the
@@ -16,166 +12,13 @@ The registry of all datasets is ``data.datasets.DATASETS``.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
-import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from dml_jax.data.images import LazyImages, take
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Split:
-  """One split of a dataset.
-
-  Attributes:
-    images: float32 ``[N, H, W, C]``: a numpy array, or a ``LazyImages`` view (real image
-      datasets: decoded and transformed on access, see ``data.images``).
-    labels: int32 ``[N]``, contiguous class ids ``0..C-1`` (every id in the range occurs).
-      The labels used for training (train split) or the primary evaluation (test split).
-    label_sets: other label views, ``name -> int32 [N]`` (e.g. ``{'digit': ..,
-      'parity': ..}``); any integer values. Stored read-only.
-    name: a readable name used in error messages and logs, e.g. ``'digits_evenodd:train'``.
-
-  ``__post_init__`` converts ``images`` to float32 and the labels to int32, and raises
-  ``ValueError`` (naming the split) for a non-rank-4 image array, an empty split, label
-  arrays of the wrong rank, length or dtype, or non-contiguous ``labels``.
-  """
-
-  images: np.ndarray
-  labels: np.ndarray
-  label_sets: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
-  name: str = "split"
-
-  def __post_init__(self):
-    lazy = isinstance(self.images, LazyImages)
-    images = self.images if lazy else np.asarray(self.images)
-    if images.ndim != 4:
-      raise ValueError(f"Split {self.name!r}: images must have rank 4 [N, H, W, C], got "
-                       f"shape {images.shape}.")
-    n = images.shape[0]
-    if n == 0:
-      raise ValueError(f"Split {self.name!r} is empty (0 images).")
-    if not lazy and not (np.issubdtype(images.dtype, np.floating) or
-                         np.issubdtype(images.dtype, np.integer)):
-      raise ValueError(f"Split {self.name!r}: images must be numeric, got dtype {images.dtype}.")
-    labels = _as_int32_labels(self.labels, n, f"Split {self.name!r}: labels")
-    classes = np.unique(labels)
-    if classes[0] != 0 or classes[-1] != len(classes) - 1:
-      raise ValueError(f"Split {self.name!r}: labels must be contiguous ids 0..C-1, got the "
-                       f"classes {classes.tolist()[:20]}{' ...' if len(classes) > 20 else ''}.")
-    label_sets = {}
-    for key, values in dict(self.label_sets).items():
-      if not isinstance(key, str):
-        raise ValueError(f"Split {self.name!r}: label_sets keys must be strings, got {key!r}.")
-      label_sets[key] = _as_int32_labels(values, n, f"Split {self.name!r}: label_sets[{key!r}]")
-    if not lazy:
-      images = images.astype(np.float32, copy=False)
-    object.__setattr__(self, "images", images)
-    object.__setattr__(self, "labels", labels)
-    object.__setattr__(self, "label_sets", types.MappingProxyType(label_sets))
-
-  def __len__(self) -> int:
-    return self.images.shape[0]
-
-  @property
-  def num_classes(self) -> int:
-    """Number of classes ``C`` of ``labels``."""
-    return int(self.labels.max()) + 1
-
-  def __repr__(self) -> str:
-    return (f"Split(name={self.name!r}, images={self.images.shape}, "
-            f"num_classes={self.num_classes}, label_sets={sorted(self.label_sets)})")
-
-
-def _as_int32_labels(values, n: int, what: str) -> np.ndarray:
-  """Validates an integer label array of shape ``[n]`` and returns it as int32."""
-  values = np.asarray(values)
-  if values.ndim != 1 or values.shape[0] != n:
-    raise ValueError(f"{what} must have shape [{n}] (one per image), got {values.shape}.")
-  if not np.issubdtype(values.dtype, np.integer):
-    raise ValueError(f"{what} must be integers, got dtype {values.dtype}.")
-  if values.size and (values.min() < np.iinfo(np.int32).min or
-                      values.max() > np.iinfo(np.int32).max):
-    raise ValueError(f"{what} do not fit in int32.")
-  return values.astype(np.int32)
-
-
-def class_split(images: np.ndarray, labels: np.ndarray, *, train_classes: Sequence[int],
-                test_classes: Sequence[int], min_per_class: int = 2,
-                name: str = "dataset") -> dict[str, Split]:
-  """Class-disjoint train/test split (zero-shot protocol: test classes are never trained on).
-
-  Example ``i`` goes to ``'train'`` if ``labels[i]`` is in ``train_classes``, to ``'test'``
-  if it is in ``test_classes``, and nowhere otherwise; the original order is kept. Each
-  split's ``labels`` are the rank of the original label in the *sorted* class list of that
-  split (``sorted(train_classes)[k] -> k``), and ``label_sets['class']`` keeps the original
-  label.
-
-  Args:
-    images: ``[N, H, W, C]`` array or ``LazyImages`` (kept lazy).
-    labels: int ``[N]`` original class ids.
-    train_classes: the class ids of the train split (non-empty, no duplicates).
-    test_classes: the class ids of the test split (non-empty, disjoint from train).
-    min_per_class: every requested class must have at least this many examples (2: a
-      retrieval query needs another example of its class).
-    name: prefix of the split names (``'{name}:train'``, ``'{name}:test'``).
-
-  Returns:
-    ``{'train': Split, 'test': Split}``.
-
-  Raises:
-    ValueError: an empty or duplicated class list, overlapping classes, or a class with
-      fewer than ``min_per_class`` examples (naming the class).
-  """
-  if not isinstance(images, LazyImages):
-    images = np.asarray(images)
-  labels = np.asarray(labels)
-  if images.ndim != 4:
-    raise ValueError(f"images must have rank 4 [N, H, W, C], got shape {images.shape}.")
-  if labels.ndim != 1 or labels.shape[0] != images.shape[0]:
-    raise ValueError(f"labels must have shape [{images.shape[0]}], got {labels.shape}.")
-  if not np.issubdtype(labels.dtype, np.integer):
-    raise ValueError(f"labels must be integers, got dtype {labels.dtype}.")
-  train_classes = _check_classes(train_classes, "train_classes")
-  test_classes = _check_classes(test_classes, "test_classes")
-  overlap = sorted(set(train_classes) & set(test_classes))
-  if overlap:
-    raise ValueError(f"train_classes and test_classes overlap in {overlap}; a class-disjoint "
-                     "split needs disjoint class lists.")
-  counts = {c: int(np.sum(labels == c)) for c in train_classes + test_classes}
-  too_small = {c: k for c, k in counts.items() if k < min_per_class}
-  if too_small:
-    raise ValueError(f"classes with fewer than min_per_class={min_per_class} examples "
-                     f"(class: count): {too_small}.")
-  splits = {}
-  for split, classes in (("train", train_classes), ("test", test_classes)):
-    classes = np.asarray(sorted(classes))
-    keep = np.isin(labels, classes)
-    original = labels[keep]
-    splits[split] = Split(images=take(images, np.flatnonzero(keep)),
-                          labels=np.searchsorted(classes, original),
-                          label_sets={"class": original}, name=f"{name}:{split}")
-  return splits
-
-
-def _check_classes(classes: Sequence[int], what: str) -> list[int]:
-  """Validates a list of distinct integer class ids and returns it as a list of ints."""
-  try:
-    values = [int(c) for c in classes]
-  except (TypeError, ValueError):
-    raise ValueError(f"{what} must be a sequence of integers, got {classes!r}.") from None
-  if any(v != c for v, c in zip(values, classes)):
-    raise ValueError(f"{what} must be integers, got {classes!r}.")
-  if not values:
-    raise ValueError(f"{what} is empty; the split would contain no examples.")
-  duplicates = sorted({v for v in values if values.count(v) > 1})
-  if duplicates:
-    raise ValueError(f"{what} lists {duplicates} more than once.")
-  return values
+from dml_jax.data.splits import Split, check_classes, class_split  # pylint: disable=unused-import
 
 
 def check_digits(train_digits: Sequence[int], test_digits: Sequence[int], *,
@@ -188,7 +31,7 @@ def check_digits(train_digits: Sequence[int], test_digits: Sequence[int], *,
   """
   lists = []
   for what, digits in (("train_digits", train_digits), ("test_digits", test_digits)):
-    values = _check_classes(digits, what)
+    values = check_classes(digits, what)
     bad = [d for d in values if not 0 <= d <= 9]
     if bad:
       raise ValueError(f"{what} contains {bad}; digits must be in 0..9.")
@@ -301,7 +144,7 @@ def write_digit_images(root: str, *, train_digits: Sequence[int] = (0, 1, 2, 3, 
   images, labels = _sklearn_digits()
   counts = {}
   for split, digits in (("train", train_digits), ("test", test_digits)):
-    digits = _check_classes(digits, f"{split}_digits")
+    digits = check_classes(digits, f"{split}_digits")
     counts[split] = 0
     for d in digits:
       folder = os.path.join(root, split, str(d))

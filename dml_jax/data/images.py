@@ -8,7 +8,7 @@ decodes the selected records in a thread pool and applies the evaluation transfo
 array. Training draws its augmented batches from the same records through
 ``pipeline.train_batches``, which reads ``records``, ``indices`` and ``options``.
 
-A ``Split`` (``digits.Split``) accepts a ``LazyImages`` as its ``images``.
+A ``Split`` (``splits.Split``) accepts a ``LazyImages`` as its ``images``.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from __future__ import annotations
 from absl import logging
 import numpy as np
 
-from dml_jax.data.digits import Split
+from dml_jax.data.splits import Split
 from dml_jax.data.images import take
 
 

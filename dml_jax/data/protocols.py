@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from dml_jax.data import digits as digits_lib
-from dml_jax.data.digits import Split
+from dml_jax.data.splits import Split
 
 
 @dataclasses.dataclass(frozen=True)

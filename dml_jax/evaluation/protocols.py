@@ -41,6 +41,7 @@ from typing import Mapping, NamedTuple, Sequence
 import ml_collections
 import numpy as np
 
+from dml_jax.data import splits as splits_lib
 from dml_jax.evaluation import report
 
 
@@ -116,35 +117,8 @@ def parse_protocol(protocol: str, splits: Mapping) -> Protocol:
                          f"{label_set!r}; available: "
                          f"{', '.join(sorted(splits[name].label_sets)) or 'none'}.")
   if gallery and not label_set:
-    _check_shared_label_space(protocol, splits[split], splits[gallery])
+    splits_lib.check_shared_label_space(protocol, splits[split], splits[gallery])
   return Protocol(split, label_set or None, gallery or None)
-
-
-def _relabelling(split) -> dict | None:
-  """``{primary label: original class}`` when ``labels`` relabel ``label_sets['class']``
-  one to one, else ``None`` (no ``'class'`` set, or labels that group classes)."""
-  if "class" not in split.label_sets:
-    return None
-  pairs = np.unique(np.stack([split.labels, split.label_sets["class"]]), axis=1)
-  if len(np.unique(pairs[0])) != pairs.shape[1] or len(np.unique(pairs[1])) != pairs.shape[1]:
-    return None
-  return dict(zip(pairs[0].tolist(), pairs[1].tolist()))
-
-
-def _check_shared_label_space(protocol: str, query, gallery) -> None:
-  """A query@gallery protocol compares primary labels: they must name the same classes on
-  both sides (e.g. In-Shop query / gallery), not two separate numberings."""
-  a, b = _relabelling(query), _relabelling(gallery)
-  if a is None or b is None:
-    return
-  clash = [k for k in a.keys() & b.keys() if a[k] != b[k]]
-  if clash:
-    k = clash[0]
-    raise ValueError(
-        f"Evaluation protocol {protocol!r}: label {k} is class {a[k]} in {query.name!r} but "
-        f"class {b[k]} in {gallery.name!r} ({len(clash)} such labels): the two splits number "
-        "their classes separately. Compare the original classes with a label set, e.g. "
-        f"{protocol.split('@')[0]}:class@{protocol.split('@')[1]}.")
 
 
 def protocol_labels(split, label_set: str | None) -> np.ndarray:

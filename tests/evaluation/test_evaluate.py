@@ -6,6 +6,7 @@ import os
 import numpy as np
 import pytest
 
+from dml_jax import data
 from dml_jax.data import digits
 from dml_jax.evaluation import compute
 from dml_jax.evaluation import metrics
@@ -83,7 +84,7 @@ def toy_splits(seed=0):
     y = rng.integers(0, classes, size=n)
     y[:classes] = np.arange(classes)   # contiguous ids
     x = rng.normal(size=(n, 1, 1, 4)) + 2.0 * np.eye(4)[y % 4][:, None, None, :]
-    return digits.Split(images=x, labels=y, label_sets={"coarse": y // 2, "fine": y},
+    return data.Split(images=x, labels=y, label_sets={"coarse": y // 2, "fine": y},
                         name=f"toy:{name}")
 
   return {"train": split("train", 40, 6), "test": split("test", 30, 6),
@@ -104,7 +105,7 @@ def test_parse_protocol_gallery_syntax():
   ]:
     with pytest.raises(ValueError, match=match):
       protocols_lib.parse_protocol(bad, splits)
-  splits["train"] = digits.Split(images=splits["train"].images, labels=splits["train"].labels,
+  splits["train"] = data.Split(images=splits["train"].images, labels=splits["train"].labels,
                                  name="toy:train")
   with pytest.raises(ValueError, match="split 'train' has no label set 'coarse'"):
     protocols_lib.parse_protocol("test:coarse@train", splits)
@@ -213,7 +214,7 @@ def test_gallery_protocol_refuses_separately_numbered_splits():
   """Class-disjoint splits both number their classes from 0: 'test@train' would match
   unrelated classes; the error points to the original classes ('test:class@train')."""
   images = np.zeros((8, 2, 2, 1), np.float32)
-  splits = digits.class_split(images, np.array([0, 0, 1, 1, 2, 2, 3, 3]),
+  splits = data.class_split(images, np.array([0, 0, 1, 1, 2, 2, 3, 3]),
                               train_classes=[0, 1], test_classes=[2, 3])
   with pytest.raises(ValueError, match=r"label 0 is class 2 .* class 0 .*test:class@train"):
     protocols_lib.parse_protocol("test@train", splits)
