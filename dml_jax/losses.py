@@ -10,22 +10,20 @@ memory (``O(B N log N)`` for the triplet form), never ``[B, P, N]``.
 
 from __future__ import annotations
 
-import numbers
-
 import jax
 import jax.numpy as jnp
 
-TRIPLET_REDUCTIONS = ("mean", "sum")
+from dml_jax import hparams
+
+# The reductions of per-term values to a loss (see :func:`reduce`); every objective reduces with
+# it, and each family accepts the subset its papers use as a hyper-parameter.
+REDUCTIONS = ("mean", "sum", "batch", "balanced", "nonzero")
+TRIPLET_REDUCTIONS = ("mean", "sum")   # over an anchor's negatives (``triplet_all_negatives``)
 _EMPTY_LOGSUMEXP = -1e30   # stand-in for log(0): finite, so gradients stay finite
 
 
 def _f32(*xs):
   return tuple(jnp.asarray(x).astype(jnp.float32) for x in xs)
-
-
-def _check_temperature(temperature) -> None:
-  if isinstance(temperature, numbers.Real) and not temperature > 0:
-    raise ValueError(f"temperature must be > 0, got {temperature!r}.")
 
 
 def masked_mean(values: jax.Array, valid: jax.Array) -> jax.Array:
@@ -44,6 +42,64 @@ def masked_mean(values: jax.Array, valid: jax.Array) -> jax.Array:
   values, = _f32(values)
   count = jnp.sum(valid, dtype=jnp.float32)
   total = jnp.sum(jnp.where(valid, values, 0.0))
+  return total / jnp.maximum(count, 1.0)
+
+
+def reduce(values: jax.Array, mask, mode: str = "mean", *,
+           counts: jax.Array | float | None = None) -> jax.Array:
+  """Reduces per-term values to a loss over the terms in ``mask``; the one vocabulary of
+  reductions of every objective (each family accepts a subset as a hyper-parameter).
+
+  With ``m_t`` the mask and ``v_t`` the values:
+
+  * ``'mean'``: ``sum_t [m_t] v_t / max(1, sum_t [m_t] c_t)``, ``c_t = counts`` (default 1: the
+    mean over the valid terms, :func:`masked_mean`; e.g. ``counts=2`` per margin term = the
+    mean over its two hinges);
+  * ``'nonzero'``: the same with ``c_t`` the number of non-zero parts of the term (``counts``;
+    default ``[v_t > 0]``): the mean over non-zero terms (released margin-loss code);
+  * ``'sum'``: ``sum_t [m_t] v_t`` (e.g. values already weighted by a distribution);
+  * ``'batch'``: ``sum_t [m_t] v_t / R`` with ``R = values.shape[0]`` the number of rows
+    (anchors), valid or not (the multi-similarity and lifted-structure normalisation);
+  * ``'balanced'``: ``mask`` is a tuple of group masks (e.g. ``(positive pairs, negative
+    pairs)``): the sum of the groups' means (pair losses: the 1/n+ and 1/n- weights of Yi et
+    al. 2014).
+
+  Every mode gives exactly 0 with zero gradient when the mask is empty; ``mask=None`` takes
+  every entry (e.g. values already multiplied by weights that vanish outside the candidates).
+  ``counts`` and the mask carry no gradient (``counts`` is read under stop-gradient).
+
+  Args:
+    values: float, any shape (e.g. per-term ``[B, P]`` or per-anchor ``[B]``); finite where
+      masked out.
+    mask: bool, broadcastable to ``values``, or ``None`` (every entry); for ``'balanced'`` a
+      tuple of such masks.
+    mode: one of ``REDUCTIONS``.
+    counts: ``'mean'`` / ``'nonzero'`` only: float, broadcastable to ``values``.
+
+  Returns:
+    float32 scalar.
+  """
+  hparams.mode("reduction", mode, REDUCTIONS)
+  if mode == "balanced":
+    if not isinstance(mask, tuple):
+      raise ValueError("reduction 'balanced' needs a tuple of group masks, e.g. (pos, neg).")
+    total = masked_mean(values, mask[0])
+    for group in mask[1:]:
+      total = total + masked_mean(values, group)
+    return total
+  if mask is None and mode in ("mean", "nonzero"):
+    mask = jnp.ones(jnp.shape(values), bool)
+  if mode == "mean" and counts is None:
+    return masked_mean(values, mask)
+  values, = _f32(values)
+  total = jnp.sum(values if mask is None else jnp.where(mask, values, 0.0))
+  if mode == "sum":
+    return total
+  if mode == "batch":
+    return total / values.shape[0]
+  if counts is None:   # 'nonzero'
+    counts = (values > 0).astype(jnp.float32)
+  count = jnp.sum(jnp.where(mask, jax.lax.stop_gradient(counts), 0.0))
   return total / jnp.maximum(count, 1.0)
 
 
@@ -100,7 +156,7 @@ def nca(s_ap: jax.Array, s_an: jax.Array, *, temperature: float = 0.1) -> jax.Ar
   Returns:
     float32 per-term losses.
   """
-  _check_temperature(temperature)
+  hparams.positive_if_static("temperature", temperature)
   s_ap, s_an = _f32(s_ap, s_an)
   return jax.nn.softplus((s_an - s_ap) / temperature)
 
@@ -121,7 +177,7 @@ def nca_2nd(s_ap: jax.Array, s_an: jax.Array, *, temperature: float = 1.0) -> ja
   Returns:
     float32 per-term losses.
   """
-  _check_temperature(temperature)
+  hparams.positive_if_static("temperature", temperature)
   lp, ln = second_order_logits(s_ap, s_an)
   return jax.nn.softplus((ln - lp) / temperature)
 
@@ -146,7 +202,7 @@ def nca_all_negatives(s_ap: jax.Array, s_neg: jax.Array, neg_mask: jax.Array, *,
   Returns:
     float32 ``[B, P]`` per-term losses.
   """
-  _check_temperature(temperature)
+  hparams.positive_if_static("temperature", temperature)
   if order not in (1, 2):
     raise ValueError(f"order must be 1 or 2, got {order!r}.")
   s_ap, s_neg = _f32(s_ap, s_neg)
@@ -198,8 +254,7 @@ def triplet_all_negatives(d2_ap: jax.Array, d2_neg: jax.Array, neg_mask: jax.Arr
   Returns:
     float32 ``[B, P]`` per-term losses.
   """
-  if reduction not in TRIPLET_REDUCTIONS:
-    raise ValueError(f"Unknown reduction {reduction!r}; allowed: {', '.join(TRIPLET_REDUCTIONS)}.")
+  hparams.mode("reduction", reduction, TRIPLET_REDUCTIONS)
   d2_ap, d2_neg = _f32(d2_ap, d2_neg)
   b = d2_neg.shape[0]
   keys = jnp.where(neg_mask, jax.lax.stop_gradient(d2_neg), jnp.inf)
@@ -285,10 +340,8 @@ def proxy_nca(d2: jax.Array, class_mask: jax.Array, *, temperature: float = 1.0,
   Returns:
     float32 ``[B]`` per-anchor losses.
   """
-  _check_temperature(temperature)
-  if denominator not in PROXY_DENOMINATORS:
-    raise ValueError(f"Unknown denominator {denominator!r}; allowed: "
-                     f"{', '.join(PROXY_DENOMINATORS)}.")
+  hparams.positive_if_static("temperature", temperature)
+  hparams.mode("denominator", denominator, PROXY_DENOMINATORS)
   d2, = _f32(d2)
   logits = -d2 / temperature
   positive = -jnp.sum(jnp.where(class_mask, logits, 0.0), axis=1)

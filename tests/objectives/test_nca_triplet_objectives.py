@@ -15,6 +15,7 @@ from dml_test_support import objective_value_and_grad, random_batch
 from dml_jax import losses
 from dml_jax import mining
 from dml_jax import objectives
+from dml_jax.objectives import _common as objectives_common
 from dml_jax import similarity as sim
 
 # Two classes of 3, two of 2 and two singletons (anchors 10 and 11 have no positive).
@@ -553,7 +554,7 @@ def test_negative_of_term_gathers_each_selected_term_with_its_gradient():
 
   def total(x, fast):
     if fast:
-      x_an = objectives._negative_of_term(x, sel, positive="random")
+      x_an = objectives_common.negative_of_term(x, sel, positive="random")
     else:
       x_an = jnp.take_along_axis(x, sel.negative, axis=1)
     return jnp.sum(jnp.where(sel.valid, jnp.sin(3 * x_an) * x, 0.0))

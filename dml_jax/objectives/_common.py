@@ -1,0 +1,137 @@
+"""Pieces shared by the objective families: input checks, ``init`` of parameter-free
+objectives, the ``aux`` diagnostics and differentiable gathers of selected terms."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+from dml_jax import losses
+from dml_jax import mining
+from dml_jax import similarity as sim
+
+PAIR_ACTIVE_WEIGHT = 1e-3              # a pair is active when |dl/dS| exceeds this
+
+
+def check_batch(embeddings, labels):
+  """Trace-time checks of ``apply``'s inputs; returns them as arrays."""
+  embeddings, labels = jnp.asarray(embeddings), jnp.asarray(labels)
+  if embeddings.ndim != 2:
+    raise ValueError(f"embeddings must have rank 2 [B, D], got shape {embeddings.shape}.")
+  if not jnp.issubdtype(embeddings.dtype, jnp.floating):
+    raise ValueError(f"embeddings must be floating point, got dtype {embeddings.dtype}.")
+  if not jnp.issubdtype(labels.dtype, jnp.integer):
+    raise ValueError(f"labels must be integers, got dtype {labels.dtype}.")
+  if labels.shape != embeddings.shape[:1]:
+    raise ValueError(f"labels must have shape [B] = ({embeddings.shape[0]},), got {labels.shape}.")
+  return embeddings, labels
+
+
+def check_rng(rng, *, name: str, positive: str, negative: str):
+  """``rng``, or ``ValueError`` when the selection ``(positive, negative)`` needs one."""
+  if rng is None and mining.is_stochastic(positive=positive, negative=negative):
+    raise ValueError(f"objective {name!r} with positive={positive!r}, negative={negative!r} "
+                     "draws random numbers; pass rng=<PRNG key> to apply.")
+  return rng
+
+
+def check_label_range(labels: jax.Array, num: int, *, what: str) -> jax.Array:
+  """bool ``[B]``: ``0 <= labels < num``. Concrete (not traced) labels out of range raise.
+
+  Under ``jit`` label values are unknown at trace time: callers turn out-of-range anchors into
+  NaN losses (the trainer's NaN guard then stops, naming the step) instead of silently
+  clamping the gather.
+  """
+  if not isinstance(labels, jax.core.Tracer) and labels.size:
+    lo, hi = int(jnp.min(labels)), int(jnp.max(labels))
+    if lo < 0 or hi >= num:
+      raise ValueError(f"labels must lie in [0, {num}) (the {what} were initialised with "
+                       f"num_classes={num}); got labels in [{lo}, {hi}].")
+  return (labels >= 0) & (labels < num)
+
+
+def param(params, key: str, *, name: str) -> jax.Array:
+  """``params[key]`` as an array, or ``ValueError`` saying ``init``'s dict is needed."""
+  if not isinstance(params, dict) or key not in params:
+    raise ValueError(f"objective {name!r} needs params[{key!r}]; pass the dict returned by "
+                     f"init(rng, num_classes=..., dim=...), got {params!r:.80}.")
+  return jnp.asarray(params[key])
+
+
+def no_params(rng, *, num_classes: int, dim: int) -> dict:
+  """``init`` of a parameter-free objective: returns ``{}``."""
+  del rng, num_classes, dim
+  return {}
+
+
+def row_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
+  """``[B, N]`` -> ``[B]``: mean of ``x`` over the masked entries of each row (0 if none)."""
+  count = jnp.sum(mask, axis=1, dtype=jnp.float32)
+  return jnp.sum(jnp.where(mask, x, 0.0), axis=1) / jnp.maximum(count, 1.0)
+
+
+def aux(valid: jax.Array, active: jax.Array, s_ap: jax.Array, s_an: jax.Array) -> dict:
+  """The diagnostics of every objective (package docstring); all ``[B, N]`` inputs."""
+  s_ap, s_an = jax.lax.stop_gradient(s_ap), jax.lax.stop_gradient(s_an)
+  return {
+      "valid_fraction": jnp.mean(jnp.any(valid, axis=1).astype(jnp.float32)),
+      "active_fraction": losses.masked_mean(active.astype(jnp.float32), valid),
+      "mean_s_ap": losses.masked_mean(s_ap, valid),
+      "mean_s_an": losses.masked_mean(jnp.broadcast_to(s_an, valid.shape), valid),
+  }
+
+
+def negative_of_term(x: jax.Array, sel: mining.Selection, *, positive: str) -> jax.Array:
+  """Each term's ``x[a, n]`` at its negative ``n = sel.negative[a, p]``, differentiably.
+
+  With one positive per anchor (``positive`` not ``'all'``) only the term ``(a, p_a)`` counts:
+  its negative ``i_a = sum_p [pairs_ap] negative_ap`` is gathered as ``[B, 1]`` (broadcasts over
+  the row; the gradient is a ``B``-entry scatter instead of ``B^2``). Equal to the ``[B, N]``
+  gather on every selected term; invalid terms are masked by the callers.
+
+  Args:
+    x: float ``[B, N]`` (e.g. ``S`` or ``d^2``).
+    sel: the :class:`mining.Selection`.
+    positive: the positive mode of ``sel``.
+
+  Returns:
+    float ``[B, 1]`` (single positive) or ``[B, N]`` (``'all'``).
+  """
+  if positive == "all":
+    return jnp.take_along_axis(x, sel.negative, axis=1)
+  i = jnp.sum(jnp.where(sel.pairs, sel.negative, 0), axis=1, dtype=jnp.int32)   # [B]
+  return jnp.take_along_axis(x, i[:, None], axis=1)
+
+
+# --- Pair-based objectives (``pairs``, ``dro``) ---------------------------------------------
+
+
+def pair_batch(embeddings, labels, similarity: str):
+  """``(s, sg, pos, neg)``: float32 ``S [B, B]``, its stop-gradient and the label masks."""
+  embeddings, labels = check_batch(embeddings, labels)
+  s = sim.pairwise_similarity(embeddings, kind=similarity)
+  pos, neg = sim.label_masks(labels)
+  return s, jax.lax.stop_gradient(s), pos, neg
+
+
+def pair_aux(entering: jax.Array, term_fn: Callable, sg: jax.Array, pos: jax.Array,
+             neg: jax.Array) -> dict:
+  """The diagnostics of a pair objective (``pairs`` module docstring); ``term_fn(S)`` -> its
+  terms, whose gradient weights ``|dl/dS_ij|`` say which entering pairs are active."""
+  weight = jax.grad(lambda x: jnp.sum(term_fn(x)))(sg)          # dl/dS_ij per pair
+  out = aux(entering, jnp.abs(weight) > PAIR_ACTIVE_WEIGHT, sg, sg)
+  out["mean_s_ap"] = losses.masked_mean(sg, entering & pos)
+  out["mean_s_an"] = losses.masked_mean(sg, entering & neg)
+  return out
+
+
+def clamp_k(k: int, available: int, *, name: str, what: str = "k") -> int:
+  """``min(k, available)``, with a warning (at trace time) when ``k`` is clamped."""
+  if k > available:
+    warnings.warn(f"objective {name!r}: {what}={k} exceeds the {available} ordered pairs of "
+                  f"the batch; using {what}={available}.", stacklevel=3)
+    return available
+  return k

@@ -1,0 +1,224 @@
+"""Pair-based objectives without DRO: ``contrastive``, ``binomial``, ``multi_similarity``,
+``lifted_structure``.
+
+Terms are the ordered pairs ``(i, j)``, ``i != j``, of the batch (self pairs are never
+positives or negatives); ``multi_similarity`` and ``lifted_structure`` group them per anchor.
+Their ``aux`` (shared with ``dro``, ``_common.pair_aux``): ``'valid_fraction'`` = fraction of
+anchors with at least one pair entering the loss; ``'active_fraction'`` = fraction of the
+entering pairs whose own gradient weight ``|dl/dS_ij|`` exceeds ``PAIR_ACTIVE_WEIGHT`` (of the
+pair loss, or of the anchor's term for ``multi_similarity`` and ``lifted_structure``; before any
+DRO weight); ``'mean_s_ap'`` / ``'mean_s_an'`` = mean ``S`` over the entering positive /
+negative pairs (0 when there is none).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax.numpy as jnp
+
+from dml_jax import hparams
+from dml_jax import losses
+from dml_jax import mining
+from dml_jax import similarity as sim
+from dml_jax.objectives import _common
+
+PAIR_REDUCTIONS = ("mean", "balanced")   # of losses.REDUCTIONS
+MS_DUPLICATE_SIMILARITY = 1.0 - 1e-5     # released MS code keeps positives with S < 1 - 1e-5
+
+
+def _pairwise_apply(pair_fn: Callable, *, reduction: str, similarity: str) -> Callable:
+  """``apply`` of an objective averaging an elementwise pair loss over all pairs."""
+
+  def apply(params, embeddings, labels, *, rng=None):
+    del params, rng
+    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity)
+    pairs = pos | neg
+    values = pair_fn(s, pos)                                           # [B, B]
+    loss = losses.reduce(values, pairs if reduction == "mean" else (pos, neg), reduction)
+    return loss, _common.pair_aux(pairs, lambda x: pair_fn(x, pos), sg, pos, neg)
+
+  return apply
+
+
+def contrastive(*, pos_margin: float = 1.0, neg_margin: float = 0.5, reduction: str = "mean",
+                similarity: str = "cosine"):
+  """Contrastive loss over all ordered pairs (Hadsell, Chopra & LeCun, CVPR 2006).
+
+  ``l_ij = [pos_margin - S_ij]_+`` for positive pairs, ``[S_ij - neg_margin]_+`` for negative
+  ones (``losses.contrastive``). Defaults: on the unit sphere (``d^2 = 2 - 2S``)
+  ``pos_margin = 1`` gives ``[1 - S]_+ = d^2 / 2``, Hadsell et al.'s positive term ``D^2 / 2``
+  (positives are pulled together until they coincide), and ``neg_margin = 0.5`` gives
+  ``[1 - d^2]_+ / 2``, their hinge on negatives with margin distance 1 (60 degrees), at the
+  cosine 0.5 that is also the threshold ``lambda`` of the MS, binomial and DRO losses here.
+
+  Reduction over the pairs ``(i, j)``, ``i != j``: ``'mean'`` (default, Hadsell et al.'s
+  average over all pairs) or ``'balanced'`` (mean over positive pairs + mean over negative
+  pairs, the 1/n+ and 1/n- weights of Yi et al. 2014, against the pair imbalance). A batch with
+  no pair (``B = 1``) gives 0.
+
+  Args:
+    pos_margin: default 1.0 (similarity units).
+    neg_margin: default 0.5.
+    reduction: ``'mean'`` (default) or ``'balanced'``.
+    similarity: ``'cosine'`` (default), ``'dot'`` or ``'neg_sq_euclidean'`` (margins are in the
+      units of ``S``).
+
+  Returns:
+    ``(init, apply)``; use ``make('contrastive', ...)``.
+  """
+  pos_margin = hparams.real("pos_margin", pos_margin)
+  neg_margin = hparams.real("neg_margin", neg_margin)
+  hparams.choice("reduction", reduction, PAIR_REDUCTIONS)
+  hparams.choice("similarity", similarity, sim.KINDS)
+  pair_fn = lambda s, pos: losses.contrastive(s, pos, pos_margin=pos_margin,
+                                              neg_margin=neg_margin)
+  return _common.no_params, _pairwise_apply(pair_fn, reduction=reduction, similarity=similarity)
+
+
+def binomial(*, alpha: float = 40.0, beta: float = 2.0, base: float = 0.5,
+             reduction: str = "balanced", similarity: str = "cosine"):
+  """Binomial deviance loss over all ordered pairs (Yi, Lei & Li 2014; DRO paper §4).
+
+  The DRO released scripts' form (DESIGN §4, ``losses.binomial``): positives
+  ``(2/beta) log(1 + e^{-beta (S - lambda)})``, negatives ``(2/alpha) log(1 + e^{alpha (S -
+  lambda)})`` with ``alpha = 40``, ``beta = 2``, ``lambda = base = 0.5``. (Yi et al. write one
+  scale and a cost ``C`` on negatives; the two scales here play those roles.) Note ``beta``
+  scales the positives and ``alpha`` the negatives, the opposite of ``multi_similarity``.
+
+  Reduction: ``'balanced'`` (default; Yi et al.'s pair weights 1/n+ for positive and 1/n- for
+  negative pairs: mean over positive pairs + mean over negative pairs) or ``'mean'`` (all pairs
+  alike, the DRO paper's ``F_avg``).
+
+  Args:
+    alpha: negative scale ``> 0``, default 40.
+    beta: positive scale ``> 0``, default 2.
+    base: ``lambda``, default 0.5.
+    reduction: ``'balanced'`` (default) or ``'mean'``.
+    similarity: default ``'cosine'``.
+
+  Returns:
+    ``(init, apply)``; use ``make('binomial', ...)``.
+  """
+  alpha = hparams.number("alpha", alpha, positive=True)
+  beta = hparams.number("beta", beta, positive=True)
+  base = hparams.real("base", base)
+  hparams.choice("reduction", reduction, PAIR_REDUCTIONS)
+  hparams.choice("similarity", similarity, sim.KINDS)
+  pair_fn = lambda s, pos: losses.binomial(s, pos, alpha=alpha, beta=beta, base=base)
+  return _common.no_params, _pairwise_apply(pair_fn, reduction=reduction, similarity=similarity)
+
+
+def multi_similarity(*, alpha: float = 2.0, beta: float = 50.0, base: float = 0.5,
+                     epsilon: float = 0.1, positive: str = "ms", negative: str = "ms",
+                     negative_reference: str = "hardest", skip_duplicate_positives: bool = False,
+                     similarity: str = "cosine"):
+  """Multi-similarity loss with MS mining (Wang et al. 2019; DRO paper eq. 2), official code.
+
+  Per anchor ``a`` with mined sets ``P'_a``, ``N'_a`` (``mining.multi_similarity_pairs``):
+  ``L_a = (1/alpha) log(1 + sum_{P'_a} e^{-alpha (S_ap - lambda)})
+  + (1/beta) log(1 + sum_{N'_a} e^{beta (S_an - lambda)})``; ``L = sum_a L_a / B`` over all
+  ``B`` anchors (released code), where an anchor with an empty ``P'_a`` or ``N'_a`` contributes
+  0. Mining (official code): positives exclude self; keep negatives with
+  ``S_an + epsilon > min_{P_a} S_ap`` and positives with ``S_ap - epsilon < max_{N_a} S_an``.
+
+  Variants (``positive``, ``negative``): MS = (``'ms'``, ``'ms'``) [default]; no mining =
+  (``'all'``, ``'all'``), eq. 2 over every pair, the loss whose gradient DRO-KL grouped with
+  pseudo pairs recovers (DRO paper eqs. 25-27); EPS + MS = (``'easy'``, ``'ms'``) (EPS paper
+  §5.2.2: "we replace the positive hard-mining method with EPS and use the same hard-negative
+  method": the single easiest positive replaces MS positive mining).
+
+  ``negative_reference`` says which ``S_ap`` the MS negative rule compares with:
+  ``'hardest'`` (default) ``min_{P_a} S_ap`` over all positives, the MS rule unchanged, as the
+  paper's "same hard-negative method" and Roth et al.'s code (computed from all positives
+  before the positive filter) read; ``'selected'`` the minimum over the positives the loss
+  sees, i.e. with EPS the easy positive's own ``S_ap`` (keeps only ``S_an + epsilon >
+  S_a,easy``: fewer, harder negatives; this library's rule before issue 18). They differ only
+  with ``positive='easy'``.
+
+  Defaults: ``alpha = 2``, ``beta = 50``, ``lambda = base = 0.5``, ``epsilon = 0.1`` (MS paper;
+  the official repository's configs use ``beta = 40``, the EPS paper ``lambda = 1``).
+
+  Args:
+    alpha: positive scale ``> 0``, default 2.
+    beta: negative scale ``> 0``, default 50.
+    base: ``lambda``, default 0.5.
+    epsilon: mining margin ``>= 0``, default 0.1.
+    positive: ``'ms'`` (default), ``'all'`` or ``'easy'``.
+    negative: ``'ms'`` (default) or ``'all'``.
+    negative_reference: ``'hardest'`` (default) or ``'selected'``.
+    skip_duplicate_positives: released MS code selects positives by ``S < 1 - 1e-5``, which also
+      drops duplicates of the anchor; True reproduces that (cosine only). Default False: only the
+      anchor itself is excluded (by index).
+    similarity: default ``'cosine'``.
+
+  Returns:
+    ``(init, apply)``; use ``make('multi_similarity', ...)``.
+  """
+  alpha = hparams.number("alpha", alpha, positive=True)
+  beta = hparams.number("beta", beta, positive=True)
+  base = hparams.real("base", base)
+  epsilon = hparams.number("epsilon", epsilon, positive=False)
+  hparams.choice("positive", positive, mining.MS_POSITIVE_MODES)
+  hparams.choice("negative", negative, mining.MS_NEGATIVE_MODES)
+  hparams.choice("negative_reference", negative_reference, mining.MS_NEGATIVE_REFERENCES)
+  hparams.flag("skip_duplicate_positives", skip_duplicate_positives)
+  hparams.choice("similarity", similarity, sim.KINDS)
+  if skip_duplicate_positives and similarity != "cosine":
+    raise ValueError("skip_duplicate_positives is a threshold on the cosine similarity; it needs "
+                     f"similarity='cosine', got {similarity!r}.")
+
+  def apply(params, embeddings, labels, *, rng=None):
+    del params, rng
+    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity)
+    if skip_duplicate_positives:
+      pos = pos & (sg < MS_DUPLICATE_SIMILARITY)
+    pk, nk = mining.multi_similarity_pairs(sg, pos, neg, epsilon=epsilon, positive=positive,
+                                           negative=negative,
+                                           negative_reference=negative_reference)
+    valid = (jnp.any(pk, axis=1) & jnp.any(nk, axis=1))[:, None]
+    pk, nk = pk & valid, nk & valid
+    term_fn = lambda x: losses.multi_similarity(x, pk, nk, alpha=alpha, beta=beta, base=base)
+    loss = losses.reduce(term_fn(s), valid[:, 0], "batch")
+    return loss, _common.pair_aux(pk | nk, term_fn, sg, pos, neg)
+
+  return _common.no_params, apply
+
+
+def lifted_structure(*, base: float = 0.5, margin: float = 0.0, similarity: str = "cosine"):
+  """Generalised lifted structure loss (DRO paper eq. 3; Wang et al. 2019).
+
+  ``L_a = [log sum_{P_a} e^{lambda - S_ap} + log sum_{N_a} e^{S_an - lambda} + margin]_+``
+  (``losses.lifted_structure``) over all positives and negatives (no mining);
+  ``L = sum_a L_a / B`` over all ``B`` anchors (eq. 3 is a sum; we divide by ``B`` as
+  ``multi_similarity`` does, so the scale does not grow with the batch). An anchor without a
+  positive or a negative contributes 0.
+
+  ``lambda = base`` cancels between the two logs: it is kept for fidelity to eq. 3 and does not
+  change the loss. ``margin`` (default 0 = eq. 3) shifts the hinge, as in the generalised lifted
+  structure of Hermans et al. (2017). Gradient while the hinge is open (eq. 6):
+  ``dL_a/dS_ap = -softmax_{P_a}(-S)``, ``dL_a/dS_an = softmax_{N_a}(S)`` — what
+  ``dro_kl_grouped`` with ``gamma_pos = gamma_neg = 1`` recovers (eqs. 19-22).
+
+  Args:
+    base: ``lambda``, default 0.5 (no effect, see above).
+    margin: default 0.0.
+    similarity: default ``'cosine'``.
+
+  Returns:
+    ``(init, apply)``; use ``make('lifted_structure', ...)``.
+  """
+  base = hparams.real("base", base)
+  margin = hparams.real("margin", margin)
+  hparams.choice("similarity", similarity, sim.KINDS)
+
+  def apply(params, embeddings, labels, *, rng=None):
+    del params, rng
+    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity)
+    valid = (jnp.any(pos, axis=1) & jnp.any(neg, axis=1))[:, None]
+    p, n = pos & valid, neg & valid
+    term_fn = lambda x: losses.lifted_structure(x, p, n, base=base, margin=margin)
+    loss = losses.reduce(term_fn(s), valid[:, 0], "batch")
+    return loss, _common.pair_aux(p | n, term_fn, sg, pos, neg)
+
+  return _common.no_params, apply
