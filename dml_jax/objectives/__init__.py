@@ -29,12 +29,12 @@ when no term is valid), and returns these float32 scalar diagnostics in ``aux``:
 
 The pair-based objectives (``contrastive``, ``binomial``, ``multi_similarity``,
 ``lifted_structure``, ``dro_*``) use pair selections and per-pair weights instead of
-``mining.select``; their terms are pairs and their ``aux`` is defined in the ``pairs`` module.
+``mining.select``; their terms are pairs and their ``aux`` is defined in ``_pairs``.
 
-Layout: one module per family holds its builders and constants (``nca``: nca, nca_2nd;
-``triplet``: triplet, trimmed_triplet, margin; ``proxy``: proxy_nca; ``pairs``: contrastive,
-binomial, multi_similarity, lifted_structure; ``dro``: dro_topk, dro_topk_pn, dro_kl,
-dro_kl_grouped), ``_common`` the pieces they share; this package owns the registry. A new
+Layout: one private module per family holds its builders and constants (``_nca``: nca,
+nca_2nd; ``_triplet``: triplet, trimmed_triplet, margin; ``_proxy``: proxy_nca; ``_pairs``:
+contrastive, binomial, multi_similarity, lifted_structure; ``_dro``: dro_topk, dro_topk_pn,
+dro_kl, dro_kl_grouped), ``_common`` the pieces they share; this package owns the registry. A new
 objective = one builder in a family module + one line in ``REGISTRY`` + its test file.
 Hyper-parameter checks: ``dml_jax.hparams``; reductions: ``losses.reduce``.
 """
@@ -47,38 +47,38 @@ from typing import Any, Callable
 
 import jax
 
-# The family modules; their public names are this package's API (``objectives.nca``,
-# ``objectives.PAIR_REDUCTIONS``, ...). Imported as names, so ``objectives.nca`` and
-# ``objectives.triplet`` are the builders, not the modules of the same name.
+# The family modules are private (``_nca``, ``_triplet``, ``_proxy``, ``_pairs``, ``_dro``, as
+# optax's losses); their public names are this package's API (``objectives.nca``,
+# ``objectives.PAIR_REDUCTIONS``, ...).
 from dml_jax.objectives._common import PAIR_ACTIVE_WEIGHT
-from dml_jax.objectives.dro import DRO_KL_MODES
-from dml_jax.objectives.dro import DRO_PAIR_LOSSES
-from dml_jax.objectives.dro import dro_kl
-from dml_jax.objectives.dro import dro_kl_grouped
-from dml_jax.objectives.dro import dro_topk
-from dml_jax.objectives.dro import dro_topk_pn
-from dml_jax.objectives.nca import DUPLICATE_SIMILARITY
-from dml_jax.objectives.nca import NCA_ACTIVE_WEIGHT
-from dml_jax.objectives.nca import NCA_NEGATIVE_MODES
-from dml_jax.objectives.nca import nca
-from dml_jax.objectives.nca import nca_2nd
-from dml_jax.objectives.pairs import MS_DUPLICATE_SIMILARITY
-from dml_jax.objectives.pairs import PAIR_REDUCTIONS
-from dml_jax.objectives.pairs import binomial
-from dml_jax.objectives.pairs import contrastive
-from dml_jax.objectives.pairs import lifted_structure
-from dml_jax.objectives.pairs import multi_similarity
-from dml_jax.objectives.proxy import PROXY_ACTIVE_WEIGHT
-from dml_jax.objectives.proxy import proxy_nca
-from dml_jax.objectives.triplet import MARGIN_BETA_MODES
-from dml_jax.objectives.triplet import MARGIN_NEGATIVE_MODES
-from dml_jax.objectives.triplet import MARGIN_REDUCTIONS
-from dml_jax.objectives.triplet import TRIPLET_DISTANCES
-from dml_jax.objectives.triplet import TRIPLET_MIN_SQ_DISTANCE
-from dml_jax.objectives.triplet import TRIPLET_SIMILARITIES
-from dml_jax.objectives.triplet import margin
-from dml_jax.objectives.triplet import trimmed_triplet
-from dml_jax.objectives.triplet import triplet
+from dml_jax.objectives._dro import DRO_KL_MODES
+from dml_jax.objectives._dro import DRO_PAIR_LOSSES
+from dml_jax.objectives._dro import dro_kl
+from dml_jax.objectives._dro import dro_kl_grouped
+from dml_jax.objectives._dro import dro_topk
+from dml_jax.objectives._dro import dro_topk_pn
+from dml_jax.objectives._nca import DUPLICATE_SIMILARITY
+from dml_jax.objectives._nca import NCA_ACTIVE_WEIGHT
+from dml_jax.objectives._nca import NCA_NEGATIVE_MODES
+from dml_jax.objectives._nca import nca
+from dml_jax.objectives._nca import nca_2nd
+from dml_jax.objectives._pairs import MS_DUPLICATE_SIMILARITY
+from dml_jax.objectives._pairs import PAIR_REDUCTIONS
+from dml_jax.objectives._pairs import binomial
+from dml_jax.objectives._pairs import contrastive
+from dml_jax.objectives._pairs import lifted_structure
+from dml_jax.objectives._pairs import multi_similarity
+from dml_jax.objectives._proxy import PROXY_ACTIVE_WEIGHT
+from dml_jax.objectives._proxy import proxy_nca
+from dml_jax.objectives._triplet import MARGIN_BETA_MODES
+from dml_jax.objectives._triplet import MARGIN_NEGATIVE_MODES
+from dml_jax.objectives._triplet import MARGIN_REDUCTIONS
+from dml_jax.objectives._triplet import TRIPLET_DISTANCES
+from dml_jax.objectives._triplet import TRIPLET_MIN_SQ_DISTANCE
+from dml_jax.objectives._triplet import TRIPLET_SIMILARITIES
+from dml_jax.objectives._triplet import margin
+from dml_jax.objectives._triplet import trimmed_triplet
+from dml_jax.objectives._triplet import triplet
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -20,11 +20,11 @@ LABELS = np.array([0, 0, 0, 1, 1, 2, 2, 3], np.int32)   # anchor 7 has no positi
 B, D = len(LABELS), 4
 
 FAMILIES = [
-    ("nca", dict(positive="easy", negative="hard")),                 # nca.py
-    ("triplet", dict(positive="all", negative="all", margin=4.0)),   # triplet.py: hinges open
-    ("proxy_nca", {}),                                               # proxy.py (d proxies too)
-    ("binomial", {}),                                                # pairs.py
-    ("dro_topk", dict(k=20, pair_loss="binomial")),                  # dro.py
+    ("nca", dict(positive="easy", negative="hard")),                 # _nca.py
+    ("triplet", dict(positive="all", negative="all", margin=4.0)),   # _triplet.py: hinges open
+    ("proxy_nca", {}),                                               # _proxy.py (d proxies too)
+    ("binomial", {}),                                                # _pairs.py
+    ("dro_topk", dict(k=20, pair_loss="binomial")),                  # _dro.py
 ]
 
 
