@@ -4,6 +4,8 @@ docstring says why."""
 
 import ast
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -101,3 +103,20 @@ def test_modules_stay_short_or_say_why(name):
   assert lines <= 560 or "longer than" in docstring, (
       f"{path} has {lines} lines; split it by concern (README 'Layout') or say in its "
       "docstring why it is longer than ~500 lines.")
+
+
+def test_command_line_tools_are_not_imported_by_their_packages():
+  """``python -m dml_jax.X.tool`` warns (runpy RuntimeWarning) when a package on the way
+  imported ``tool`` already; importing every package must leave every tool unimported."""
+  tools = []
+  for name, path in module_files().items():
+    with open(path) as f:
+      if '__name__ == "__main__"' in f.read():
+        tools.append(name)
+  packages = sorted({t.rpartition(".")[0] for t in tools} | {"dml_jax"})
+  code = (f"import importlib, sys\nfor p in {packages!r}: importlib.import_module(p)\n"
+          f"print([t for t in {tools!r} if t in sys.modules])")
+  out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       check=True)
+  assert "dml_jax.models.pretrained" in tools
+  assert out.stdout.strip() == "[]", out.stdout

@@ -17,7 +17,6 @@ from dml_jax.models.small_cnn import SmallCNN
 # --- backbones (issue 5) ---
 from dml_jax.models.bn_inception import BNInception
 from dml_jax.models.heads import EmbeddingHead, global_pool
-from dml_jax.models.pretrained import load_pretrained, param_labels
 from dml_jax.models.resnet import ResNet, ResNet18, ResNet34, ResNet50
 
 MODELS: dict[str, type[nnx.Module]] = {
@@ -60,6 +59,16 @@ def make(name: str, *, embedding_dim: int, normalize: bool = True, rngs: nnx.Rng
     raise ValueError(f"Unknown argument(s) {unknown} for model {name!r}; valid: "
                      f"{', '.join(valid)}.")
   return cls(embedding_dim=embedding_dim, normalize=normalize, rngs=rngs, **kwargs)
+
+
+def __getattr__(name: str):
+  """``load_pretrained`` and ``param_labels`` come from ``pretrained``, imported on first use so
+  that ``python -m dml_jax.models.pretrained`` runs a module not imported before (no runpy
+  warning)."""
+  if name in ("load_pretrained", "param_labels"):
+    from dml_jax.models import pretrained  # pylint: disable=import-outside-toplevel
+    return getattr(pretrained, name)
+  raise AttributeError(f"module 'dml_jax.models' has no attribute {name!r}")
 
 
 __all__ = ["MODELS", "LinearEmbedding", "SmallCNN", "finalize_embedding",
