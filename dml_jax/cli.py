@@ -40,7 +40,7 @@ def flags_parser(program: str) -> Callable[[list[str]], list[str]]:
       if arg.startswith("--config="):
         path = arg.split("=", 1)[1].partition(":")[0]
         if not os.path.isfile(path):
-          fail(program, f"config file {path} does not exist")
+          fail(program, overrides.missing_config_message(path))
     try:
       return FLAGS(argv)
     except flags.Error as e:

@@ -28,6 +28,8 @@ import jax
 import ml_collections
 import numpy as np
 
+from dml_jax import objectives
+
 CONFIG_FILE = "config.json"
 RUN_INFO_FILE = "run.json"
 METRICS_FILE = "metrics.jsonl"
@@ -85,13 +87,19 @@ def is_main_process() -> bool:
 
 
 def _fill_added_keys(tree: dict) -> dict:
-  """``tree`` (a config as nested dicts) with :data:`ADDED_CONFIG_KEYS` filled in."""
+  """``tree`` (a config as nested dicts) with :data:`ADDED_CONFIG_KEYS` filled in, and the
+  objective's hyper-parameters an older ``config.json`` left at their defaults (today's
+  configs record them all)."""
   for dotted, value in ADDED_CONFIG_KEYS.items():
     *parents, leaf = dotted.split(".")
     node = tree
     for p in parents:
       node = node.setdefault(p, {})
     node.setdefault(leaf, list(value) if isinstance(value, tuple) else value)
+  loss = tree.get("loss", {})
+  if loss.get("name") in objectives.names():
+    for key, value in objectives.hparam_defaults(loss["name"]).items():
+      loss.setdefault(key, list(value) if isinstance(value, tuple) else value)
   return tree
 
 
@@ -173,7 +181,7 @@ def check_rerun(config: ml_collections.ConfigDict, workdir: str) -> list[tuple[s
   old = read_config_json(workdir)
   if old is None:
     return []
-  new = json.loads(config_json(config))
+  new = _fill_added_keys(json.loads(config_json(config)))
   changes = config_changes(old, new)
   conflicts = [c for c in changes if not is_resumable(c[0])]
   if conflicts:

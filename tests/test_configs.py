@@ -2,6 +2,7 @@
 
 import glob
 import importlib
+import json
 import os
 
 import pytest
@@ -25,15 +26,32 @@ def get(c, dotted):
   return c
 
 
-# The argument that selects the smoke variant of each config.
+# The argument that selects the smoke variant of each config without VARIANTS.
 SMOKE_ARG = {"digits_objective": "nca,smoke"}
 
 
-@pytest.mark.parametrize("name", CONFIGS)
+def variants(name: str) -> tuple[str, ...]:
+  """A config file's named variants (its ``VARIANTS``, e.g. label_noise's 'cub,margin')."""
+  return tuple(getattr(importlib.import_module(f"configs.{name}"), "VARIANTS", ("",)))
+
+
+# Every experiment: 'name' or 'name:variant' (the --config=configs/name.py:variant spelling).
+EXPERIMENTS = [f"{n}:{v}" if v else n for n in CONFIGS for v in variants(n)]
+
+
+def load(spec: str, *extra: str):
+  """The config of ``spec`` ('name[:variant]') with more argument parts, e.g. ``'smoke'``."""
+  name, _, variant = spec.partition(":")
+  if not variant and extra == ("smoke",):
+    return importlib.import_module(f"configs.{name}").get_config(SMOKE_ARG.get(name, "smoke"))
+  return importlib.import_module(f"configs.{name}").get_config(
+      ",".join(p for p in (variant, *extra) if p))
+
+
+@pytest.mark.parametrize("spec", EXPERIMENTS)
 @pytest.mark.parametrize("variant", ["", "smoke"])
-def test_config_schema_and_objective(name, variant):
-  arg = SMOKE_ARG.get(name, "smoke") if variant else ""
-  c = importlib.import_module(f"configs.{name}").get_config(arg)
+def test_config_schema_and_objective(spec, variant):
+  c = load(spec, variant) if variant else load(spec)
   for key in SCHEMA:
     get(c, key)  # raises if missing
   obj = objectives.make(**c.loss.to_dict())
@@ -77,3 +95,42 @@ def test_digits_objective_rejects_unknown_name():
   from configs import digits_objective  # pylint: disable=import-outside-toplevel
   with pytest.raises(ValueError, match="Unknown objective 'npair'.*available: binomial"):
     digits_objective.get_config("npair")
+
+
+GOLDEN = os.path.join(ROOT, "tests", "golden", "resolved_configs.json")
+
+
+def resolved(spec_arg: str) -> dict:
+  """``'name:arg'`` -> ``{'config': every key but loss, 'loss': the objective's hparams with
+  defaults, 'name': loss.name}`` (JSON types), what an experiment resolves to."""
+  name, _, arg = spec_arg.partition(":")
+  c = importlib.import_module(f"configs.{name}").get_config(arg)
+  tree = c.to_dict()
+  loss = tree.pop("loss")
+  as_json = lambda x: json.loads(json.dumps(x, default=list))
+  return {"config": as_json(tree), "name": loss["name"],
+          "loss": as_json(objectives.make(**loss).hparams)}
+
+
+def test_experiments_resolve_as_recorded():
+  """Issue 13: reshaping the configs (variants instead of clone files) changed no experiment.
+  A config changed on purpose is re-recorded with ``python tests/test_configs.py``."""
+  with open(GOLDEN) as f:
+    golden = json.load(f)
+  assert {"label_noise:cub,margin", "digits_evenodd_eps:", "omniglot_cpu:eps_ms"} <= set(golden)
+  changed = [spec for spec, want in golden.items() if resolved(spec) != want]
+  assert not changed, f"these experiments resolve differently from {GOLDEN}: {changed}"
+
+
+def write_golden() -> None:
+  """Re-records every experiment already in the file and each of ``EXPERIMENTS``."""
+  with open(GOLDEN) as f:
+    specs = set(json.load(f)) | {s if ":" in s else f"{s}:" for s in EXPERIMENTS}
+  golden = {spec: resolved(spec) for spec in specs}
+  with open(GOLDEN, "w") as f:
+    f.write("{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(v, sort_keys=True)}"
+                               for k, v in sorted(golden.items())) + "\n}\n")
+
+
+if __name__ == "__main__":
+  write_golden()

@@ -27,6 +27,12 @@ def test_unknown_keys_are_one_line_with_the_closest_key():
     overrides.apply(base, {"loss.name": "tripplet"})
 
 
+def test_a_renamed_config_file_names_its_new_name():
+  with pytest.raises(ValueError, match=r"configs/sop_noise_margin.py is now "
+                                       r"configs/label_noise.py:sop,margin"):
+    overrides.load_config_file("configs/sop_noise_margin.py")
+
+
 def test_switching_the_objective_takes_its_defaults_and_the_given_keys():
   base = overrides.load_config_file(NCA)
   assert base.loss.name == "nca" and "temperature" in base.loss
@@ -37,9 +43,11 @@ def test_switching_the_objective_takes_its_defaults_and_the_given_keys():
   assert (config.loss.margin, config.loss.positive) == (0.3, "easy")
   objectives.make(**config.loss.to_dict())
   # Same name: the file's loss block stays, given keys override it; a valid key the file does
-  # not set is accepted (it is the objective's hyper-parameter, not a new config key).
+  # not set is accepted (it is the objective's hyper-parameter, not a new config key). Every
+  # hyper-parameter is recorded, the defaults the file leaves out included.
   config = overrides.apply(base, {"loss.name": "nca", "loss.temperature": 0.05})
-  assert config.loss.to_dict() == {**base.loss.to_dict(), "temperature": 0.05}
+  assert config.loss.to_dict() == {"name": "nca", **objectives.hparam_defaults("nca"),
+                                   **base.loss.to_dict(), "temperature": 0.05}
   eps = overrides.apply(overrides.load_config_file(EPS), {"loss.distance": "euclidean"})
   assert eps.loss.distance == "euclidean" and eps.loss.positive == "easy"
 

@@ -13,25 +13,26 @@ from dml_jax import data, training
 from dml_jax import optimizers
 from dml_jax.evaluation import checkpoints
 from dml_test_support import fill_image_list_options, mock_tfds, write_inshop_dataset
-from test_configs import CONFIGS, SMOKE_ARG
+from test_configs import EXPERIMENTS, load
 
 
-def paper_config(name, arg=""):
-  return importlib.import_module(f"configs.{name}").get_config(arg)
+def paper_config(spec, *extra):
+  """``spec`` = 'name[:variant]' (see test_configs.load)."""
+  return load(spec, *extra)
 
 
-IMAGE_CONFIGS = [n for n in CONFIGS
-                 if paper_config(n, SMOKE_ARG.get(n, "smoke")).data.name in data.IMAGE_DATASETS]
+IMAGE_CONFIGS = [s for s in EXPERIMENTS
+                 if paper_config(s, "smoke").data.name in data.IMAGE_DATASETS]
 
 
 def test_every_paper_config_of_the_issue_exists():
   expected = {"cub_ephn_2nd", "cub_ephn", "cub_epshn", "cars_ephn_2nd", "sop_ephn_2nd",
               "inshop_ephn_2nd", "cars_eps_margin", "cub_eps_ms", "cub_eps_triplet",
               "omniglot_eps_triplet", "mnist_evenodd_eps", "cub_dro_topk", "cars_dro_kl",
-              "inshop_dro_topk_pn", "cub_noise_triplet_random_semihard",
-              "cub_noise_triplet_fixed_semihard", "cub_noise_margin"}
+              "inshop_dro_topk_pn", "label_noise:cub,triplet_random_semihard",
+              "label_noise:cub,triplet_fixed_semihard", "label_noise:cub,margin"}
   assert expected <= set(IMAGE_CONFIGS)
-  assert {"sop", "flowers"} <= {n.split("_noise_")[0] for n in IMAGE_CONFIGS if "_noise_" in n}
+  assert {f"label_noise:{d},margin" for d in ("sop", "flowers")} <= set(IMAGE_CONFIGS)
 
 
 def test_paper_settings_reach_the_config():
@@ -153,13 +154,14 @@ def parse_config_flags(path, *overrides):
 
 
 OFFICIAL_FILE_CONFIGS = [
-    n for n in CONFIGS
+    n for n in EXPERIMENTS
     if paper_config(n).data.name in importlib.import_module("configs.recipes").OFFICIAL_FILES]
 
 
 def test_every_benchmark_config_has_the_official_files_root():
   assert {"mnist_evenodd_eps", "omniglot_eps_triplet", "cub_eps_triplet",
-          "cars_eps_margin", "sop_ephn_2nd", "flowers_noise_margin"} <= set(OFFICIAL_FILE_CONFIGS)
+          "cars_eps_margin", "sop_ephn_2nd",
+          "label_noise:flowers,margin"} <= set(OFFICIAL_FILE_CONFIGS)
   for name in OFFICIAL_FILE_CONFIGS:
     assert paper_config(name).data.options.root == "", name
 
@@ -167,6 +169,7 @@ def test_every_benchmark_config_has_the_official_files_root():
 @pytest.mark.parametrize("name", OFFICIAL_FILE_CONFIGS)
 def test_root_is_settable_from_the_command_line(name):
   from dml_test_support import ROOT  # pylint: disable=import-outside-toplevel
-  c = parse_config_flags(os.path.join(ROOT, "configs", f"{name}.py"),
-                         "--config.data.options.root=/data/official")
+  file, _, variant = name.partition(":")
+  path = os.path.join(ROOT, "configs", f"{file}.py") + (f":{variant}" if variant else "")
+  c = parse_config_flags(path, "--config.data.options.root=/data/official")
   assert c.data.options.root == "/data/official"

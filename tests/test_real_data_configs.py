@@ -14,7 +14,7 @@ import pytest
 from dml_jax import data, objectives, training
 from dml_jax.evaluation import checkpoints
 from official_files import real_data
-from test_configs import CONFIGS
+from test_configs import EXPERIMENTS, load
 
 OMNIGLOT_ROWS = ("triplet", "eps_triplet", "ms", "eps_ms", "margin", "eps_margin")
 
@@ -54,11 +54,11 @@ def test_the_two_mnist_configs_differ_only_in_the_positive():
   assert eps.to_dict() == base.to_dict()
 
 
-@pytest.mark.parametrize("name", CONFIGS)
+@pytest.mark.parametrize("name", EXPERIMENTS)
 def test_every_config_batch_fits_the_real_class_count(name):
   """Issue 18: the full-scale batch composition against the dataset's published number of
   training classes (synthetic labels, 10 examples a class)."""
-  c = config(name)
+  c = load(name)
   if c.data.name not in TRAIN_CLASSES:
     pytest.skip(f"{c.data.name}: no published class count (own data)")
   num_classes = TRAIN_CLASSES[c.data.name]

@@ -20,16 +20,16 @@ READERS = {
     "cub": ("cub_ephn_2nd", write_cub),
     "cars196": ("cars_ephn_2nd", lambda root: write_cars(root, layout="devkit")),
     "sop": ("sop_ephn_2nd", write_sop),
-    "flowers102": ("flowers_noise_margin", write_flowers),
+    "flowers102": ("label_noise:flowers,margin", write_flowers),
 }
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(READERS))
 def test_training_on_official_files(name, tmp_path):
-  import importlib  # pylint: disable=import-outside-toplevel
+  from test_configs import load  # pylint: disable=import-outside-toplevel
   config_name, write = READERS[name]
-  c = importlib.import_module(f"configs.{config_name}").get_config("smoke")
+  c = load(config_name, "smoke")
   assert c.data.name == name
   root = str(tmp_path / "data")
   write(root)
