@@ -100,6 +100,7 @@ def test_eval_without_checkpoint_exits_nonzero(tmp_path):
   assert "not a dml_jax workdir" in out.stderr
 
 
+@pytest.mark.long
 def test_sigkill_then_resume_reproduces_uninterrupted_run(tmp_path):
   workdir = str(tmp_path / "killed")
   args = ["train.py", f"--config={CONFIG}", f"--workdir={workdir}", "--noprogress",
@@ -159,6 +160,7 @@ def test_sigint_saves_the_current_step_and_a_rerun_resumes(tmp_path):
   assert os.path.exists(os.path.join(workdir, "eval_step_300.json"))
 
 
+@pytest.mark.long
 def test_user_objective_module_is_found_by_eval(tmp_path):
   from test_overrides import write_user_module  # pylint: disable=import-outside-toplevel
   module = write_user_module(str(tmp_path))

@@ -64,8 +64,15 @@ def test_num_epochs_and_decay_epochs_use_the_sampler_epoch():
                              rtol=1e-6)
 
 
+def smoke_param(spec):
+  """The label-noise losses run by default on CUB; on SOP and Flowers (same code, other
+  data) they are ``long``."""
+  long = spec.startswith("label_noise:") and not spec.startswith("label_noise:cub,")
+  return pytest.param(spec, marks=[pytest.mark.long] if long else [])
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", IMAGE_CONFIGS)
+@pytest.mark.parametrize("name", [smoke_param(s) for s in IMAGE_CONFIGS])
 def test_smoke_run_on_mock_data(name, tmp_path):
   c = paper_config(name, "smoke")
   c.num_devices = 1
@@ -109,7 +116,7 @@ def test_own_images_need_a_path():
     training.build(c)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_cub_ephn_2nd_recipe_with_converted_resnet50_weights(tmp_path):
   """Issue 'done when': torchvision state dict -> convert -> weights/resnet50.npz -> the CUB
   config trains with them (here: a synthetic state dict, mock CUB, 32 px, 2 steps)."""

@@ -150,7 +150,7 @@ def test_each_train_step_on_8_devices_equals_1_device():
     state = out[1][1]
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_two_processes_with_4_devices_equal_one_process_with_8(tmp_path):
   """Multi-host on localhost: 2 processes x 4 fake CPU devices (gloo collectives)."""
   import os  # pylint: disable=import-outside-toplevel

@@ -102,7 +102,7 @@ def test_omniglot_cpu_config_trains_on_the_real_files(tmp_path):
   assert checkpoints.checkpoint_steps(str(tmp_path)) == [2]
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_every_omniglot_row_trains_on_the_real_files_at_full_batch():
   """The six rows' objectives, each 2 steps at the full batch (20 alphabets x 8) of real
   drawings; one read of the files and one model initialisation shared by all rows."""
