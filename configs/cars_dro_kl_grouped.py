@@ -5,7 +5,7 @@ Per-anchor KL-DRO over the positive and the negative pairs of each anchor (eq. 7
 gamma = 0.001 on both groups and the margin pair loss m = 0.2, lambda = 0.5, in the ablation
 setting of Wang et al. that the table adopts: 64-D embedding, batch 80 = 16 x 5; the DRO
 recipe otherwise (BN-Inception, Adam 1e-5). gamma_pos = gamma_neg = 1 is the lifted-structure
-identity (tests/test_dro_identities.py).
+identity (tests/objectives/test_dro.py).
 
   python train.py --config=configs/cars_dro_kl_grouped.py --workdir=runs/cars_dro_kl_grouped
   python train.py --config=configs/cars_dro_kl_grouped.py:smoke --workdir=/tmp/smoke

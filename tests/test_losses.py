@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from oracles import fd_grad, masked_total, np_nca_all, np_triplet_all
 from dml_jax import losses
 
 RNG = np.random.default_rng(0)
@@ -17,48 +18,6 @@ S_NEG = RNG.uniform(-1, 1, size=(B, N))
 NEG_MASK = RNG.uniform(size=(B, N)) < 0.6
 NEG_MASK[3] = False            # an anchor without negatives
 VALID = RNG.uniform(size=(B, N)) < 0.5
-
-
-def np_grad(f, x, eps=1e-6):
-  """Central finite differences of the scalar ``f`` at float64 ``x``."""
-  x = np.array(x, np.float64)
-  g = np.zeros_like(x)
-  for i in np.ndindex(x.shape):
-    d = np.zeros_like(x)
-    d[i] = eps
-    g[i] = (f(x + d) - f(x - d)) / (2 * eps)
-  return g
-
-
-def np_logsumexp(v):
-  m = max(v)
-  return m + np.log(sum(np.exp(u - m) for u in v))
-
-
-def np_nca_all(s_ap, s_neg, mask, t, order):
-  """Per-term loss, explicit loop: -log(e^{lp/T} / (e^{lp/T} + sum_n e^{ln/T}))."""
-  out = np.zeros(s_ap.shape)
-  for a in range(s_ap.shape[0]):
-    for p in range(s_ap.shape[1]):
-      lp = s_ap[a, p] if order == 1 else s_ap[a, p] - s_ap[a, p] ** 2 / 2
-      negs = [s_neg[a, n] if order == 1 else s_neg[a, n] ** 2 / 2
-              for n in range(s_neg.shape[1]) if mask[a, n]]
-      out[a, p] = -lp / t + np_logsumexp([lp / t] + [ln / t for ln in negs]) if negs else 0.0
-  return out
-
-
-def np_triplet_all(d2_ap, d2_neg, mask, margin, reduction):
-  out = np.zeros(d2_ap.shape)
-  for a in range(d2_ap.shape[0]):
-    for p in range(d2_ap.shape[1]):
-      h = [max(d2_ap[a, p] - d2_neg[a, n] + margin, 0.0)
-           for n in range(d2_neg.shape[1]) if mask[a, n]]
-      out[a, p] = (sum(h) / max(len(h), 1)) if reduction == "mean" else sum(h)
-  return out
-
-
-def masked_total(x, valid):
-  return float(np.sum(np.where(valid, x, 0.0)))
 
 
 # ----------------------------------------------------------------------------- NCA
@@ -116,9 +75,9 @@ def test_nca_all_negatives_matches_loop_values_and_gradients(order):
   total = lambda a, n: jnp.sum(jnp.where(VALID, fn(a, n, NEG_MASK), 0.0))
   g_ap, g_neg = jax.grad(total, argnums=(0, 1))(jnp.asarray(S_AP, jnp.float32),
                                                jnp.asarray(S_NEG, jnp.float32))
-  want_ap = np_grad(lambda a: masked_total(np_nca_all(a, S_NEG, NEG_MASK, t, order), VALID),
+  want_ap = fd_grad(lambda a: masked_total(np_nca_all(a, S_NEG, NEG_MASK, t, order), VALID),
                     S_AP)
-  want_neg = np_grad(lambda n: masked_total(np_nca_all(S_AP, n, NEG_MASK, t, order), VALID),
+  want_neg = fd_grad(lambda n: masked_total(np_nca_all(S_AP, n, NEG_MASK, t, order), VALID),
                      S_NEG)
   np.testing.assert_allclose(g_ap, want_ap, rtol=1e-3, atol=1e-4)
   np.testing.assert_allclose(g_neg, want_neg, rtol=1e-3, atol=1e-4)
@@ -171,9 +130,9 @@ def test_triplet_all_negatives_matches_loop_values_and_gradients(reduction):
   total = lambda a, n: jnp.sum(jnp.where(VALID, fn(a, n, NEG_MASK), 0.0))
   g_ap, g_neg = jax.grad(total, argnums=(0, 1))(jnp.asarray(d2_ap, jnp.float32),
                                                jnp.asarray(d2_neg, jnp.float32))
-  want_ap = np_grad(lambda a: masked_total(np_triplet_all(a, d2_neg, NEG_MASK, 0.3, reduction),
+  want_ap = fd_grad(lambda a: masked_total(np_triplet_all(a, d2_neg, NEG_MASK, 0.3, reduction),
                                            VALID), d2_ap)
-  want_neg = np_grad(lambda n: masked_total(np_triplet_all(d2_ap, n, NEG_MASK, 0.3, reduction),
+  want_neg = fd_grad(lambda n: masked_total(np_triplet_all(d2_ap, n, NEG_MASK, 0.3, reduction),
                                             VALID), d2_neg)
   np.testing.assert_allclose(g_ap, want_ap, rtol=1e-4, atol=1e-4)
   np.testing.assert_allclose(g_neg, want_neg, rtol=1e-4, atol=1e-4)

@@ -12,8 +12,9 @@ import pytest
 from dml_jax import data, training
 from dml_jax import optimizers
 from dml_jax.evaluation import checkpoints
-from dml_test_support import fill_image_list_options, mock_tfds, write_inshop_dataset
+from fake_datasets import fill_image_list_options, write_inshop_dataset
 from test_configs import EXPERIMENTS, load
+from tfds_mock import mock_tfds
 
 
 def paper_config(spec, *extra):

@@ -11,7 +11,7 @@ from dml_jax.data import image_lists
 from dml_jax.data.images import LazyImages
 from dml_jax.evaluation import protocols as protocols_lib
 
-import dml_test_support
+import fake_datasets
 
 # Small images: decode at S = 8 from a shorter side of 10; mean 0 / std 1 keep x = v / 255.
 OPTS = dict(image_size=8, resize_size=10, mean=(0.0,), std=(1.0,))
@@ -66,7 +66,7 @@ INSHOP = [(2, "train", 2), (1, "train", 2), (3, "train", 1), (9, "query", 1), (7
 
 def write_inshop(root, entries=INSHOP, **kwargs):
   """Images coloured by item id and the partition file; returns the item of each row."""
-  return dml_test_support.write_inshop(root, entries, write_image=write_image, **kwargs)
+  return fake_datasets.write_inshop(root, entries, write_image=write_image, **kwargs)
 
 
 def test_inshop_splits_labels_and_images(tmp_path):

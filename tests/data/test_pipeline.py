@@ -8,7 +8,7 @@ import tensorflow_datasets as tfds
 from dml_jax import data
 from dml_jax.data import augment, pipeline
 from dml_jax.data.images import ImageOptions, LazyImages
-from dml_test_support import write_inshop_dataset
+from fake_datasets import write_inshop_dataset
 
 OPTIONS = ImageOptions(image_size=12, resize_size=14)
 

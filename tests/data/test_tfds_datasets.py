@@ -7,7 +7,7 @@ import tensorflow_datasets as tfds
 
 from dml_jax import data
 from dml_jax.data import tfds_datasets
-from dml_test_support import SOP_MOCK_CLASSES, mock_tfds
+from tfds_mock import SOP_MOCK_CLASSES, mock_tfds
 
 N = 96
 IMAGE = dict(image_size=12, resize_size=14)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from dml_jax.evaluation import knn
-from dml_test_support import ranked_gallery
+from oracles import ranked_gallery
 
 
 def oracle(query, gallery, k, kind):

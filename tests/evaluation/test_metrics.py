@@ -6,7 +6,7 @@ import pytest
 
 from dml_jax import evaluation
 from dml_jax.evaluation import metrics
-from dml_test_support import ranked_gallery
+from oracles import ranked_gallery
 
 # Points on a line, similarity -d^2. Worked out by hand (neighbours by distance, ties by lower
 # index; R = 2 for every query):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from jax.test_util import check_grads
 
-from dml_test_support import random_batch
+from oracles import random_batch
 from dml_jax import objectives
 
 LABELS = np.array([0, 0, 0, 1, 1, 2, 2, 3], np.int32)   # anchor 7 has no positive

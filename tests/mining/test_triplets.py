@@ -1,4 +1,5 @@
-"""Label masks and every mining mode against plain numpy loops over explicit pairs."""
+"""Label masks and every triplet mining mode (dml_jax/mining/triplets.py) against plain numpy
+loops over explicit pairs, and the per-anchor fast path against the general sorted path."""
 
 import functools
 
@@ -8,64 +9,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from oracles import LABELS, negative_candidates, np_similarity, oracle_positives, positives_of
+from oracles import random_batch as batch
 from dml_jax import mining
 from dml_jax import similarity as sim
 
-# Two classes of 3, two of 2 and two singletons (anchors 10 and 11 have no positive).
-LABELS = np.array([0, 0, 0, 1, 1, 1, 2, 2, 3, 3, 4, 5], np.int32)
 B = len(LABELS)
-
-
-def batch(seed=0, b=B, d=4):
-  x = np.random.default_rng(seed).normal(size=(b, d)).astype(np.float32)
-  return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-
-def np_scores(x):
-  x = x.astype(np.float64)
-  return x @ x.T
-
-
-def pos_set(labels, a):
-  return [j for j in range(len(labels)) if j != a and labels[j] == labels[a]]
-
-
-def neg_set(labels, a):
-  return [j for j in range(len(labels)) if labels[j] != labels[a]]
-
-
-def oracle_positives(s, labels, mode):
-  """{anchor: [selected positives]} from explicit loops; anchors without positives omitted."""
-  out = {}
-  for a in range(len(labels)):
-    cand = pos_set(labels, a)
-    if not cand:
-      continue
-    if mode == "easy":
-      out[a] = [max(cand, key=lambda p: s[a, p])]
-    elif mode == "hard":
-      out[a] = [min(cand, key=lambda p: s[a, p])]
-    else:
-      out[a] = cand
-  return out
-
-
-def oracle_negative_candidates(s, labels, a, p, mode, margin=0.0):
-  """The admissible negatives of term (a, p); a deterministic mode gives at most one."""
-  cand = neg_set(labels, a)
-  if mode == "hard":
-    return [max(cand, key=lambda n: s[a, n])] if cand else []
-  if mode == "easy":
-    return [min(cand, key=lambda n: s[a, n])] if cand else []
-  if mode == "semihard":
-    below = [n for n in cand if s[a, n] <= s[a, p]]
-    return [max(below, key=lambda n: s[a, n])] if below else []
-  if mode == "semihard_random":
-    return [n for n in cand if s[a, n] > s[a, p] - margin]
-  if mode == "semihard_band":   # Roth et al.: the band, else every negative
-    band = [n for n in cand if s[a, p] - margin < s[a, n] < s[a, p]]
-    return band or cand
-  return cand  # random, all
+np_scores = functools.partial(np_similarity, kind="dot")
 
 
 @functools.partial(jax.jit, static_argnames=("positive", "negative"))
@@ -130,7 +80,7 @@ def test_random_positive_is_uniform_and_deterministic():
   idx = sel.pairs.argmax(axis=2)                       # [draws, B]
   assert (sel.pairs.any(axis=2) == (np.arange(B) < 10)).all()
   for a in range(10):
-    cand = pos_set(LABELS, a)
+    cand = positives_of(LABELS, a)
     assert set(np.unique(idx[:, a]).tolist()) == set(cand)
     freq = np.array([np.mean(idx[:, a] == p) for p in cand])
     np.testing.assert_allclose(freq, 1 / len(cand), atol=0.05)
@@ -175,7 +125,7 @@ def test_deterministic_selection_matches_oracle(positive, negative):
   want_valid = np.zeros((B, B), bool)
   for a, ps in want_pairs.items():
     for p in ps:
-      cand = oracle_negative_candidates(s, LABELS, a, p, negative)
+      cand = negative_candidates(s, LABELS, a, p, negative)
       want_valid[a, p] = bool(cand)
       if cand and negative != "all":
         assert int(sel.negative[a, p]) == cand[0], (a, p)
@@ -227,7 +177,7 @@ def test_random_negatives_are_admissible_uniform_and_deterministic(positive, neg
   pairs = sel.pairs[0]
   checked = 0
   for a, p in zip(*np.nonzero(pairs)):
-    cand = oracle_negative_candidates(s, LABELS, a, p, negative, margin)
+    cand = negative_candidates(s, LABELS, a, p, negative, margin)
     np.testing.assert_array_equal(sel.valid[:, a, p], bool(cand))
     if not cand:
       continue
@@ -315,7 +265,6 @@ def test_selection_traces_once_per_shape():
   assert len(count) == 2
 
 
-
 # --------------------------------------- per-anchor fast path == general sorted path (issue 3)
 
 
@@ -364,23 +313,3 @@ def test_per_anchor_random_negatives_draw_from_the_sorted_paths_set(negative, ma
       seen[a, p][0].add(int(sel.negative[t, a, p]))
       seen[a, p][1].add(int(idx[a, p]))
   assert seen and all(fast == general for fast, general in seen.values())
-
-
-def np_keep_easiest(values, valid, keep_fraction):
-  """The previous implementation: stable argsort of all flat entries, ranks < k."""
-  v = np.where(valid, values, np.inf).ravel()
-  rank = np.empty(v.size, np.int64)
-  rank[np.argsort(v, kind="stable")] = np.arange(v.size)
-  k = np.ceil(np.float32(keep_fraction) * np.float32(valid.sum()) * np.float32(1 - 1e-6))
-  return valid & (rank.reshape(values.shape) < k)
-
-
-@pytest.mark.parametrize("keep_fraction", [0.1, 0.5, 0.9, 1.0])
-def test_keep_easiest_equals_the_stable_rank_selection_with_ties(keep_fraction):
-  rng = np.random.default_rng(0)
-  for shape in [(8, 8), (13,), (5, 7)]:
-    values = np.maximum(np.round(rng.normal(size=shape), 1), 0).astype(np.float32)
-    for valid in (rng.random(shape) < 0.6, np.ones(shape, bool), np.zeros(shape, bool)):
-      got = mining.keep_easiest(jnp.asarray(values), jnp.asarray(valid),
-                                keep_fraction=keep_fraction)
-      np.testing.assert_array_equal(got, np_keep_easiest(values, valid, keep_fraction))

@@ -1,4 +1,7 @@
-"""The DRO paper's identities (§3.3 and supplement 6.1), to tight tolerance.
+"""The DRO objectives (``dro_topk``, ``dro_topk_pn``, ``dro_kl``, ``dro_kl_grouped``;
+dml_jax/objectives/_dro.py) against the numpy loop oracle over explicit pairs (loss, gradient
+w.r.t. the embeddings, aux), their properties and error messages; then the DRO paper's
+identities (§3.3 and supplement 6.1), to tight tolerance.
 
 DRO-KL grouped per anchor (eq. 7) with the margin pair loss ``[m + y (lambda - S)]_+``, when
 every pair loss is positive (the paper's "m sufficiently large"):
@@ -17,27 +20,154 @@ embeddings (through ``objectives.make``).
 """
 
 import functools
+import warnings
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
+import objective_support as support
+from objective_support import B, D
+from oracles import LABELS, negatives_of, plan, positives_of
+from oracles import random_batch as batch
 from dml_jax import losses
 from dml_jax import mining
 from dml_jax import objectives
 from dml_jax import similarity as sim
 
-LABELS = np.array([0, 0, 0, 1, 1, 1, 2, 2, 3, 3, 4, 5], np.int32)
-B, D = len(LABELS), 4
+NUM_PAIRS = B * (B - 1)
+RNG_KEY = jax.random.key(7)
+run = functools.partial(support.run, rng=RNG_KEY)
+
+
+# ----------------------------------------------------------------------------- oracle tests
+
+
+CASES = [
+    ("dro_topk", dict(k=40)),
+    ("dro_topk", dict(k=40, pair_loss="binomial")),
+    ("dro_topk_pn", dict(k=30)),
+    ("dro_topk_pn", dict(k=40, pair_loss="binomial")),              # K/2 > 16 positive pairs
+    ("dro_kl", dict(mode="weight")),
+    ("dro_kl", dict(mode="weight", pair_loss="binomial", gamma=0.5, remove_zero_loss=False)),
+    ("dro_kl", dict(mode="sample", k=50)),
+    ("dro_kl_grouped", {}),
+    ("dro_kl_grouped", dict(pseudo_pairs=True, gamma_pos=0.1, gamma_neg=0.3)),
+    ("dro_kl_grouped", dict(pseudo_pairs=True, c_pos=0.6, c_neg=0.1, pair_loss="binomial",
+                            gamma_pos=0.5, gamma_neg=0.05, remove_zero_loss=False)),
+]
+
+
+@pytest.mark.parametrize("name,kw", CASES,
+                         ids=[f"{n}-{'-'.join(map(str, kw.values())) or 'default'}"
+                              for n, kw in CASES])
+def test_objective_matches_oracle(name, kw):
+  loss, entering, active = support.check_pair_objective(name, batch(0), LABELS, rng=RNG_KEY,
+                                                        **kw)
+  assert loss > 0
+  assert 0 < len(active) <= len(entering)
+
+
+def test_kl_sample_draws_follow_the_key():
+  e = batch(2)
+  a = run("dro_kl", e, LABELS, rng=jax.random.key(1), k=50)[0]
+  b = run("dro_kl", e, LABELS, rng=jax.random.key(1), k=50)[0]
+  values = {float(run("dro_kl", e, LABELS, rng=jax.random.key(i), k=50)[0]) for i in range(5)}
+  assert a == b and len(values) > 1
+
+
+# ----------------------------------------------------------------------------- properties
+
+
+def test_batch_without_valid_anchor_gives_zero_loss_and_finite_gradient():
+  support.check_pair_zero_loss_without_valid_anchor("dro_kl_grouped", rng=RNG_KEY)
+
+
+def test_dro_kl_without_nonzero_loss_pair_gives_zero():
+  e = np.repeat(np.eye(3, D, dtype=np.float32), 4, axis=0)   # positives S = 1, negatives S = 0
+  labels = np.repeat(np.arange(3, dtype=np.int32), 4)
+  for kw in (dict(mode="weight"), dict(mode="sample", k=50), {}):
+    name = "dro_kl_grouped" if not kw else "dro_kl"
+    loss, aux, grad = run(name, e, labels, **kw)
+    assert loss == 0.0 and aux["valid_fraction"] == 0.0
+    chex.assert_tree_all_finite(grad)
+    np.testing.assert_array_equal(grad, 0.0)
+
+
+def test_singleton_classes_take_part_as_negatives():
+  support.check_singleton_classes_take_part_as_negatives("dro_topk_pn", rng=RNG_KEY, k=40)
+
+
+def test_bf16_embeddings_give_finite_float32_loss():
+  support.check_pair_bf16("dro_kl_grouped", rng=RNG_KEY)
+
+
+@pytest.mark.parametrize("name,kw", [("dro_topk", dict(k=30)), ("dro_kl", dict(k=30))])
+def test_apply_traces_once_per_shape(name, kw):
+  support.check_apply_traces_once_per_shape(name, **kw)
+
+
+@pytest.mark.parametrize("name,kw", [("dro_topk_pn", dict(k=30)), ("dro_kl", dict(k=50))])
+def test_vmap_over_a_leading_axis(name, kw):
+  support.check_vmap_over_a_leading_axis(name, rng=RNG_KEY, **kw)
+
+
+@pytest.mark.parametrize("name,kw", [
+    ("dro_topk", dict(k=40)), ("dro_topk_pn", dict(k=30)), ("dro_kl", dict(mode="weight")),
+    ("dro_kl_grouped", dict(pseudo_pairs=True))])
+def test_loss_and_gradient_are_invariant_to_batch_permutation(name, kw):
+  support.check_invariant_to_batch_permutation(name, rng=RNG_KEY, **kw)
+
+
+def test_k_above_the_number_of_pairs_is_clamped_with_a_warning():
+  e, labels = batch(22), LABELS
+  with pytest.warns(UserWarning, match=f"k=500 exceeds the {NUM_PAIRS} ordered pairs"):
+    big = run("dro_topk", e, labels, k=500)[0]
+  hp = objectives.make("dro_topk", k=NUM_PAIRS).hparams
+  f, entering, _ = plan("dro_topk", hp, e, labels)
+  assert len(entering) == NUM_PAIRS
+  np.testing.assert_allclose(big, f(e), rtol=1e-4)         # the mean over all 132 pairs
+  with pytest.warns(UserWarning, match="k//2=400 exceeds"):   # both halves are clamped
+    run("dro_topk_pn", e, labels, k=800)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")          # sampling draws with replacement: no clamp
+    objectives.make("dro_kl", k=500).apply({}, jnp.asarray(e), jnp.asarray(labels),
+                                           rng=RNG_KEY)
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: objectives.make("dro_kl", gamma=0.0), "gamma must be a number > 0"),
+    (lambda: objectives.make("dro_kl_grouped", gamma_neg=-1.0), "gamma_neg must be a number > 0"),
+    (lambda: objectives.make("dro_topk", pair_loss="hinge"), "margin, binomial"),
+    (lambda: objectives.make("dro_kl", mode="max"), "weight, sample"),
+    (lambda: objectives.make("dro_topk", k=0), "k must be an int >= 1"),
+    (lambda: objectives.make("dro_topk_pn", k=1), "k must be an int >= 2"),
+    (lambda: objectives.make("dro_topk", k=2.5), "k must be an int"),
+    (lambda: objectives.make("dro_kl_grouped", c_pos=0.5), "need pseudo_pairs=True"),
+    (lambda: objectives.make("dro_kl_grouped", pseudo_pairs=True, c_neg="x"), "c_neg must be"),
+    (lambda: objectives.make("dro_kl", remove_zero_loss=1), "True or False"),
+])
+def test_bad_arguments_are_rejected(call, match):
+  with pytest.raises(ValueError, match=match):
+    call()
+
+
+def test_sampling_without_rng_is_an_error():
+  obj = objectives.make("dro_kl")
+  with pytest.raises(ValueError, match="pass rng"):
+    obj.apply({}, jnp.asarray(batch(0)), jnp.asarray(LABELS))
+  loss, _ = objectives.make("dro_kl", mode="weight").apply({}, jnp.asarray(batch(0)),
+                                                           jnp.asarray(LABELS))
+  assert loss > 0
+
+
+# ----------------------------------------------------------------------------- the identities
+
+
 MARGIN, LAM = 1.5, 0.5      # S in (-1, 1) = (LAM - MARGIN, LAM + MARGIN): every pair loss > 0
 TIGHT = dict(rtol=1e-5, atol=1e-7)
-
-
-def batch(seed=0):
-  x = np.random.default_rng(seed).normal(size=(B, D)).astype(np.float32)
-  return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-
 E = batch(0)
 S = sim.pairwise_similarity(jnp.asarray(E))                   # float32 [B, B]
 S64 = np.asarray(S, np.float64)
@@ -68,9 +198,7 @@ def grad_e(name, **hparams):
 
 
 def sets(i):
-  ps = [j for j in range(B) if j != i and LABELS[j] == LABELS[i]]
-  ns = [j for j in range(B) if LABELS[j] != LABELS[i]]
-  return ps, ns
+  return positives_of(LABELS, i), negatives_of(LABELS, i)
 
 
 def test_every_pair_loss_is_positive_in_these_tests():

@@ -1,0 +1,86 @@
+"""The objectives API (dml_jax/objectives/__init__.py): names, make, the hyper-parameter
+defaults every family reports, init, and the input checks of ``apply``."""
+
+import dataclasses
+import json
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from objective_support import D
+from oracles import LABELS
+from oracles import random_batch as batch
+from dml_jax import objectives
+
+PAIRS = ["contrastive", "binomial", "multi_similarity", "lifted_structure", "dro_topk",
+         "dro_topk_pn", "dro_kl", "dro_kl_grouped"]
+
+
+def test_names_hparams_and_init():
+  assert {"nca", "nca_2nd", "triplet"} <= set(objectives.names())
+  obj = objectives.make("nca", negative="semihard")
+  assert obj.name == "nca"
+  assert obj.hparams == dict(positive="easy", negative="semihard", temperature=0.1,
+                             similarity="cosine", skip_duplicate_positives=False,
+                             positive_similarity_only=False)
+  json.dumps(obj.hparams)   # the trainer writes them to disk
+  assert objectives.make("triplet").hparams == dict(
+      positive="random", negative="semihard", margin=0.2, similarity="cosine",
+      negative_reduction="mean", distance="squared")
+  assert objectives.make("nca_2nd").hparams["temperature"] == 0.1
+  assert obj.init(jax.random.key(0), num_classes=10, dim=D) == {}
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    obj.name = "other"
+
+
+def test_margin_with_default_hyperparameters_and_hparams():
+  assert objectives.make("margin").hparams == dict(
+      positive="random", negative="distance_weighted", alpha=0.2, beta="class", beta0=1.2,
+      nu=0.0, similarity="cosine", cutoff=0.5, nonzero_loss_cutoff=1.4, fallback="negatives",
+      reduction="nonzero")
+  assert objectives.make("proxy_nca").hparams == dict(temperature=1.0, denominator="negatives")
+  assert objectives.make("trimmed_triplet").hparams == dict(
+      positive="random", negative="semihard", margin=0.2, similarity="cosine",
+      negative_reduction="mean", keep_fraction=0.9, distance="squared")
+  assert {"margin", "proxy_nca", "trimmed_triplet"} <= set(objectives.names())
+
+
+def test_hparams_defaults_and_init():
+  assert set(PAIRS) <= set(objectives.names())
+  assert objectives.make("multi_similarity").hparams == dict(
+      alpha=2.0, beta=50.0, base=0.5, epsilon=0.1, positive="ms", negative="ms",
+      negative_reference="hardest", skip_duplicate_positives=False, similarity="cosine")
+  assert objectives.make("dro_kl").hparams == dict(
+      gamma=0.1, mode="sample", k=160, remove_zero_loss=True, pair_loss="margin", margin=0.2,
+      base=0.5, alpha=40.0, beta=2.0, similarity="cosine")
+  grouped = objectives.make("dro_kl_grouped").hparams
+  assert grouped["gamma_pos"] == grouped["gamma_neg"] == 0.01 and grouped["c_pos"] is None
+  assert objectives.make("binomial").hparams["alpha"] == 40.0
+  assert objectives.make("contrastive").hparams["reduction"] == "mean"
+  for name in PAIRS:
+    obj = objectives.make(name)
+    json.dumps(obj.hparams)
+    assert obj.init(jax.random.key(0), num_classes=5, dim=D) == {}
+
+
+def test_make_rejects_an_unknown_objective():
+  with pytest.raises(ValueError,
+                     match=r"Unknown objective .npair.; available: .*nca, nca_2nd.*triplet"):
+    objectives.make("npair")
+
+
+def test_apply_rejects_bad_inputs():
+  e, labels = jnp.asarray(batch(0)), jnp.asarray(LABELS)
+  rnd = objectives.make("triplet")
+  with pytest.raises(ValueError, match="pass rng"):
+    rnd.apply({}, e, labels)
+  with pytest.raises(ValueError, match="pass rng"):
+    jax.jit(rnd.apply)({}, e, labels)
+  obj = objectives.make("nca")
+  with pytest.raises(ValueError, match="rank 2"):
+    obj.apply({}, e[None], labels)
+  with pytest.raises(ValueError, match="integers"):
+    obj.apply({}, e, labels.astype(jnp.float32))
+  with pytest.raises(ValueError, match="shape"):
+    obj.apply({}, e, labels[:5])
