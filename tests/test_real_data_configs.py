@@ -121,3 +121,50 @@ def test_every_omniglot_row_trains_on_the_real_files_at_full_batch():
       state, metrics = train_step(state, train.images[idx], train.labels[idx],
                                   training.step_key(c.seed, step))
       assert np.isfinite(float(metrics["loss"])) and float(metrics["finite"]) == 1.0, row
+
+
+def class_structure_splits(name: str, num_classes: int, per_class: int, *, size: int,
+                           channels: int, seed: int = 0) -> dict:
+  """A train split with the class structure of a dataset's training set (its published number
+  of classes, ``per_class`` random images each) at ``size`` px: what a paper config's sampler
+  and objective see, without the images."""
+  rng = np.random.default_rng(seed)
+  labels = np.repeat(np.arange(num_classes), per_class)
+  images = rng.normal(size=(len(labels), size, size, channels)).astype(np.float32)
+  return {"train": data.Split(images=images, labels=labels, name=f"{name}:train")}
+
+
+FULL_BATCH_EXPERIMENTS = [s for s in EXPERIMENTS if load(s).data.name in TRAIN_CLASSES
+                          and load(s).data.name != "digits_evenodd"]
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("spec", FULL_BATCH_EXPERIMENTS)
+def test_every_experiment_trains_two_steps_at_its_full_batch_composition(spec):
+  """Issue 18: each paper experiment's own batch (size, classes x group size, small-class
+  rule), sampler and objective (every hyper-parameter, K included) for two train steps on
+  data of its dataset's class structure; only the backbone (the small CNN) and the image size
+  (16 px) are shrunk."""
+  from unittest import mock  # pylint: disable=import-outside-toplevel
+  c = load(spec)
+  num_classes = TRAIN_CLASSES[c.data.name]
+  per_class = max(c.data.group_size, 2)
+  splits = class_structure_splits(c.data.name, num_classes, per_class, size=16,
+                                  channels=c.data.channels)
+  c.num_devices = 1
+  c.model.name, c.model.pretrained, c.model.bn_mode = "small_cnn", "", "train"
+  c.model.pooling, c.model.embedding_hidden, c.model.freeze_bn = "", (), False
+  c.data.image_size = 16
+  c.eval.splits = ("train",)
+  with mock.patch.object(training.data_lib, "load", lambda name, **kwargs: dict(splits)):
+    setup = training.build(c)
+  train_step = training.make_train_step(setup)
+  state, train = setup.init_state, setup.splits["train"]
+  for step in range(2):
+    idx = setup.sampler.batch_indices(step)
+    _, counts = np.unique(train.labels[idx], return_counts=True)
+    assert len(idx) == c.batch_size
+    assert len(counts) == c.batch_size // c.data.group_size and set(counts) == {c.data.group_size}
+    state, metrics = train_step(state, train.images[idx], train.labels[idx],
+                                training.step_key(c.seed, step))
+    assert np.isfinite(float(metrics["loss"])) and float(metrics["finite"]) == 1.0, spec
