@@ -106,21 +106,28 @@ def test_omniglot_cpu_config_trains_on_the_real_files(tmp_path):
 def test_every_omniglot_row_trains_on_the_real_files_at_full_batch():
   """The six rows' objectives, each 2 steps at the full batch (20 alphabets x 8) of real
   drawings; one read of the files and one model initialisation shared by all rows."""
-  from unittest import mock  # pylint: disable=import-outside-toplevel
   splits = real_omniglot()
   for row in OMNIGLOT_ROWS:
     c = config("omniglot_cpu", row)
     c.num_devices = 1
-    with mock.patch.object(training.data_lib, "load", lambda name, **kwargs: dict(splits)):
-      setup = training.build(c)
-    train_step = training.make_train_step(setup)
-    state, train = setup.init_state, setup.splits["train"]
-    for step in range(2):
-      idx = setup.sampler.batch_indices(step)
-      assert len(np.unique(train.labels[idx])) == 20
-      state, metrics = train_step(state, train.images[idx], train.labels[idx],
-                                  training.step_key(c.seed, step))
+    for labels, metrics in two_train_steps(c, splits):
+      assert len(np.unique(labels)) == 20
       assert np.isfinite(float(metrics["loss"])) and float(metrics["finite"]) == 1.0, row
+
+
+def two_train_steps(c, splits):
+  """Builds ``c`` on ``splits`` (instead of its dataset) and runs two train steps on the
+  sampler's batches; yields ``(batch labels [B], metrics)`` per step."""
+  from unittest import mock  # pylint: disable=import-outside-toplevel
+  with mock.patch.object(training.data_lib, "load", lambda name, **kwargs: dict(splits)):
+    setup = training.build(c)
+  train_step = training.make_train_step(setup)
+  state, train = setup.init_state, setup.splits["train"]
+  for step in range(2):
+    idx = setup.sampler.batch_indices(step)
+    state, metrics = train_step(state, train.images[idx], train.labels[idx],
+                                training.step_key(c.seed, step))
+    yield train.labels[idx], metrics
 
 
 def class_structure_splits(name: str, num_classes: int, per_class: int, *, size: int,
@@ -145,7 +152,6 @@ def test_every_experiment_trains_two_steps_at_its_full_batch_composition(spec):
   rule), sampler and objective (every hyper-parameter, K included) for two train steps on
   data of its dataset's class structure; only the backbone (the small CNN) and the image size
   (16 px) are shrunk."""
-  from unittest import mock  # pylint: disable=import-outside-toplevel
   c = load(spec)
   num_classes = TRAIN_CLASSES[c.data.name]
   per_class = max(c.data.group_size, 2)
@@ -156,15 +162,8 @@ def test_every_experiment_trains_two_steps_at_its_full_batch_composition(spec):
   c.model.pooling, c.model.embedding_hidden, c.model.freeze_bn = "", (), False
   c.data.image_size = 16
   c.eval.splits = ("train",)
-  with mock.patch.object(training.data_lib, "load", lambda name, **kwargs: dict(splits)):
-    setup = training.build(c)
-  train_step = training.make_train_step(setup)
-  state, train = setup.init_state, setup.splits["train"]
-  for step in range(2):
-    idx = setup.sampler.batch_indices(step)
-    _, counts = np.unique(train.labels[idx], return_counts=True)
-    assert len(idx) == c.batch_size
+  for labels, metrics in two_train_steps(c, splits):
+    _, counts = np.unique(labels, return_counts=True)
+    assert len(labels) == c.batch_size
     assert len(counts) == c.batch_size // c.data.group_size and set(counts) == {c.data.group_size}
-    state, metrics = train_step(state, train.images[idx], train.labels[idx],
-                                training.step_key(c.seed, step))
     assert np.isfinite(float(metrics["loss"])) and float(metrics["finite"]) == 1.0, spec

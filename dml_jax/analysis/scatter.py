@@ -1,11 +1,7 @@
 r"""Triplet scatter diagram (2nd-order paper §3, Fig. 1 and 6).
 
-One point per anchor ``a`` of a split at ``(S_ap, S_an)``: the similarity of its *easiest*
-positive (``max_{p != a, y_p = y_a} S_ap``) and of its *hardest* negative
-(``max_{y_n != y_a} S_an``), coloured by whether the anchor is correctly retrieved (its nearest
-neighbour, self excluded, shares its label). Points below the diagonal ``S_an = S_ap`` are the
-correctly retrieved ones (ties aside: the nearest neighbour is the first index of the row
-maximum).
+The diagram is defined (and computed) in ``dml_jax.evaluation.scatter``; this tool draws it for
+a checkpoint of a workdir:
 
   python -m dml_jax.analysis.scatter --workdir=W [--step=N] [--split=test] [--label_set=digit]
 
