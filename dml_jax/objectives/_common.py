@@ -4,11 +4,12 @@ objectives, the ``aux`` diagnostics and differentiable gathers of selected terms
 from __future__ import annotations
 
 import warnings
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
+from dml_jax import hparams
 from dml_jax import losses
 from dml_jax import mining
 from dml_jax import similarity as sim
@@ -28,6 +29,56 @@ def check_batch(embeddings, labels):
   if labels.shape != embeddings.shape[:1]:
     raise ValueError(f"labels must have shape [B] = ({embeddings.shape[0]},), got {labels.shape}.")
   return embeddings, labels
+
+
+class References(NamedTuple):
+  """A reference set the anchors of a batch are compared with, instead of the batch itself.
+
+  Cross-batch memory (``dml_jax.memory``) passes the batch followed by embeddings of earlier
+  steps; any caller may pass its own. Gradients flow into ``embeddings`` only if the caller
+  gives them a path (memory entries are constants; the batch's own rows may or may not be).
+
+  Attributes:
+    embeddings: float ``[N, D]`` reference embeddings.
+    labels: int ``[N]`` their labels.
+    mask: bool ``[B, N]``: ``mask[a, j]`` = the pair ``(anchor a, reference j)`` may be a
+      positive or a negative. False where ``j`` is the anchor itself and for empty slots.
+  """
+  embeddings: jax.Array
+  labels: jax.Array
+  mask: jax.Array
+
+
+def similarities(embeddings, labels, similarity: str, references: References | None = None):
+  """``(s, pos, neg)``: float32 ``S [B, N]`` of the anchors against the references and the
+  label masks, bool ``[B, N]``. Without ``references``, ``N = B``: the batch against itself,
+  self pairs excluded (``similarity.label_masks``)."""
+  embeddings, labels = check_batch(embeddings, labels)
+  if references is None:
+    s = sim.pairwise_similarity(embeddings, kind=similarity)
+    pos, neg = sim.label_masks(labels)
+    return s, pos, neg
+  ref, ref_labels, mask = (jnp.asarray(x) for x in references)
+  n = ref_labels.shape[0] if ref_labels.ndim == 1 else -1
+  if ref.ndim != 2 or ref.shape != (n, embeddings.shape[1]) or mask.shape != (labels.shape[0], n):
+    raise ValueError(
+        f"references must be (embeddings [N, {embeddings.shape[1]}], labels [N], mask "
+        f"[{labels.shape[0]}, N]); got shapes {ref.shape}, {ref_labels.shape}, {mask.shape}.")
+  if mask.dtype != jnp.bool_ or not jnp.issubdtype(ref_labels.dtype, jnp.integer):
+    raise ValueError(f"references' labels must be integers and mask boolean; got dtypes "
+                     f"{ref_labels.dtype}, {mask.dtype}.")
+  s = sim.pairwise_similarity(embeddings, ref.astype(embeddings.dtype), kind=similarity)
+  pos, neg = sim.label_masks(labels, ref_labels, exclude_self=False)
+  return s, pos & mask, neg & mask
+
+
+def no_references(references, *, name: str) -> None:
+  """``ValueError`` for an objective that compares anchors with class weights, not with
+  other examples, when it is given a reference set (e.g. cross-batch memory)."""
+  if references is not None:
+    raise ValueError(f"objective {name!r} compares embeddings with learnable class weights and "
+                     "takes no reference set; set memory.size=0 (cross-batch memory is for "
+                     "pair- and triplet-based objectives).")
 
 
 def check_rng(rng, *, name: str, positive: str, negative: str):
@@ -59,6 +110,28 @@ def param(params, key: str, *, name: str) -> jax.Array:
     raise ValueError(f"objective {name!r} needs params[{key!r}]; pass the dict returned by "
                      f"init(rng, num_classes=..., dim=...), got {params!r:.80}.")
   return jnp.asarray(params[key])
+
+
+def init_proxies(rng, *, num_classes: int, dim: int) -> dict:
+  """``init`` of the proxy / class-weight objectives: ``{'proxies': float32 [num_classes,
+  dim]}``, unit-norm Gaussian rows (``num_classes >= 2``)."""
+  num_classes = hparams.integer("num_classes", num_classes, minimum=2)
+  dim = hparams.integer("dim", dim, minimum=1)
+  proxies = jax.random.normal(rng, (num_classes, dim), jnp.float32)
+  return {"proxies": sim.l2_normalize(proxies)}
+
+
+def class_batch(params, embeddings, labels, references, *, name: str):
+  """``(embeddings, labels, proxies [C, D], ok [B])`` of a proxy / class-weight objective:
+  checks the inputs and ``params['proxies']``; ``ok`` = labels in ``[0, C)`` (concrete labels
+  out of range raise, see :func:`check_label_range`)."""
+  no_references(references, name=name)
+  embeddings, labels = check_batch(embeddings, labels)
+  proxies = param(params, "proxies", name=name)
+  if proxies.ndim != 2 or proxies.shape[1] != embeddings.shape[1] or proxies.shape[0] < 2:
+    raise ValueError(f"params['proxies'] must have shape [C >= 2, {embeddings.shape[1]}], "
+                     f"got {proxies.shape}.")
+  return embeddings, labels, proxies, check_label_range(labels, proxies.shape[0], what="proxies")
 
 
 def no_params(rng, *, num_classes: int, dim: int) -> dict:
@@ -109,11 +182,10 @@ def negative_of_term(x: jax.Array, sel: mining.Selection, *, positive: str) -> j
 # --- Pair-based objectives (``pairs``, ``dro``) ---------------------------------------------
 
 
-def pair_batch(embeddings, labels, similarity: str):
-  """``(s, sg, pos, neg)``: float32 ``S [B, B]``, its stop-gradient and the label masks."""
-  embeddings, labels = check_batch(embeddings, labels)
-  s = sim.pairwise_similarity(embeddings, kind=similarity)
-  pos, neg = sim.label_masks(labels)
+def pair_batch(embeddings, labels, similarity: str, references: References | None = None):
+  """``(s, sg, pos, neg)``: float32 ``S [B, N]`` (:func:`similarities`), its stop-gradient
+  and the label masks."""
+  s, pos, neg = similarities(embeddings, labels, similarity, references)
   return s, jax.lax.stop_gradient(s), pos, neg
 
 
@@ -126,6 +198,13 @@ def pair_aux(entering: jax.Array, term_fn: Callable, sg: jax.Array, pos: jax.Arr
   out["mean_s_ap"] = losses.masked_mean(sg, entering & pos)
   out["mean_s_an"] = losses.masked_mean(sg, entering & neg)
   return out
+
+
+def num_pairs(s: jax.Array) -> int:
+  """The ordered pairs ``(anchor, reference)`` of ``S [B, N]`` that are not self pairs:
+  ``B (B - 1)`` for the batch against itself, ``B (N - 1)`` with a reference set that holds the
+  batch (an upper bound otherwise)."""
+  return s.shape[0] * (s.shape[1] - 1)
 
 
 def clamp_k(k: int, available: int, *, name: str, what: str = "k") -> int:

@@ -71,14 +71,13 @@ def dro_topk(*, k: int = 160, pair_loss: str = "margin", margin: float = 0.2, ba
   pair_fn = _dro_pair_fn(pair_loss=pair_loss, margin=margin, base=base, alpha=alpha, beta=beta)
   hparams.choice("similarity", similarity, sim.KINDS)
 
-  def apply(params, embeddings, labels, *, rng=None):
+  def apply(params, embeddings, labels, *, rng=None, references=None):
     del params, rng
-    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity)
-    b = s.shape[0]
+    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity, references)
     values = pair_fn(s, pos)
-    k_eff = _common.clamp_k(k, b * (b - 1), name="dro_topk")
+    k_eff = _common.clamp_k(k, _common.num_pairs(s), name="dro_topk")
     sel = mining.topk_pairs(values, pos | neg, k=k_eff)
-    loss = losses.reduce(values, sel, "sum") / max(k_eff, 1)   # the mean over the K pairs
+    loss = losses.reduce(values, sel, "mean")   # over the K pairs (fewer if fewer can enter)
     return loss, _common.pair_aux(sel, lambda x: pair_fn(x, pos), sg, pos, neg)
 
   return _common.no_params, apply
@@ -109,13 +108,13 @@ def dro_topk_pn(*, k: int = 160, pair_loss: str = "margin", margin: float = 0.2,
   pair_fn = _dro_pair_fn(pair_loss=pair_loss, margin=margin, base=base, alpha=alpha, beta=beta)
   hparams.choice("similarity", similarity, sim.KINDS)
 
-  def apply(params, embeddings, labels, *, rng=None):
+  def apply(params, embeddings, labels, *, rng=None, references=None):
     del params, rng
-    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity)
-    b = s.shape[0]
+    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity, references)
     values = pair_fn(s, pos)
-    k_pos = _common.clamp_k(k // 2, b * (b - 1), name="dro_topk_pn", what="k//2")
-    k_neg = _common.clamp_k(k - k // 2, b * (b - 1), name="dro_topk_pn", what="k - k//2")
+    k_pos = _common.clamp_k(k // 2, _common.num_pairs(s), name="dro_topk_pn", what="k//2")
+    k_neg = _common.clamp_k(k - k // 2, _common.num_pairs(s), name="dro_topk_pn",
+                            what="k - k//2")
     sel = mining.topk_pairs(values, pos, k=k_pos) | mining.topk_pairs(values, neg, k=k_neg)
     loss = losses.reduce(values, sel, "mean")
     return loss, _common.pair_aux(sel, lambda x: pair_fn(x, pos), sg, pos, neg)
@@ -170,12 +169,12 @@ def dro_kl(*, gamma: float = 0.1, mode: str = "sample", k: int = 160,
   pair_fn = _dro_pair_fn(pair_loss=pair_loss, margin=margin, base=base, alpha=alpha, beta=beta)
   hparams.choice("similarity", similarity, sim.KINDS)
 
-  def apply(params, embeddings, labels, *, rng=None):
+  def apply(params, embeddings, labels, *, rng=None, references=None):
     del params
     if mode == "sample" and rng is None:
       raise ValueError("objective 'dro_kl' with mode='sample' draws random pairs; pass "
                        "rng=<PRNG key> to apply (or use mode='weight').")
-    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity)
+    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity, references)
     values = pair_fn(s, pos)
     cand = pos | neg
     if remove_zero_loss:
@@ -267,9 +266,9 @@ def dro_kl_grouped(*, gamma_pos: float = 0.01, gamma_neg: float = 0.01,
       return 0.0
     return pair_fn(jnp.full((1, 1), c, jnp.float32), jnp.full((1, 1), positive))[0, 0]
 
-  def apply(params, embeddings, labels, *, rng=None):
+  def apply(params, embeddings, labels, *, rng=None, references=None):
     del params, rng
-    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity)
+    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity, references)
     values = pair_fn(s, pos)
     valid = (jnp.any(pos, axis=1) & jnp.any(neg, axis=1))[:, None]
     keep = (jax.lax.stop_gradient(values) > 0) if remove_zero_loss else True

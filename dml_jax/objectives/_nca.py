@@ -42,13 +42,11 @@ def _nca_family(*, name: str, order: int, positive: str, negative: str, temperat
                      f"the cosine similarity; they need similarity='cosine', got {similarity!r}.")
   single = losses.nca if order == 1 else losses.nca_2nd
 
-  def apply(params, embeddings, labels, *, rng=None):
+  def apply(params, embeddings, labels, *, rng=None, references=None):
     del params
-    embeddings, labels = _common.check_batch(embeddings, labels)
     key = _common.check_rng(rng, name=name, positive=positive, negative=negative)
-    s = sim.pairwise_similarity(embeddings, kind=similarity)          # float32 [B, B]
-    sg = jax.lax.stop_gradient(s)
-    pos_mask, neg_mask = sim.label_masks(labels)
+    s, pos_mask, neg_mask = _common.similarities(embeddings, labels, similarity, references)
+    sg = jax.lax.stop_gradient(s)                                     # float32 [B, N]
     if skip_duplicate_positives:
       pos_mask = pos_mask & (sg <= DUPLICATE_SIMILARITY)
     if positive_similarity_only and negative == "all":

@@ -28,7 +28,8 @@ MARGIN_REDUCTIONS = ("nonzero", "mean")          # of losses.REDUCTIONS
 
 
 def _triplet_terms(embeddings, labels, key, *, positive: str, negative: str, margin: float,
-                   similarity: str, negative_reduction: str, distance: str = "squared"):
+                   similarity: str, negative_reduction: str, distance: str = "squared",
+                   references=None):
   """Per-term triplet losses of a batch (shared by ``triplet`` and ``trimmed_triplet``).
 
   ``distance='squared'`` uses ``d^2``; ``'euclidean'`` uses ``d = sqrt(d^2)`` (clipped at
@@ -40,15 +41,15 @@ def _triplet_terms(embeddings, labels, key, *, positive: str, negative: str, mar
   hinge is on ``d^2``).
 
   Returns:
-    ``(terms, valid, s, s_an)``: float32 ``[B, B]`` per-term losses, bool ``[B, B]`` valid terms,
-    the similarity ``S [B, B]`` and each term's ``S_an`` (``[B, B]`` for ``positive='all'``;
+    ``(terms, valid, s, s_an)``: float32 ``[B, N]`` per-term losses, bool ``[B, N]`` valid terms,
+    the similarity ``S [B, N]`` (``N = B`` without ``references``) and each term's ``S_an``
+    (``[B, N]`` for ``positive='all'``;
     ``[B, 1]`` for a single positive, or the mean over the anchor's negatives for
     ``negative='all'``).
   """
-  s = sim.pairwise_similarity(embeddings, kind=similarity)            # float32 [B, B]
+  s, pos_mask, neg_mask = _common.similarities(embeddings, labels, similarity, references)
   d2 = sim.squared_distance(s, kind=similarity)
   d = d2 if distance == "squared" else jnp.sqrt(jnp.maximum(d2, TRIPLET_MIN_SQ_DISTANCE))
-  pos_mask, neg_mask = sim.label_masks(labels)
   if negative == "distance_weighted":
     mined = d2
   elif negative == "semihard_band" and distance == "squared":
@@ -131,13 +132,13 @@ def triplet(*, positive: str = "random", negative: str = "semihard", margin: flo
                                   similarity=similarity, negative_reduction=negative_reduction,
                                   distance=distance)
 
-  def apply(params, embeddings, labels, *, rng=None):
+  def apply(params, embeddings, labels, *, rng=None, references=None):
     del params
-    embeddings, labels = _common.check_batch(embeddings, labels)
     key = _common.check_rng(rng, name="triplet", positive=positive, negative=negative)
     terms, valid, s, s_an = _triplet_terms(
         embeddings, labels, key, positive=positive, negative=negative, margin=margin,
-        similarity=similarity, negative_reduction=negative_reduction, distance=distance)
+        similarity=similarity, negative_reduction=negative_reduction, distance=distance,
+        references=references)
     loss = losses.reduce(terms, valid, "mean")
     return loss, _common.aux(valid, terms > 0, s, s_an)
 
@@ -179,13 +180,13 @@ def trimmed_triplet(*, positive: str = "random", negative: str = "semihard",
                                   distance=distance)
   keep_fraction = hparams.fraction("keep_fraction", keep_fraction)
 
-  def apply(params, embeddings, labels, *, rng=None):
+  def apply(params, embeddings, labels, *, rng=None, references=None):
     del params
-    embeddings, labels = _common.check_batch(embeddings, labels)
     key = _common.check_rng(rng, name="trimmed_triplet", positive=positive, negative=negative)
     terms, valid, s, s_an = _triplet_terms(
         embeddings, labels, key, positive=positive, negative=negative, margin=margin,
-        similarity=similarity, negative_reduction=negative_reduction, distance=distance)
+        similarity=similarity, negative_reduction=negative_reduction, distance=distance,
+        references=references)
     if positive == "all":
       kept = mining.keep_easiest(terms, valid, keep_fraction=keep_fraction)
     else:
@@ -315,15 +316,14 @@ def margin(*, positive: str = "random", negative: str = "distance_weighted",
     ok = _common.check_label_range(labels, table.shape[0], what="class betas")
     return jnp.where(ok, table[jnp.clip(labels, 0, table.shape[0] - 1)], jnp.nan), table
 
-  def apply(params, embeddings, labels, *, rng=None):
+  def apply(params, embeddings, labels, *, rng=None, references=None):
     embeddings, labels = _common.check_batch(embeddings, labels)
     key = _common.check_rng(rng, name="margin", positive=positive, negative=negative)
     beta_a, table = beta_per_anchor(params, labels)                   # [B]
-    s = sim.pairwise_similarity(embeddings, kind=similarity)          # float32 [B, B]
-    d2 = sim.squared_distance(s, kind=similarity)
+    s, pos_mask, neg_mask = _common.similarities(embeddings, labels, similarity, references)
+    d2 = sim.squared_distance(s, kind=similarity)                     # float32 [B, N]
     d = losses.euclidean_distance(d2)
     score = -d2 if negative == "distance_weighted" else -d
-    pos_mask, neg_mask = sim.label_masks(labels)
     sel = mining.select(jax.lax.stop_gradient(score), pos_mask, neg_mask, positive=positive,
                         negative=negative, margin=alpha, key=key, dim=embeddings.shape[1],
                         cutoff=cutoff, nonzero_loss_cutoff=nonzero_loss_cutoff,
