@@ -28,6 +28,11 @@ FAMILIES = {
     "margin_distance_weighted": ("margin", {}),
     "dro_topk": ("dro_topk", {}),
     "dro_kl": ("dro_kl", {}),
+    "supcon": ("supcon", {}),
+    "ntxent": ("ntxent", {}),
+    "circle": ("circle", {}),
+    "proxy_anchor": ("proxy_anchor", {}),
+    "arcface": ("arcface", {}),
 }
 
 

@@ -13,6 +13,15 @@ records all of them in ``Objective.hparams``. The builder validates the values a
 ``(init, apply)`` closures with the hyper-parameters baked in, so ``apply`` is ``jax.jit``-able
 with nothing static to declare, and differentiable w.r.t. ``embeddings`` and ``params``.
 
+Reference sets: by default the anchors of a batch are compared with the batch itself
+(``S [B, B]``, self pairs excluded). ``apply(..., references=References(embeddings [N, D],
+labels [N], mask [B, N]))`` compares them with ``N`` references instead (``S [B, N]``; ``mask``
+says which pairs may count), what cross-batch memory (``dml_jax.memory``) passes: the batch
+followed by earlier steps' embeddings. Every pair- and triplet-based objective accepts it; the
+proxy / classification objectives raise ``ValueError``. With ``references = (embeddings,
+labels, ~eye(B))`` every objective gives exactly its batch loss and gradient (tested). The
+argument is optional, so a user's builder without it keeps working without memory.
+
 Every ``apply`` composes ``similarity`` -> ``mining`` selections (under stop-gradient) -> a
 ``losses`` form per term -> ``losses.reduce`` over the valid terms (loss 0, finite gradients,
 when no term is valid), and returns these float32 scalar diagnostics in ``aux``:
@@ -32,9 +41,10 @@ The pair-based objectives (``contrastive``, ``binomial``, ``multi_similarity``,
 ``mining.select``; their terms are pairs and their ``aux`` is defined in ``_pairs``.
 
 Layout: one private module per family holds its builders and constants (``_nca``: nca,
-nca_2nd; ``_triplet``: triplet, trimmed_triplet, margin; ``_proxy``: proxy_nca; ``_pairs``:
-contrastive, binomial, multi_similarity, lifted_structure; ``_dro``: dro_topk, dro_topk_pn,
-dro_kl, dro_kl_grouped), ``_common`` the pieces they share; this package owns the registry. A new
+nca_2nd; ``_triplet``: triplet, trimmed_triplet, margin; ``_proxy``: proxy_nca, proxy_anchor;
+``_softmax``: normalized_softmax, cosface, arcface; ``_nce``: ntxent, supcon; ``_pairs``:
+contrastive, binomial, multi_similarity, lifted_structure, circle; ``_dro``: dro_topk,
+dro_topk_pn, dro_kl, dro_kl_grouped), ``_common`` the pieces they share; this package owns the registry. A new
 objective = one builder in a family module + one line in ``REGISTRY`` + its test file.
 Hyper-parameter checks: ``dml_jax.hparams``; reductions: ``losses.reduce``.
 """
@@ -51,6 +61,7 @@ import jax
 # optax's losses); their public names are this package's API (``objectives.nca``,
 # ``objectives.PAIR_REDUCTIONS``, ...).
 from dml_jax.objectives._common import PAIR_ACTIVE_WEIGHT
+from dml_jax.objectives._common import References
 from dml_jax.objectives._dro import DRO_KL_MODES
 from dml_jax.objectives._dro import DRO_PAIR_LOSSES
 from dml_jax.objectives._dro import dro_kl
@@ -69,7 +80,15 @@ from dml_jax.objectives._pairs import contrastive
 from dml_jax.objectives._pairs import lifted_structure
 from dml_jax.objectives._pairs import multi_similarity
 from dml_jax.objectives._proxy import PROXY_ACTIVE_WEIGHT
+from dml_jax.objectives._proxy import proxy_anchor
 from dml_jax.objectives._proxy import proxy_nca
+from dml_jax.objectives._nce import ntxent
+from dml_jax.objectives._nce import supcon
+from dml_jax.objectives._pairs import circle
+from dml_jax.objectives._softmax import SOFTMAX_ACTIVE_WEIGHT
+from dml_jax.objectives._softmax import arcface
+from dml_jax.objectives._softmax import cosface
+from dml_jax.objectives._softmax import normalized_softmax
 from dml_jax.objectives._triplet import MARGIN_BETA_MODES
 from dml_jax.objectives._triplet import MARGIN_NEGATIVE_MODES
 from dml_jax.objectives._triplet import MARGIN_REDUCTIONS
@@ -89,8 +108,10 @@ class Objective:
     name: the registry name.
     hparams: every hyper-parameter of the builder, defaults included (JSON-serialisable).
     init: ``init(rng, *, num_classes, dim) -> params`` (``{}`` for parameter-free objectives).
-    apply: ``apply(params, embeddings [B, D], labels [B], *, rng=None) -> (loss, aux)``; ``loss``
-      a float32 scalar, ``aux`` a dict of float32 scalars.
+    apply: ``apply(params, embeddings [B, D], labels [B], *, rng=None, references=None) ->
+      (loss, aux)``; ``loss`` a float32 scalar, ``aux`` a dict of float32 scalars.
+      ``references`` (:class:`References`, pair- and triplet-based objectives only) replaces
+      the batch as the set the anchors are compared with (cross-batch memory).
   """
   name: str
   hparams: dict[str, Any]
@@ -113,6 +134,13 @@ REGISTRY: dict[str, Callable[..., tuple[Callable, Callable]]] = {
     "dro_topk_pn": dro_topk_pn,
     "dro_kl": dro_kl,
     "dro_kl_grouped": dro_kl_grouped,
+    "proxy_anchor": proxy_anchor,
+    "normalized_softmax": normalized_softmax,
+    "cosface": cosface,
+    "arcface": arcface,
+    "ntxent": ntxent,
+    "supcon": supcon,
+    "circle": circle,
 }
 
 

@@ -1,5 +1,5 @@
 """Pair-based objectives without DRO: ``contrastive``, ``binomial``, ``multi_similarity``,
-``lifted_structure``.
+``lifted_structure``, ``circle``.
 
 Terms are the ordered pairs ``(i, j)``, ``i != j``, of the batch (self pairs are never
 positives or negatives); ``multi_similarity`` and ``lifted_structure`` group them per anchor.
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+import jax
 import jax.numpy as jnp
 
 from dml_jax import hparams
@@ -30,9 +31,9 @@ MS_DUPLICATE_SIMILARITY = 1.0 - 1e-5     # released MS code keeps positives with
 def _pairwise_apply(pair_fn: Callable, *, reduction: str, similarity: str) -> Callable:
   """``apply`` of an objective averaging an elementwise pair loss over all pairs."""
 
-  def apply(params, embeddings, labels, *, rng=None):
+  def apply(params, embeddings, labels, *, rng=None, references=None):
     del params, rng
-    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity)
+    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity, references)
     pairs = pos | neg
     values = pair_fn(s, pos)                                           # [B, B]
     loss = losses.reduce(values, pairs if reduction == "mean" else (pos, neg), reduction)
@@ -168,9 +169,9 @@ def multi_similarity(*, alpha: float = 2.0, beta: float = 50.0, base: float = 0.
     raise ValueError("skip_duplicate_positives is a threshold on the cosine similarity; it needs "
                      f"similarity='cosine', got {similarity!r}.")
 
-  def apply(params, embeddings, labels, *, rng=None):
+  def apply(params, embeddings, labels, *, rng=None, references=None):
     del params, rng
-    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity)
+    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity, references)
     if skip_duplicate_positives:
       pos = pos & (sg < MS_DUPLICATE_SIMILARITY)
     pk, nk = mining.multi_similarity_pairs(sg, pos, neg, epsilon=epsilon, positive=positive,
@@ -212,13 +213,52 @@ def lifted_structure(*, base: float = 0.5, margin: float = 0.0, similarity: str 
   margin = hparams.real("margin", margin)
   hparams.choice("similarity", similarity, sim.KINDS)
 
-  def apply(params, embeddings, labels, *, rng=None):
+  def apply(params, embeddings, labels, *, rng=None, references=None):
     del params, rng
-    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity)
+    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity, references)
     valid = (jnp.any(pos, axis=1) & jnp.any(neg, axis=1))[:, None]
     p, n = pos & valid, neg & valid
     term_fn = lambda x: losses.lifted_structure(x, p, n, base=base, margin=margin)
     loss = losses.reduce(term_fn(s), valid[:, 0], "batch")
     return loss, _common.pair_aux(p | n, term_fn, sg, pos, neg)
+
+  return _common.no_params, apply
+
+
+def circle(*, m: float = 0.4, gamma: float = 80.0, similarity: str = "cosine"):
+  """Circle loss with pair labels (Sun et al., CVPR 2020, eq. 6), per anchor.
+
+  ``L_a = softplus( log sum_{P_a} e^{-gamma a_p (S_ap - Delta_p)}
+  + log sum_{N_a} e^{gamma a_n (S_an - Delta_n)} )`` with the self-paced weights
+  ``a_p = [1 + m - S_ap]_+``, ``a_n = [S_an + m]_+`` (under stop-gradient, as the paper's
+  "detached" optimisation), ``Delta_p = 1 - m``, ``Delta_n = m``; averaged over the anchors
+  with a positive and a negative. Defaults ``m = 0.4``, ``gamma = 80`` (the paper's
+  fine-grained image retrieval setting; PML's defaults).
+
+  Args:
+    m: relaxation ``m``, default 0.4.
+    gamma: scale ``> 0``, default 80.
+    similarity: ``'cosine'`` (default; the paper's margins assume ``S`` in ``[-1, 1]``).
+
+  Returns:
+    ``(init, apply)``; use ``make('circle', ...)``.
+  """
+  m = hparams.real("m", m)
+  gamma = hparams.number("gamma", gamma, positive=True)
+  hparams.choice("similarity", similarity, sim.KINDS)
+
+  def apply(params, embeddings, labels, *, rng=None, references=None):
+    del params, rng
+    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity, references)
+    valid = jnp.any(pos, axis=1) & jnp.any(neg, axis=1)                 # [B]
+    a_p, a_n = jnp.maximum(1.0 + m - sg, 0.0), jnp.maximum(sg + m, 0.0)
+
+    def term_fn(x):
+      lse_p, _ = losses.masked_logsumexp(-gamma * a_p * (x - (1.0 - m)), pos, axis=1)
+      lse_n, _ = losses.masked_logsumexp(gamma * a_n * (x - m), neg, axis=1)
+      return jnp.where(valid, jax.nn.softplus(jnp.where(valid, lse_p + lse_n, 0.0)), 0.0)
+
+    loss = losses.reduce(term_fn(s), valid, "mean")
+    return loss, _common.pair_aux((pos | neg) & valid[:, None], term_fn, sg, pos, neg)
 
   return _common.no_params, apply

@@ -1,7 +1,8 @@
-"""Proxy-based objectives: ``proxy_nca`` (one learnable proxy per class, no mining).
+"""Proxy-based objectives: ``proxy_nca`` and ``proxy_anchor`` (one learnable proxy per class,
+no mining, no n-per-class batches needed).
 
-Terms are the anchors (every anchor is valid); the parameters are the proxies, which ``init``
-draws and ``apply`` differentiates through.
+The parameters are the proxies ``{'proxies': float32 [C, D]}``, which ``init`` draws and
+``apply`` differentiates through (their learning rate: ``optimizer.objective_learning_rate``).
 """
 
 from __future__ import annotations
@@ -50,22 +51,11 @@ def proxy_nca(*, temperature: float = 1.0, denominator: str = "negatives"):
   temperature = hparams.number("temperature", temperature, positive=True)
   hparams.choice("denominator", denominator, losses.PROXY_DENOMINATORS)
 
-  def init(rng, *, num_classes: int, dim: int) -> dict:
-    """``{'proxies': float32 [num_classes, dim]}``, unit-norm Gaussian rows."""
-    num_classes = hparams.integer("num_classes", num_classes, minimum=2)
-    dim = hparams.integer("dim", dim, minimum=1)
-    proxies = jax.random.normal(rng, (num_classes, dim), jnp.float32)
-    return {"proxies": sim.l2_normalize(proxies)}
-
-  def apply(params, embeddings, labels, *, rng=None):
+  def apply(params, embeddings, labels, *, rng=None, references=None):
     del rng
-    embeddings, labels = _common.check_batch(embeddings, labels)
-    proxies = _common.param(params, "proxies", name="proxy_nca")
-    if proxies.ndim != 2 or proxies.shape[1] != embeddings.shape[1] or proxies.shape[0] < 2:
-      raise ValueError(f"params['proxies'] must have shape [C >= 2, {embeddings.shape[1]}], "
-                       f"got {proxies.shape}.")
+    embeddings, labels, proxies, ok = _common.class_batch(params, embeddings, labels, references,
+                                                          name="proxy_nca")
     num = proxies.shape[0]
-    ok = _common.check_label_range(labels, num, what="proxies")
     s = sim.pairwise_similarity(embeddings, proxies, kind="cosine")   # float32 [B, C]
     d2 = sim.squared_distance(s, kind="cosine")
     true = labels[:, None] == jnp.arange(num)[None, :]                # [B, C]
@@ -77,4 +67,57 @@ def proxy_nca(*, temperature: float = 1.0, denominator: str = "negatives"):
     col = lambda x: x[:, None]
     return loss, _common.aux(col(ok), col(1.0 - p_true > PROXY_ACTIVE_WEIGHT), col(s_ap), col(s_an))
 
-  return init, apply
+  return _common.init_proxies, apply
+
+
+def proxy_anchor(*, margin: float = 0.1, alpha: float = 32.0):
+  """Proxy-Anchor loss (Kim et al., CVPR 2020, eq. 4): proxies as anchors.
+
+  With ``s(x, p)`` the cosine of an embedding and a proxy, ``P+`` the proxies of the classes in
+  the batch and ``X_p+`` / ``X_p-`` the batch's embeddings of / not of class ``p``:
+
+  ``L = (1/|P+|) sum_{p in P+} log(1 + sum_{x in X_p+} e^{-alpha (s(x, p) - margin)})
+  + (1/C) sum_{p} log(1 + sum_{x in X_p-} e^{alpha (s(x, p) + margin)})``.
+
+  Defaults ``margin = 0.1``, ``alpha = 32`` (the paper). ``init`` draws unit-norm Gaussian
+  proxies (the paper: Kaiming normal; the scale does not matter, ``s`` is a cosine). The paper
+  trains the proxies with a 100x larger learning rate: ``optimizer.objective_learning_rate``.
+  Labels must lie in ``[0, C)`` (as ``proxy_nca``). ``aux``: every anchor is valid;
+  ``active_fraction`` = pairs (embedding, proxy) with a gradient weight above ``1e-3``;
+  ``mean_s_ap`` / ``mean_s_an`` = cosine to the own proxy / mean cosine to the others.
+
+  Args:
+    margin: ``delta``, default 0.1.
+    alpha: scale ``> 0``, default 32.
+
+  Returns:
+    ``(init, apply)``; use ``make('proxy_anchor', ...)``.
+  """
+  margin = hparams.real("margin", margin)
+  alpha = hparams.number("alpha", alpha, positive=True)
+
+  def terms(s, true):
+    lse_p, _ = losses.masked_logsumexp(-alpha * (s - margin), true, axis=0)        # [C]
+    lse_n, _ = losses.masked_logsumexp(alpha * (s + margin), ~true, axis=0)
+    with_pos = jnp.any(true, axis=0)
+    pos = jnp.sum(jnp.where(with_pos, jax.nn.softplus(lse_p), 0.0))
+    neg = jnp.sum(jnp.where(jnp.any(~true, axis=0), jax.nn.softplus(lse_n), 0.0))
+    return pos / jnp.maximum(jnp.sum(with_pos), 1) + neg / s.shape[1]
+
+  def apply(params, embeddings, labels, *, rng=None, references=None):
+    del rng
+    embeddings, labels, proxies, ok = _common.class_batch(params, embeddings, labels, references,
+                                                          name="proxy_anchor")
+    num = proxies.shape[0]
+    s = sim.pairwise_similarity(embeddings, proxies, kind="cosine")   # float32 [B, C]
+    true = labels[:, None] == jnp.arange(num)[None, :]                # [B, C]
+    loss = jnp.where(jnp.all(ok), terms(s, true), jnp.nan)
+    sg = jax.lax.stop_gradient(s)
+    weight = jax.grad(lambda x: terms(x, true))(sg)
+    col = lambda x: x[:, None]
+    aux = _common.aux(col(ok), col(ok), col(jnp.sum(jnp.where(true, sg, 0.0), axis=1)),
+                      col(_common.row_mean(sg, ~true)))
+    aux["active_fraction"] = jnp.mean((jnp.abs(weight) > PROXY_ACTIVE_WEIGHT).astype(jnp.float32))
+    return loss, aux
+
+  return _common.init_proxies, apply

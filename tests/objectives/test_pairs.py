@@ -13,7 +13,7 @@ import pytest
 
 import objective_support as support
 from objective_support import B
-from oracles import (LABELS, ls_bracket, ms_sets, ms_term, negatives_of, np_similarity,
+from oracles import (LABELS, fd_grad, ls_bracket, ms_sets, ms_term, negatives_of, np_similarity,
                      pair_loss_and_weight, plan, positives_of)
 from oracles import random_batch as batch
 from dml_jax import losses
@@ -200,3 +200,51 @@ def test_loss_and_gradient_are_invariant_to_batch_permutation(name):
 def test_bad_arguments_are_rejected(call, match):
   with pytest.raises(ValueError, match=match):
     call()
+
+
+def oracle_circle(e, labels, m, gamma):
+  """Sun et al. eq. 6 per anchor, loops over its positives and negatives (weights a_p, a_n at
+  the current similarities); mean over anchors with both."""
+  s = np_similarity(e)
+  out = []
+  for a in range(len(labels)):
+    ps = [p for p in range(len(labels)) if p != a and labels[p] == labels[a]]
+    ns = negatives_of(labels, a)
+    if not ps or not ns:
+      continue
+    zp = [-gamma * max(1 + m - s[a, p], 0) * (s[a, p] - (1 - m)) for p in ps]
+    zn = [gamma * max(s[a, n] + m, 0) * (s[a, n] - m) for n in ns]
+    out.append(np.logaddexp(0.0, np.logaddexp.reduce(zp) + np.logaddexp.reduce(zn)))
+  return float(np.mean(out))
+
+
+@pytest.mark.parametrize("m,gamma", [(0.4, 80.0), (0.25, 16.0)])
+def test_circle_matches_oracle_value_and_detached_weight_gradient(m, gamma):
+  """The value equals eq. 6; the gradient is eq. 6's with a_p, a_n held fixed (the paper's
+  detached weights), checked by finite differences of the oracle with frozen weights."""
+  e = batch(8, d=4, normalize=False)
+  loss, aux, grad = support.run("circle", e, LABELS, rng=None, m=m, gamma=gamma)
+  np.testing.assert_allclose(float(loss), oracle_circle(e, LABELS, m, gamma), rtol=1e-5)
+  s0 = np_similarity(e)
+  a_p, a_n = np.maximum(1 + m - s0, 0), np.maximum(s0 + m, 0)
+
+  def frozen(x):
+    s = np_similarity(x)
+    out = []
+    for a in range(len(LABELS)):
+      ps = [p for p in range(len(LABELS)) if p != a and LABELS[p] == LABELS[a]]
+      ns = negatives_of(LABELS, a)
+      if ps and ns:
+        zp = [-gamma * a_p[a, p] * (s[a, p] - (1 - m)) for p in ps]
+        zn = [gamma * a_n[a, n] * (s[a, n] - m) for n in ns]
+        out.append(np.logaddexp(0.0, np.logaddexp.reduce(zp) + np.logaddexp.reduce(zn)))
+    return float(np.mean(out))
+
+  np.testing.assert_allclose(np.asarray(grad), fd_grad(frozen, e), rtol=1e-3, atol=1e-5)
+  assert float(aux["valid_fraction"]) == pytest.approx(10 / 12)
+
+
+def test_circle_bf16_one_trace_no_nan_without_pairs():
+  support.check_pair_bf16("circle", rng=None)
+  support.check_apply_traces_once_per_shape("circle")
+  support.check_pair_zero_loss_without_valid_anchor("circle", rng=None)

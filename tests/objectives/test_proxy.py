@@ -99,3 +99,45 @@ def test_out_of_range_labels_raise_eagerly_and_give_nan_under_jit():
     jax.grad(lambda p: proxy.apply(p, e, labels)[0])(params)
   assert np.isnan(jax.jit(proxy.apply)(params, e, labels)[0])
   assert np.isfinite(jax.jit(proxy.apply)(params, e, labels % 4)[0])
+
+
+def oracle_proxy_anchor(e, proxies, labels, margin, alpha):
+  """Kim et al. eq. 4 as loops over proxies and embeddings."""
+  x = np.asarray(e, np.float64)
+  x = x / np.linalg.norm(x, axis=1, keepdims=True)
+  pr = np.asarray(proxies, np.float64)
+  pr = pr / np.linalg.norm(pr, axis=1, keepdims=True)
+  pos_terms, neg_total = [], 0.0
+  for c in range(len(pr)):
+    members = [i for i, y in enumerate(labels) if y == c]
+    others = [i for i, y in enumerate(labels) if y != c]
+    if members:
+      pos_terms.append(np.log1p(sum(np.exp(-alpha * (x[i] @ pr[c] - margin)) for i in members)))
+    if others:
+      neg_total += np.log1p(sum(np.exp(alpha * (x[i] @ pr[c] + margin)) for i in others))
+  return float(np.mean(pos_terms) + neg_total / len(pr))
+
+
+@pytest.mark.parametrize("margin,alpha", [(0.1, 32.0), (0.3, 4.0)])
+def test_proxy_anchor_matches_oracle_values_and_gradients(margin, alpha):
+  e = batch(6, d=D, normalize=False)
+  proxies = np.random.default_rng(7).normal(size=(NUM_CLASSES, D)).astype(np.float32)
+  loss, aux, gp, ge = run("proxy_anchor", {"proxies": jnp.asarray(proxies)}, e, LABELS,
+                          margin=margin, alpha=alpha)
+  f = lambda x: oracle_proxy_anchor(x, proxies, LABELS, margin, alpha)
+  np.testing.assert_allclose(float(loss), f(e), rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(ge), fd_grad(f, e), rtol=1e-3, atol=1e-4)
+  gw = fd_grad(lambda w: oracle_proxy_anchor(e, w, LABELS, margin, alpha), proxies)
+  np.testing.assert_allclose(np.asarray(gp["proxies"]), gw, rtol=1e-3, atol=1e-4)
+  assert float(aux["valid_fraction"]) == 1.0 and 0.0 < float(aux["active_fraction"]) <= 1.0
+
+
+def test_proxy_anchor_bf16_one_trace_and_label_range():
+  support.check_apply_traces_once_per_shape("proxy_anchor")
+  obj = objectives.make("proxy_anchor")
+  params = obj.init(jax.random.key(0), num_classes=NUM_CLASSES, dim=D)
+  loss, _ = obj.apply(params, jnp.asarray(batch(1), jnp.bfloat16), jnp.asarray(LABELS))
+  assert loss.dtype == jnp.float32 and np.isfinite(float(loss))
+  with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\)"):
+    obj.apply(obj.init(jax.random.key(0), num_classes=3, dim=D), jnp.asarray(batch(1)),
+              jnp.asarray(LABELS))

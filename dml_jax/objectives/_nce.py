@@ -1,0 +1,89 @@
+"""Softmax-over-pairs objectives: ``ntxent`` (Chen et al. 2020) and ``supcon`` (Khosla et al.
+2020), with labels deciding the positives (every other example of the anchor's class).
+
+Both work on ``S [B, N]`` (cosine, the batch or a reference set such as cross-batch memory) at a
+temperature ``T``; their ``aux`` is that of the pair objectives (``_pairs`` docstring). They
+equal pytorch-metric-learning 2.9's ``NTXentLoss`` and ``SupConLoss`` (default reducers) in value
+and gradient (``tests/objectives/test_pml_reference.py``).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from dml_jax import hparams
+from dml_jax import losses
+from dml_jax import similarity as sim
+from dml_jax.objectives import _common
+
+
+def ntxent(*, temperature: float = 0.07, similarity: str = "cosine"):
+  """NT-Xent / InfoNCE with labels (SimCLR, Chen et al. 2020): one term per positive pair.
+
+  ``l_ap = -log( e^{S_ap/T} / (e^{S_ap/T} + sum_{n in N_a} e^{S_an/T}) )`` for every positive
+  pair ``(a, p)`` (the other positives of ``a`` are not in the denominator), averaged over all
+  positive pairs. A pair whose anchor has no negative gives 0 (and still counts in the mean, as
+  in PML). With two views per class it is SimCLR's loss. Default ``T = 0.07`` (PML's; SimCLR
+  tunes it per batch size).
+
+  Args:
+    temperature: ``T > 0``, default 0.07.
+    similarity: ``'cosine'`` (default), ``'dot'`` or ``'neg_sq_euclidean'``.
+
+  Returns:
+    ``(init, apply)``; use ``make('ntxent', ...)``.
+  """
+  temperature = hparams.number("temperature", temperature, positive=True)
+  hparams.choice("similarity", similarity, sim.KINDS)
+
+  def terms(s, pos, neg):
+    z = s / temperature
+    neg_lse, _ = losses.masked_logsumexp(z, neg, axis=1)                 # [B], -1e30 if none
+    return jnp.where(pos, jnp.logaddexp(z, neg_lse[:, None]) - z, 0.0)   # [B, N]
+
+  def apply(params, embeddings, labels, *, rng=None, references=None):
+    del params, rng
+    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity, references)
+    term_fn = lambda x: terms(x, pos, neg)
+    loss = losses.reduce(term_fn(s), pos, "mean")
+    return loss, _common.pair_aux(pos | (neg & jnp.any(pos, axis=1, keepdims=True)), term_fn,
+                                  sg, pos, neg)
+
+  return _common.no_params, apply
+
+
+def supcon(*, temperature: float = 0.1, similarity: str = "cosine"):
+  """Supervised contrastive loss (Khosla et al. 2020, ``L^sup_out``): one term per anchor.
+
+  ``L_a = -(1/|P_a|) sum_{p in P_a} log( e^{S_ap/T} / sum_{j in P_a u N_a} e^{S_aj/T} )``,
+  averaged over the anchors whose term is non-zero (PML's ``AvgNonZeroReducer``): anchors with a
+  positive and at least one other pair (an anchor whose only pair is one positive has
+  ``L_a = 0``). A batch without a negative pair gives 0 (PML). Default ``T = 0.1`` (the paper's
+  and PML's).
+
+  Args:
+    temperature: ``T > 0``, default 0.1.
+    similarity: ``'cosine'`` (default), ``'dot'`` or ``'neg_sq_euclidean'``.
+
+  Returns:
+    ``(init, apply)``; use ``make('supcon', ...)``.
+  """
+  temperature = hparams.number("temperature", temperature, positive=True)
+  hparams.choice("similarity", similarity, sim.KINDS)
+
+  def apply(params, embeddings, labels, *, rng=None, references=None):
+    del params, rng
+    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity, references)
+    n_pos = jnp.sum(pos, axis=1)
+    valid = (n_pos > 0) & (n_pos + jnp.sum(neg, axis=1) > 1) & jnp.any(neg)      # [B]
+
+    def term_fn(x):
+      z = x / temperature
+      lse, _ = losses.masked_logsumexp(z, pos | neg, axis=1)
+      log_prob = jnp.where(pos, z - lse[:, None], 0.0)
+      return jnp.where(valid, -jnp.sum(log_prob, axis=1) / jnp.maximum(n_pos, 1), 0.0)
+
+    loss = losses.reduce(term_fn(s), valid, "mean")
+    return loss, _common.pair_aux((pos | neg) & valid[:, None], term_fn, sg, pos, neg)
+
+  return _common.no_params, apply

@@ -1,0 +1,105 @@
+"""NormSoftmax, CosFace and ArcFace (dml_jax/objectives/_softmax.py) against numpy loops:
+values and gradients w.r.t. the embeddings and the class weights, ArcFace's angle branch, the
+margin in radians, labels out of range."""
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import objective_support as support
+from objective_support import D, NUM_CLASSES
+from oracles import LABELS, fd_grad
+from oracles import random_batch as batch
+from dml_jax import objectives
+
+run = functools.partial(support.run_with_params, rng=None)
+
+
+def _unit(x):
+  x = np.asarray(x, np.float64)
+  return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def oracle(name, hp, e, w, labels):
+  """Mean over anchors of -log softmax(scale * logits)[y], logits from explicit angles."""
+  cos = _unit(e) @ _unit(w).T
+  out = []
+  for a, y in enumerate(labels):
+    logits = cos[a].copy()
+    theta = math.acos(min(1.0, max(-1.0, cos[a, y])))
+    if name == "normalized_softmax":
+      scale = 1.0 / hp["temperature"]
+    elif name == "cosface":
+      scale, logits[y] = hp["scale"], cos[a, y] - hp["margin"]
+    else:
+      m, scale = hp["margin"], hp["scale"]
+      logits[y] = (math.cos(theta + m) if theta <= math.pi - m
+                   else math.cos(theta) - m * math.sin(m))
+    z = scale * logits
+    out.append(-(z[y] - np.log(np.sum(np.exp(z - z.max()))) - z.max()))
+  return float(np.mean(out))
+
+
+CASES = [("normalized_softmax", {"temperature": 0.05}), ("normalized_softmax", {"temperature": 0.5}),
+         ("cosface", {"margin": 0.35, "scale": 64.0}), ("cosface", {"margin": 0.1, "scale": 4.0}),
+         ("arcface", {"margin": 0.5, "scale": 64.0}), ("arcface", {"margin": 0.3, "scale": 4.0})]
+
+
+@pytest.mark.parametrize("name,hp", CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CASES)])
+def test_matches_oracle_values_and_gradients(name, hp):
+  e = batch(1, d=D, normalize=False)
+  w = np.random.default_rng(2).normal(size=(NUM_CLASSES, D)).astype(np.float32)
+  loss, aux, gp, ge = run(name, {"proxies": jnp.asarray(w)}, e, LABELS, **hp)
+  f = lambda x: oracle(name, hp, x, w, LABELS)
+  np.testing.assert_allclose(float(loss), f(e), rtol=1e-5, atol=1e-5)
+  scale = max(1.0, float(np.max(np.abs(fd_grad(f, e)))))
+  np.testing.assert_allclose(np.asarray(ge), fd_grad(f, e), rtol=1e-3, atol=1e-4 * scale)
+  gw = fd_grad(lambda x: oracle(name, hp, e, x, LABELS), w)
+  np.testing.assert_allclose(np.asarray(gp["proxies"]), gw, rtol=1e-3,
+                             atol=1e-4 * max(1.0, float(np.max(np.abs(gw)))))
+  assert float(aux["valid_fraction"]) == 1.0
+
+
+def test_arcface_takes_the_linear_branch_beyond_pi_minus_m():
+  """theta_y > pi - m: logit cos(theta) - m sin(m), which keeps decreasing in theta."""
+  from dml_jax.objectives import _softmax  # pylint: disable=import-outside-toplevel
+  m = 0.5
+  cos = jnp.asarray([math.cos(math.pi - 0.2), math.cos(1.0), 1.0, -1.0], jnp.float32)
+  got = np.asarray(_softmax.arcface_target(cos, m))
+  np.testing.assert_allclose(got[:2], [math.cos(math.pi - 0.2) - m * math.sin(m),
+                                       math.cos(1.0 + m)], rtol=1e-5)
+  g = jax.grad(lambda c: jnp.sum(_softmax.arcface_target(c, m)))(cos)
+  assert np.all(np.isfinite(np.asarray(g)))
+
+
+def test_arcface_margin_in_degrees_is_rejected():
+  with pytest.raises(ValueError, match="radians"):
+    objectives.make("arcface", margin=28.6)
+
+
+@pytest.mark.parametrize("name", ["normalized_softmax", "cosface", "arcface"])
+def test_labels_out_of_range_and_references_are_clear_errors(name):
+  obj = objectives.make(name)
+  params = obj.init(jax.random.key(0), num_classes=3, dim=D)
+  e = jnp.asarray(batch(0, d=D))
+  with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\)"):
+    obj.apply(params, e, jnp.asarray(LABELS))
+  refs = objectives.References(e, jnp.asarray(LABELS), jnp.ones((12, 12), bool))
+  with pytest.raises(ValueError, match="memory.size=0"):
+    obj.apply(params, e, jnp.asarray(LABELS) % 3, references=refs)
+
+
+@pytest.mark.parametrize("name", ["normalized_softmax", "cosface", "arcface"])
+def test_bf16_and_one_trace_per_shape(name):
+  support.check_apply_traces_once_per_shape(name)
+  w = jnp.asarray(np.random.default_rng(3).normal(size=(NUM_CLASSES, D)), jnp.float32)
+  e = batch(4, d=D)
+  loss, aux, _, ge = run(name, {"proxies": w}, jnp.asarray(e, jnp.bfloat16), LABELS)
+  assert loss.dtype == jnp.float32 and ge.dtype == jnp.bfloat16
+  assert np.all(np.isfinite(np.asarray(ge, np.float32)))
+  want = run(name, {"proxies": w}, np.asarray(jnp.asarray(e, jnp.bfloat16), np.float32), LABELS)[0]
+  np.testing.assert_allclose(float(loss), float(want), rtol=1e-5)
