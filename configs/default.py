@@ -60,6 +60,13 @@ def get_config() -> ml_collections.ConfigDict:
   c.loss = ml_collections.ConfigDict()
   c.loss.name = "nca"
 
+  # Cross-batch memory (XBM; dml_jax.memory): the last memory.size embeddings of earlier steps
+  # join the batch as references of pair- and triplet-based objectives. 0 = off.
+  c.memory = ml_collections.ConfigDict()
+  c.memory.size = 0
+  c.memory.start_step = 0               # used and filled from this 0-based step on
+  c.memory.reference_gradient = True    # False: the batch's own references are detached (PML)
+
   c.optimizer = ml_collections.ConfigDict()
   c.optimizer.name = "adam"       # 'adam' | 'sgd' (with momentum) | 'rmsprop'
   c.optimizer.learning_rate = 1e-3

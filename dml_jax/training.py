@@ -3,7 +3,8 @@
 The train state is a plain dict pytree (what Orbax saves)::
 
   {'step': int32 [], 'params': nnx.State, 'batch_stats': nnx.State,
-   'objective': dict (beta, proxies, ...), 'opt_state': optax state}
+   'objective': dict (beta, proxies, ...), 'opt_state': optax state,
+   'memory': dict (only with config.memory.size > 0; see dml_jax.memory)}
 
 Determinism: the batch of step ``t`` and the PRNG key of step ``t`` are pure functions of
 ``(config.seed, t)``, so a run killed at any point and resumed from its last checkpoint
@@ -28,6 +29,7 @@ import optax
 import tqdm
 
 from dml_jax import checkpointing
+from dml_jax import memory as memory_lib
 from dml_jax import data as data_lib
 from dml_jax import models
 from dml_jax import objectives
@@ -82,6 +84,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     raise ValueError(
         f"config.data.image_size={config.data.image_size}: the in-memory dataset "
         f"{config.data.name!r} has a fixed size; use 0 (its native size).")
+  memory_lib.check(config.memory.size, config.memory.start_step, batch_size=config.batch_size)
   if config.num_epochs < 0:
     raise ValueError(f"config.num_epochs must be >= 0, got {config.num_epochs}.")
   if config.model.pretrained and not os.path.exists(config.model.pretrained):
@@ -176,6 +179,9 @@ def build(config: ml_collections.ConfigDict) -> Setup:
       train.labels, batch_size=config.batch_size, group_size=config.data.group_size,
       seed=config.seed, small_class=config.data.small_class)
   objective = objectives.make(**config.loss.to_dict())
+  if config.memory.size and "references" not in inspect.signature(objective.apply).parameters:
+    raise ValueError(f"memory.size={config.memory.size}: objective {objective.name!r} takes no "
+                     "reference set (apply has no 'references' argument); set memory.size=0.")
 
   key = jax.random.key(config.seed)
   model_key, objective_key = jax.random.split(key)
@@ -193,6 +199,13 @@ def build(config: ml_collections.ConfigDict) -> Setup:
   num_classes = int(np.max(train.labels)) + 1
   objective_params = objective.init(objective_key, num_classes=num_classes,
                                     dim=config.model.embedding_dim)
+  if config.memory.size:   # an objective that takes no reference set says so now, not mid-run
+    mem = memory_lib.init(config.memory.size, config.model.embedding_dim)
+    emb = jnp.zeros((config.batch_size, config.model.embedding_dim), jnp.float32)
+    labels = jnp.zeros((config.batch_size,), jnp.int32)
+    jax.eval_shape(lambda p, e, y, k: objective.apply(
+        p, e, y, rng=k, references=memory_lib.references(mem, e, y)),
+        objective_params, emb, labels, objective_key)
   num_train_steps = resolve_num_train_steps(config, sampler.steps_per_epoch)
   tx, schedule = optimizers.make_optimizer(config.optimizer, num_train_steps=num_train_steps,
                                 model_params=params, steps_per_epoch=sampler.steps_per_epoch)
@@ -203,6 +216,8 @@ def build(config: ml_collections.ConfigDict) -> Setup:
       "batch_stats": batch_stats,
       "objective": objective_params,
       "opt_state": tx.init(trainable),
+      **({"memory": memory_lib.init(config.memory.size, config.model.embedding_dim)}
+         if config.memory.size else {}),
   })
   return Setup(config=config, splits=splits, sampler=sampler, objective=objective,
                train_graphdef=train_graphdef if not config.model.freeze_bn else eval_graphdef,
@@ -213,18 +228,28 @@ def build(config: ml_collections.ConfigDict) -> Setup:
 def _train_step_fn(setup: Setup) -> Callable:
   """The un-jitted train step (see :func:`make_train_step`)."""
   graphdef, objective, tx = setup.train_graphdef, setup.objective, setup.tx
+  mem_config = setup.config.memory
 
-  def loss_fn(trainable, batch_stats, images, labels, key):
+  def loss_fn(trainable, batch_stats, memory, active, images, labels, key):
     model = nnx.merge(graphdef, trainable["model"], batch_stats, copy=True)
     embeddings = model(images)
-    loss, aux = objective.apply(trainable["objective"], embeddings, labels, rng=key)
+    extra = {}
+    if memory is not None:
+      extra["references"] = memory_lib.references(
+          memory, embeddings, labels, active=active,
+          reference_gradient=mem_config.reference_gradient)
+      memory = memory_lib.enqueue(memory, embeddings, labels, active=active)
+    loss, aux = objective.apply(trainable["objective"], embeddings, labels, rng=key, **extra)
     _, _, new_batch_stats = nnx.split(model, nnx.Param, ...)
-    return loss, (aux, new_batch_stats)
+    return loss, (aux, new_batch_stats, memory)
 
   def train_step(state, images, labels, key):
     trainable = {"model": state["params"], "objective": state["objective"]}
-    (loss, (aux, new_batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        trainable, state["batch_stats"], images, labels, key)
+    memory = state.get("memory")
+    active = state["step"] >= mem_config.start_step
+    (loss, (aux, new_batch_stats, new_memory)), grads = jax.value_and_grad(
+        loss_fn, has_aux=True)(trainable, state["batch_stats"], memory, active, images, labels,
+                               key)
     grad_norm = jnp.sqrt(sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grads)))
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
     updates, new_opt_state = tx.update(grads, state["opt_state"], trainable)
@@ -235,11 +260,14 @@ def _train_step_fn(setup: Setup) -> Callable:
         "batch_stats": new_batch_stats,
         "objective": new_trainable["objective"],
         "opt_state": new_opt_state,
+        **({"memory": new_memory} if memory is not None else {}),
     }
     # Keep the old state (but report) when anything is NaN / inf.
     new_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), new_state, state)
     metrics = {"loss": loss, "grad_norm": grad_norm, "finite": finite.astype(jnp.float32),
                **aux}
+    if memory is not None:   # the fraction of the memory's slots the next step will see
+      metrics["memory_filled"] = jnp.mean(new_memory["valid"].astype(jnp.float32))
     return new_state, metrics
 
   return train_step

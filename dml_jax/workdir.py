@@ -56,6 +56,9 @@ ADDED_CONFIG_KEYS = {
     "optimizer.decay_epochs": (),
     "user_modules": (),
     "optimizer.weight_decay_mode": "decoupled",
+    "memory.size": 0,
+    "memory.start_step": 0,
+    "memory.reference_gradient": True,
 }
 
 # Dotted keys (a trailing '.' means the whole block) that a rerun may change on a workdir

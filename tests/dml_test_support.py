@@ -4,6 +4,9 @@ oracles.py, objective helpers: objective_support.py."""
 
 import os
 
+import jax
+import numpy as np
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -24,3 +27,23 @@ def small_config(num_train_steps=20, **overrides):
       node = node[p]
     node[last] = value
   return c
+
+
+def leaves_equal(a, b, atol=0.0):
+  """Whether two pytrees have the same leaves up to ``atol``."""
+  la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+  assert len(la) == len(lb)
+  return all(np.allclose(np.asarray(x), np.asarray(y), atol=atol, rtol=0) for x, y in zip(la, lb))
+
+
+def restore_state(workdir, step=None):
+  """``(step, state, extra)`` of ``workdir``'s newest (or ``step``'s) checkpoint."""
+  from dml_jax import checkpointing  # pylint: disable=import-outside-toplevel
+  from dml_jax import training  # pylint: disable=import-outside-toplevel
+  from dml_jax import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+  setup = training.build(workdir_lib.load_config(workdir))
+  manager = checkpointing.make_manager(workdir, read_only=True)
+  try:
+    return checkpointing.restore(manager, setup.init_state, step=step)
+  finally:
+    manager.close()

@@ -81,8 +81,8 @@ def test_every_objective_trains_on_digits(objective, tmp_path):
   from configs import digits_objective  # pylint: disable=import-outside-toplevel
   from dml_jax import training  # pylint: disable=import-outside-toplevel
   c = digits_objective.get_config(f"{objective},smoke")
-  c.num_train_steps, c.batch_size, c.data.group_size = 4, 32, 16
-  c.log_every_steps, c.checkpoint_every_steps = 2, 4
+  c.num_train_steps, c.batch_size, c.data.group_size = 2, 32, 16
+  c.log_every_steps, c.checkpoint_every_steps = 1, 2
   if "k" in c.loss:
     c.loss.k = 64
   results = training.train_and_evaluate(c, str(tmp_path), show_progress=False)

@@ -14,27 +14,12 @@ from dml_jax import training
 from dml_jax import workdir as workdir_lib
 from dml_jax.data import noise as noise_lib
 from dml_jax.evaluation import checkpoints
-from dml_test_support import small_config
-
-
-def leaves_equal(a, b, atol=0.0):
-  la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
-  assert len(la) == len(lb)
-  return all(np.allclose(np.asarray(x), np.asarray(y), atol=atol, rtol=0) for x, y in zip(la, lb))
+from dml_test_support import leaves_equal, restore_state, small_config
 
 
 def read_rows(workdir):
   with open(os.path.join(workdir, workdir_lib.METRICS_FILE)) as f:
     return [json.loads(line) for line in f if line.strip()]
-
-
-def restore_state(workdir, step=None):
-  setup = training.build(workdir_lib.load_config(workdir))
-  manager = checkpointing.make_manager(workdir, read_only=True)
-  try:
-    return checkpointing.restore(manager, setup.init_state, step=step)
-  finally:
-    manager.close()
 
 
 def test_run_writes_everything(run20):

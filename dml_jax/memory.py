@@ -1,0 +1,87 @@
+"""Cross-batch memory (XBM, Wang et al. CVPR 2020): earlier steps' embeddings as references.
+
+A FIFO queue of the last ``M`` embeddings and labels of earlier train steps, stored without
+gradient in the train state (so it is checkpointed and resumed exactly, and replicated: the same
+on 1 and 8 devices, since the step sees the global batch). At each step, from
+``start_step`` on, the anchors of the batch are compared with the references
+
+  ``[the batch (B rows); the memory (M rows)]``, so ``S`` is ``[B, B + M]``,
+
+self pairs and empty slots masked out (``objectives.References``); then the batch is written
+into the memory, overwriting the oldest entries. With an empty memory the loss and gradient
+equal the objective's without memory.
+
+``reference_gradient`` says whether the batch's own rows, as references, carry gradient:
+True (default) keeps the gradient the objective has without memory (a pair ``(i, j)`` of the
+batch moves both ``i`` and ``j``); False detaches them, as pytorch-metric-learning's
+``CrossBatchMemory`` (whose memory of ``M + B`` rows holds the current batch too): then our
+loss and gradient equal PML's with ``memory_size = M + B`` (tested). The XBM paper's code adds
+the plain batch loss to the memory loss instead; that is ``reference_gradient=True`` up to the
+weighting.
+
+State: ``{'embeddings': float32 [M, D], 'labels': int32 [M], 'valid': bool [M],
+'next': int32 []}`` (``next``: the slot the next batch starts at).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from dml_jax import hparams
+from dml_jax.objectives import References
+
+
+def check(size: int, start_step: int, *, batch_size: int) -> None:
+  """Validates ``config.memory`` against the global batch size; raises ``ValueError``."""
+  size = hparams.integer("memory.size", size, minimum=0)
+  hparams.integer("memory.start_step", start_step, minimum=0)
+  if 0 < size < batch_size:
+    raise ValueError(f"memory.size={size} is smaller than batch_size={batch_size}: the memory "
+                     "must hold at least one batch (or set memory.size=0 to turn it off).")
+
+
+def init(size: int, dim: int) -> dict:
+  """An empty memory of ``size`` rows of ``dim`` floats (see the module docstring)."""
+  return {"embeddings": jnp.zeros((size, dim), jnp.float32),
+          "labels": jnp.zeros((size,), jnp.int32),
+          "valid": jnp.zeros((size,), bool),
+          "next": jnp.zeros((), jnp.int32)}
+
+
+def references(memory: dict, embeddings: jax.Array, labels: jax.Array, *,
+               active: jax.Array | bool = True, reference_gradient: bool = True) -> References:
+  """The batch followed by the memory, as ``objectives.References`` (``N = B + M``).
+
+  Args:
+    memory: the memory state.
+    embeddings: float ``[B, D]`` the batch's embeddings (the anchors).
+    labels: int ``[B]``.
+    active: bool scalar: False masks the whole memory out (before ``start_step``).
+    reference_gradient: False detaches the batch's rows used as references.
+
+  Returns:
+    ``References`` with ``embeddings [B + M, D]``, ``labels [B + M]``, ``mask [B, B + M]``.
+  """
+  b = embeddings.shape[0]
+  batch_refs = embeddings if reference_gradient else jax.lax.stop_gradient(embeddings)
+  ref = jnp.concatenate([batch_refs.astype(jnp.float32),
+                         jax.lax.stop_gradient(memory["embeddings"])], axis=0)
+  ref_labels = jnp.concatenate([labels.astype(jnp.int32), memory["labels"]], axis=0)
+  mem_mask = jnp.broadcast_to((memory["valid"] & active)[None, :], (b, memory["valid"].shape[0]))
+  mask = jnp.concatenate([~jnp.eye(b, dtype=bool), mem_mask], axis=1)
+  return References(embeddings=ref, labels=ref_labels, mask=mask)
+
+
+def enqueue(memory: dict, embeddings: jax.Array, labels: jax.Array, *,
+            active: jax.Array | bool = True) -> dict:
+  """Writes the batch (without gradient) over the oldest ``B`` rows; unchanged when not
+  ``active``. ``B <= M`` (see :func:`check`)."""
+  b, m = embeddings.shape[0], memory["labels"].shape[0]
+  rows = (memory["next"] + jnp.arange(b)) % m
+  new = {"embeddings": memory["embeddings"].at[rows].set(
+             jax.lax.stop_gradient(embeddings).astype(jnp.float32)),
+         "labels": memory["labels"].at[rows].set(labels.astype(jnp.int32)),
+         "valid": memory["valid"].at[rows].set(True),
+         "next": (memory["next"] + b) % m}
+  return jax.tree.map(lambda n, o: jnp.where(active, n, o), new, memory)

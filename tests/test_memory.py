@@ -1,0 +1,122 @@
+"""Cross-batch memory (dml_jax/memory.py): FIFO order, start_step, the reference set it builds,
+config errors, and training with memory: 8 devices equal 1, a checkpoint resumes exactly."""
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from dml_jax import checkpointing
+from dml_jax import memory as memory_lib
+from dml_jax import objectives
+from dml_jax import parallel
+from dml_jax import training
+from dml_test_support import leaves_equal, small_config
+
+
+
+def xbm_config(steps, **overrides):
+  """The digits smoke config with multi-similarity (no mining) and a 64-slot memory."""
+  c = small_config(steps, **{"memory.size": 64, **overrides})
+  c.loss = ml_collections.ConfigDict({"name": "multi_similarity", "positive": "all",
+                                      "negative": "all"})
+  return c
+
+
+def test_enqueue_is_fifo_and_wraps_around():
+  mem = memory_lib.init(6, 2)
+  for t in range(4):   # batches of 4 into 6 slots: 0-3, 4-5 + 0-1, 2-5, 0-3
+    e = jnp.full((4, 2), float(t + 1))
+    mem = memory_lib.enqueue(mem, e, jnp.arange(4) + 10 * t)
+  np.testing.assert_array_equal(np.asarray(mem["embeddings"][:, 0]), [4, 4, 4, 4, 3, 3])
+  np.testing.assert_array_equal(np.asarray(mem["labels"]), [30, 31, 32, 33, 22, 23])
+  assert bool(jnp.all(mem["valid"])) and int(mem["next"]) == 4
+
+
+def test_inactive_memory_is_neither_filled_nor_seen():
+  mem = memory_lib.init(8, 3)
+  e, y = jnp.ones((4, 3)), jnp.arange(4)
+  assert memory_lib.enqueue(mem, e, y, active=False) is not None
+  assert not bool(jnp.any(memory_lib.enqueue(mem, e, y, active=False)["valid"]))
+  full = memory_lib.enqueue(memory_lib.enqueue(mem, e, y), e, y)
+  refs = memory_lib.references(full, e, y, active=False)
+  assert refs.embeddings.shape == (12, 3) and refs.mask.shape == (4, 12)
+  np.testing.assert_array_equal(np.asarray(refs.mask[:, :4]), ~np.eye(4, dtype=bool))
+  assert not bool(jnp.any(refs.mask[:, 4:]))
+  assert bool(jnp.all(memory_lib.references(full, e, y).mask[:, 4:]))
+
+
+def test_references_carry_gradient_only_through_the_batch():
+  obj = objectives.make("contrastive")
+  mem = memory_lib.enqueue(memory_lib.init(8, 3), jnp.ones((4, 3)), jnp.arange(4))
+  e = jnp.asarray(np.random.default_rng(0).normal(size=(4, 3)), jnp.float32)
+  y = jnp.asarray([0, 0, 1, 1])
+
+  def loss(e, m, gradient):
+    refs = memory_lib.references(m, e, y, reference_gradient=gradient)
+    return obj.apply({}, e, y, references=refs)[0]
+
+  g_mem = jax.grad(lambda m: loss(e, {**mem, "embeddings": m}, True))(mem["embeddings"])
+  np.testing.assert_array_equal(np.asarray(g_mem), 0.0)
+  with_refs, detached = jax.grad(loss)(e, mem, True), jax.grad(loss)(e, mem, False)
+  assert not np.allclose(np.asarray(with_refs), np.asarray(detached))
+
+
+def test_bad_memory_config_is_a_clear_error():
+  with pytest.raises(ValueError, match="memory.size=16 is smaller than batch_size=32"):
+    memory_lib.check(16, 0, batch_size=32)
+  with pytest.raises(ValueError, match="memory.size"):
+    memory_lib.check(-1, 0, batch_size=32)
+  config = small_config(2, **{"memory.size": 64})
+  config.loss = ml_collections.ConfigDict({"name": "proxy_anchor"})
+  with pytest.raises(ValueError, match="proxy_anchor.*memory.size=0"):
+    training.build(config)
+
+
+def test_memory_train_steps_on_8_devices_equal_1_device():
+  if len(jax.devices()) < 8:
+    pytest.skip("needs 8 (fake) devices")
+  overrides = {"optimizer.name": "sgd", "optimizer.learning_rate": 0.01}
+  setups = {n: training.build(xbm_config(4, num_devices=n, **overrides)) for n in (1, 8)}
+  steps = {n: training.make_train_step(s) for n, s in setups.items()}
+  state = jax.device_get(setups[1].init_state)
+  train = setups[1].splits["train"]
+  for t in range(1, 5):   # the 64-slot memory fills after 2 steps, then wraps
+    idx = setups[1].sampler.batch_indices(t - 1)
+    out = {}
+    for n, setup in setups.items():
+      images, labels = parallel.global_batch(setup.mesh, train.images[idx], train.labels[idx],
+                                             batch_size=len(idx))
+      new, metrics = steps[n](parallel.replicate(setup.mesh, state), images, labels,
+                              training.step_key(0, t))
+      out[n] = (float(metrics["loss"]), jax.device_get(new))
+    assert out[8][0] == pytest.approx(out[1][0], abs=1e-5)
+    for a, b in zip(jax.tree.leaves(out[1][1]), jax.tree.leaves(out[8][1])):
+      np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
+    state = out[1][1]
+  assert float(np.mean(state["memory"]["valid"])) == 1.0
+
+
+def test_memory_is_checkpointed_and_resumed_exactly(tmp_path):
+  """3 steps, a checkpoint, a fresh restore from the init template, 3 more steps: the state
+  (memory included) equals 6 uninterrupted steps."""
+  setup = training.build(xbm_config(6, **{"memory.start_step": 1}))
+  step_fn = training.make_train_step(setup)
+  train = setup.splits["train"]
+
+  def steps(state, first, last):
+    for t in range(first, last + 1):
+      idx = setup.sampler.batch_indices(t - 1)
+      state, _ = step_fn(state, train.images[idx], train.labels[idx], training.step_key(0, t))
+    return state
+
+  whole = steps(setup.init_state, 1, 6)
+  manager = checkpointing.make_manager(str(tmp_path))
+  checkpointing.save(manager, 3, steps(setup.init_state, 1, 3), {"step": 3})
+  manager.close()
+  manager = checkpointing.make_manager(str(tmp_path), read_only=True)
+  _, restored, _ = checkpointing.restore(manager, setup.init_state)
+  manager.close()
+  assert int(restored["memory"]["next"]) == (3 - 1) * 32 % 64
+  assert leaves_equal(steps(restored, 4, 6), whole)
