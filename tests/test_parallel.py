@@ -33,6 +33,14 @@ FAMILIES = {
     "circle": ("circle", {}),
     "proxy_anchor": ("proxy_anchor", {}),
     "arcface": ("arcface", {}),
+    "normalized_softmax": ("normalized_softmax", {}),
+    "cosface": ("cosface", {}),
+    "subcenter_arcface": ("subcenter_arcface", {}),
+    "softtriple": ("softtriple", {}),
+    "tuplet_margin": ("tuplet_margin", {}),
+    "angular": ("angular", {}),
+    "npairs": ("npairs", {}),
+    "generalized_lifted_structure": ("generalized_lifted_structure", {}),
 }
 
 

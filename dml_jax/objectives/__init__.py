@@ -42,9 +42,10 @@ The pair-based objectives (``contrastive``, ``binomial``, ``multi_similarity``,
 
 Layout: one private module per family holds its builders and constants (``_nca``: nca,
 nca_2nd; ``_triplet``: triplet, trimmed_triplet, margin; ``_proxy``: proxy_nca, proxy_anchor;
-``_softmax``: normalized_softmax, cosface, arcface; ``_nce``: ntxent, supcon; ``_pairs``:
-contrastive, binomial, multi_similarity, lifted_structure, circle; ``_dro``: dro_topk,
-dro_topk_pn, dro_kl, dro_kl_grouped), ``_common`` the pieces they share; this package owns the registry. A new
+``_softmax``: normalized_softmax, cosface, arcface, subcenter_arcface, softtriple; ``_nce``: ntxent, supcon; ``_tuples``:
+tuplet_margin, angular, npairs; ``_pairs``: contrastive, binomial, multi_similarity,
+lifted_structure, circle, generalized_lifted_structure; ``_dro``: dro_topk, dro_topk_pn,
+dro_kl, dro_kl_grouped), ``_common`` the pieces they share; this package owns the registry. A new
 objective = one builder in a family module + one line in ``REGISTRY`` + its test file.
 Hyper-parameter checks: ``dml_jax.hparams``; reductions: ``losses.reduce``.
 """
@@ -85,10 +86,16 @@ from dml_jax.objectives._proxy import proxy_nca
 from dml_jax.objectives._nce import ntxent
 from dml_jax.objectives._nce import supcon
 from dml_jax.objectives._pairs import circle
+from dml_jax.objectives._pairs import generalized_lifted_structure
+from dml_jax.objectives._tuples import angular
+from dml_jax.objectives._tuples import npairs
+from dml_jax.objectives._tuples import tuplet_margin
 from dml_jax.objectives._softmax import SOFTMAX_ACTIVE_WEIGHT
 from dml_jax.objectives._softmax import arcface
 from dml_jax.objectives._softmax import cosface
 from dml_jax.objectives._softmax import normalized_softmax
+from dml_jax.objectives._softmax import softtriple
+from dml_jax.objectives._softmax import subcenter_arcface
 from dml_jax.objectives._triplet import MARGIN_BETA_MODES
 from dml_jax.objectives._triplet import MARGIN_NEGATIVE_MODES
 from dml_jax.objectives._triplet import MARGIN_REDUCTIONS
@@ -141,6 +148,12 @@ REGISTRY: dict[str, Callable[..., tuple[Callable, Callable]]] = {
     "ntxent": ntxent,
     "supcon": supcon,
     "circle": circle,
+    "generalized_lifted_structure": generalized_lifted_structure,
+    "tuplet_margin": tuplet_margin,
+    "angular": angular,
+    "npairs": npairs,
+    "subcenter_arcface": subcenter_arcface,
+    "softtriple": softtriple,
 }
 
 

@@ -72,13 +72,14 @@ def similarities(embeddings, labels, similarity: str, references: References | N
   return s, pos & mask, neg & mask
 
 
-def no_references(references, *, name: str) -> None:
-  """``ValueError`` for an objective that compares anchors with class weights, not with
-  other examples, when it is given a reference set (e.g. cross-batch memory)."""
+def no_references(references, *, name: str,
+                  what: str = "compares embeddings with learnable class weights") -> None:
+  """``ValueError`` for an objective that takes no reference set (the proxy / classification
+  objectives, ``npairs``) when it is given one (e.g. cross-batch memory)."""
   if references is not None:
-    raise ValueError(f"objective {name!r} compares embeddings with learnable class weights and "
-                     "takes no reference set; set memory.size=0 (cross-batch memory is for "
-                     "pair- and triplet-based objectives).")
+    raise ValueError(f"objective {name!r} {what} and takes no reference set; set "
+                     "memory.size=0 (cross-batch memory is for the pair- and triplet-based "
+                     "objectives).")
 
 
 def check_rng(rng, *, name: str, positive: str, negative: str):
@@ -121,17 +122,21 @@ def init_proxies(rng, *, num_classes: int, dim: int) -> dict:
   return {"proxies": sim.l2_normalize(proxies)}
 
 
-def class_batch(params, embeddings, labels, references, *, name: str):
-  """``(embeddings, labels, proxies [C, D], ok [B])`` of a proxy / class-weight objective:
-  checks the inputs and ``params['proxies']``; ``ok`` = labels in ``[0, C)`` (concrete labels
-  out of range raise, see :func:`check_label_range`)."""
+def class_batch(params, embeddings, labels, references, *, name: str, per_class: int = 1):
+  """``(embeddings, labels, proxies [C * per_class, D], ok [B])`` of a proxy / class-weight
+  objective: checks the inputs and ``params['proxies']`` (rows ``c * per_class + k``: the
+  ``per_class`` centres of class ``c``); ``ok`` = labels in ``[0, C)`` (concrete labels out of
+  range raise, see :func:`check_label_range`)."""
   no_references(references, name=name)
   embeddings, labels = check_batch(embeddings, labels)
   proxies = param(params, "proxies", name=name)
-  if proxies.ndim != 2 or proxies.shape[1] != embeddings.shape[1] or proxies.shape[0] < 2:
-    raise ValueError(f"params['proxies'] must have shape [C >= 2, {embeddings.shape[1]}], "
-                     f"got {proxies.shape}.")
-  return embeddings, labels, proxies, check_label_range(labels, proxies.shape[0], what="proxies")
+  rows = proxies.shape[0] if proxies.ndim == 2 else 0
+  if proxies.ndim != 2 or proxies.shape[1] != embeddings.shape[1] or rows < 2 * per_class \
+      or rows % per_class:
+    raise ValueError(f"params['proxies'] must have shape [C * {per_class} (C >= 2), "
+                     f"{embeddings.shape[1]}], got {proxies.shape}.")
+  ok = check_label_range(labels, rows // per_class, what="proxies")
+  return embeddings, labels, proxies, ok
 
 
 def no_params(rng, *, num_classes: int, dim: int) -> dict:

@@ -1,5 +1,5 @@
 """Pair-based objectives without DRO: ``contrastive``, ``binomial``, ``multi_similarity``,
-``lifted_structure``, ``circle``.
+``lifted_structure``, ``circle``, ``generalized_lifted_structure``.
 
 Terms are the ordered pairs ``(i, j)``, ``i != j``, of the batch (self pairs are never
 positives or negatives); ``multi_similarity`` and ``lifted_structure`` group them per anchor.
@@ -26,6 +26,7 @@ from dml_jax.objectives import _common
 
 PAIR_REDUCTIONS = ("mean", "balanced")   # of losses.REDUCTIONS
 MS_DUPLICATE_SIMILARITY = 1.0 - 1e-5     # released MS code keeps positives with S < 1 - 1e-5
+GLS_MIN_SQ_DISTANCE = 1e-12              # d = sqrt(max(d^2, this)): finite gradient at d = 0
 
 
 def _pairwise_apply(pair_fn: Callable, *, reduction: str, similarity: str) -> Callable:
@@ -260,5 +261,42 @@ def circle(*, m: float = 0.4, gamma: float = 80.0, similarity: str = "cosine"):
 
     loss = losses.reduce(term_fn(s), valid, "mean")
     return loss, _common.pair_aux((pos | neg) & valid[:, None], term_fn, sg, pos, neg)
+
+  return _common.no_params, apply
+
+
+def generalized_lifted_structure(*, pos_margin: float = 0.0, neg_margin: float = 1.0):
+  """Generalised lifted structure loss on Euclidean distances (Hermans, Beyer & Leibe 2017,
+  eq. 5; PML's ``GeneralizedLiftedStructureLoss``), per anchor.
+
+  ``L_a = [log sum_{P_a} e^{d_ap - pos_margin} + log sum_{N_a} e^{neg_margin - d_an}]_+`` with
+  ``d`` the Euclidean distance of the L2-normalised embeddings, averaged over all ``B``
+  anchors. An anchor without positives keeps its negative term alone (and vice versa), as in
+  PML; one with neither gives 0. ``lifted_structure`` is the DRO paper's similarity form.
+  Defaults ``pos_margin = 0``, ``neg_margin = 1`` (PML's).
+
+  Args:
+    pos_margin: default 0.
+    neg_margin: default 1.
+
+  Returns:
+    ``(init, apply)``; use ``make('generalized_lifted_structure', ...)``.
+  """
+  pos_margin = hparams.real("pos_margin", pos_margin)
+  neg_margin = hparams.real("neg_margin", neg_margin)
+
+  def apply(params, embeddings, labels, *, rng=None, references=None):
+    del params, rng
+    s, sg, pos, neg = _common.pair_batch(embeddings, labels, "cosine", references)
+
+    def term_fn(x):
+      d = jnp.sqrt(jnp.maximum(sim.squared_distance(x, kind="cosine"), GLS_MIN_SQ_DISTANCE))
+      lse_p, has_p = losses.masked_logsumexp(d - pos_margin, pos, axis=1)
+      lse_n, has_n = losses.masked_logsumexp(neg_margin - d, neg, axis=1)
+      total = jnp.where(has_p, lse_p, 0.0) + jnp.where(has_n, lse_n, 0.0)
+      return jnp.where(has_p | has_n, jax.nn.relu(total), 0.0)
+
+    loss = losses.reduce(term_fn(s), None, "batch")
+    return loss, _common.pair_aux(pos | neg, term_fn, sg, pos, neg)
 
   return _common.no_params, apply

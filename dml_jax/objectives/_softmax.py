@@ -1,14 +1,15 @@
 """Classification-based objectives: a softmax over learnable class weights (proxies) on the
 cosine, with a margin on the true class: ``normalized_softmax`` (Zhai & Wu 2019), ``cosface``
-(Wang et al. 2018), ``arcface`` (Deng et al. 2019).
+(Wang et al. 2018), ``arcface`` (Deng et al. 2019), ``subcenter_arcface`` (Deng et al. 2020),
+``softtriple`` (Qian et al. 2019; several centres per class).
 
 Each computes per anchor ``CE(scale * f(cos(x, w_c)), y)``, ``f`` the identity except for the
 true class, averaged over the batch. ``params = {'proxies': float32 [C, D]}`` (one weight
 vector per class, unit-norm at ``init``; their learning rate is
 ``optimizer.objective_learning_rate``, usually much larger than the backbone's). No mining and no
 n-per-class batches needed. Labels must lie in ``[0, C)`` (as ``proxy_nca``). Equal to
-pytorch-metric-learning 2.9's ``NormalizedSoftmaxLoss``, ``CosFaceLoss`` and ``ArcFaceLoss``
-(whose ``W`` is our ``proxies.T``).
+pytorch-metric-learning 2.9's ``NormalizedSoftmaxLoss``, ``CosFaceLoss``, ``ArcFaceLoss``,
+``SubCenterArcFaceLoss`` and ``SoftTripleLoss`` (whose ``W`` / ``fc`` is our ``proxies.T``).
 
 ``aux``: every anchor is valid; ``active_fraction`` = anchors whose true-class softmax
 probability is below ``1 - 1e-3``; ``mean_s_ap`` / ``mean_s_an`` = cosine to the own class
@@ -30,16 +31,24 @@ SOFTMAX_ACTIVE_WEIGHT = 1e-3   # active: 1 - p(true class) above this
 ARCFACE_MIN_SIN_SQ = 1e-12     # sin^2(theta) floor: finite gradient at cos = +-1
 
 
-def _softmax_objective(name: str, target_fn, scale: float):
+def max_over_centers(cos: jax.Array, per_class: int) -> jax.Array:
+  """``[B, C * K]`` -> ``[B, C]``: each class's most similar of its ``K`` centres."""
+  return jnp.max(cos.reshape(cos.shape[0], -1, per_class), axis=2)
+
+
+def _softmax_objective(name: str, target_fn, scale: float, *, per_class: int = 1,
+                       class_cos=max_over_centers):
   """``apply`` of a margin softmax: ``target_fn(cos_true [B]) -> logit of the true class``
-  (before ``scale``)."""
+  (before ``scale``); ``class_cos(cos [B, C * K], K) -> [B, C]`` pools the centres of a class."""
 
   def apply(params, embeddings, labels, *, rng=None, references=None):
     del rng
     embeddings, labels, proxies, ok = _common.class_batch(params, embeddings, labels, references,
-                                                          name=name)
-    num = proxies.shape[0]
-    cos = sim.pairwise_similarity(embeddings, proxies, kind="cosine")   # float32 [B, C]
+                                                          name=name, per_class=per_class)
+    num = proxies.shape[0] // per_class
+    cos = sim.pairwise_similarity(embeddings, proxies, kind="cosine")   # float32 [B, C * K]
+    if per_class > 1:
+      cos = class_cos(cos, per_class)                                  # [B, C]
     true = labels[:, None] == jnp.arange(num)[None, :]                  # [B, C]
     cos_true = jnp.sum(jnp.where(true, cos, 0.0), axis=1)
     logits = scale * jnp.where(true, target_fn(cos_true)[:, None], cos)
@@ -52,7 +61,11 @@ def _softmax_objective(name: str, target_fn, scale: float):
     return loss, _common.aux(col(ok), col(active), col(jax.lax.stop_gradient(cos_true)),
                              col(_common.row_mean(sg, ~true)))
 
-  return _common.init_proxies, apply
+  def init(rng, *, num_classes: int, dim: int) -> dict:
+    num_classes = hparams.integer("num_classes", num_classes, minimum=2)
+    return _common.init_proxies(rng, num_classes=num_classes * per_class, dim=dim)
+
+  return init, apply
 
 
 def normalized_softmax(*, temperature: float = 0.05):
@@ -113,9 +126,70 @@ def arcface(*, margin: float = 0.5, scale: float = 64.0):
   Returns:
     ``(init, apply)``; use ``make('arcface', ...)``.
   """
+  margin = _check_arcface_margin(margin)
+  scale = hparams.number("scale", scale, positive=True)
+  return _softmax_objective("arcface", lambda c: arcface_target(c, margin), scale)
+
+
+def _check_arcface_margin(margin) -> float:
   margin = hparams.number("margin", margin, positive=False)
   if margin >= math.pi / 2:
     raise ValueError(f"margin={margin} is in radians and must be below pi/2 (ArcFace uses 0.5); "
                      "did you pass degrees?")
+  return margin
+
+
+def subcenter_arcface(*, margin: float = 0.5, scale: float = 64.0, sub_centers: int = 3):
+  """Sub-center ArcFace (Deng et al., ECCV 2020): ArcFace with ``K`` centres per class, the
+  class cosine being the largest of its centres' (robust to label noise: noisy examples gather
+  at non-dominant centres).
+
+  ``params['proxies']`` is ``[C * K, D]``, rows ``c * K + k`` (PML's ``W.T``). Defaults
+  ``m = 0.5`` radians, ``s = 64``, ``K = 3`` (the paper's). The paper's later step of dropping
+  non-dominant centres and outliers is not part of the loss.
+
+  Args:
+    margin: ``m`` in radians, in ``[0, pi/2)``, default 0.5.
+    scale: ``s > 0``, default 64.
+    sub_centers: ``K >= 1``, default 3.
+
+  Returns:
+    ``(init, apply)``; use ``make('subcenter_arcface', ...)``.
+  """
+  margin = _check_arcface_margin(margin)
   scale = hparams.number("scale", scale, positive=True)
-  return _softmax_objective("arcface", lambda c: arcface_target(c, margin), scale)
+  sub_centers = hparams.integer("sub_centers", sub_centers, minimum=1)
+  return _softmax_objective("subcenter_arcface", lambda c: arcface_target(c, margin), scale,
+                            per_class=sub_centers)
+
+
+def softtriple(*, centers_per_class: int = 10, la: float = 20.0, gamma: float = 0.1,
+               margin: float = 0.01):
+  """SoftTriple loss (Qian et al., ICCV 2019, eq. 10), without the centre regulariser.
+
+  ``K`` centres per class; the class similarity is the soft maximum
+  ``S'_c = sum_k softmax_k(S_ck / gamma) S_ck``, and the loss the softmax cross-entropy of
+  ``la (S'_c - margin [c = y])``. Defaults ``K = 10``, ``la = 20``, ``gamma = 0.1``,
+  ``margin = 0.01`` (the paper's). The paper's regulariser merging similar centres
+  (``tau``) is not included (PML neither). ``params['proxies']``: ``[C * K, D]``.
+
+  Args:
+    centers_per_class: ``K >= 1``, default 10.
+    la: scale ``lambda > 0``, default 20.
+    gamma: softmax temperature over a class's centres ``> 0``, default 0.1.
+    margin: ``delta``, default 0.01.
+
+  Returns:
+    ``(init, apply)``; use ``make('softtriple', ...)``.
+  """
+  centers_per_class = hparams.integer("centers_per_class", centers_per_class, minimum=1)
+  la = hparams.number("la", la, positive=True)
+  gamma = hparams.number("gamma", gamma, positive=True)
+  margin = hparams.real("margin", margin)
+
+  def soft_max(cos, k):
+    c = cos.reshape(cos.shape[0], -1, k)
+    return jnp.sum(jax.nn.softmax(c / gamma, axis=2) * c, axis=2)
+
+  return _softmax_objective("softtriple", lambda c: c - margin, la,
+                            per_class=centers_per_class, class_cos=soft_max)

@@ -48,7 +48,20 @@ PAIR_CASES = [
     ("supcon", {"temperature": 0.3}, lambda c, d: losses.SupConLoss(temperature=0.3)),
     ("circle", {"m": 0.4, "gamma": 80.0}, lambda c, d: losses.CircleLoss(m=0.4, gamma=80)),
     ("circle", {"m": 0.25, "gamma": 32.0}, lambda c, d: losses.CircleLoss(m=0.25, gamma=32)),
+    ("generalized_lifted_structure", {"pos_margin": 0.0, "neg_margin": 1.0},
+     lambda c, d: losses.GeneralizedLiftedStructureLoss(neg_margin=1.0, pos_margin=0.0)),
+    ("generalized_lifted_structure", {"pos_margin": 0.2, "neg_margin": 0.8},
+     lambda c, d: losses.GeneralizedLiftedStructureLoss(neg_margin=0.8, pos_margin=0.2)),
+    ("tuplet_margin", {"margin": 0.1, "scale": 64.0},
+     lambda c, d: losses.TupletMarginLoss(margin=math.degrees(0.1), scale=64)),
+    ("tuplet_margin", {"margin": 0.3, "scale": 16.0},
+     lambda c, d: losses.TupletMarginLoss(margin=math.degrees(0.3), scale=16)),
+    # PML's AngularLoss leaves the negatives unnormalised: compared on unit embeddings.
+    ("angular", {"alpha": 40.0}, lambda c, d: losses.AngularLoss(alpha=40)),
+    ("angular", {"alpha": 50.0}, lambda c, d: losses.AngularLoss(alpha=50)),
+    ("npairs", {}, lambda c, d: losses.NPairsLoss()),
 ]
+UNIT_INPUTS = {"angular"}   # cases whose inputs are L2-normalised first
 CLASS_CASES = [
     ("proxy_anchor", {"margin": 0.1, "alpha": 32.0},
      lambda c, d: losses.ProxyAnchorLoss(c, d, margin=0.1, alpha=32), "proxies", False),
@@ -64,7 +77,22 @@ CLASS_CASES = [
      lambda c, d: losses.ArcFaceLoss(c, d, margin=math.degrees(0.5), scale=64), "W", True),
     ("arcface", {"margin": 0.3, "scale": 16.0},
      lambda c, d: losses.ArcFaceLoss(c, d, margin=math.degrees(0.3), scale=16), "W", True),
+    ("subcenter_arcface", {"margin": 0.5, "scale": 64.0, "sub_centers": 3},
+     lambda c, d: losses.SubCenterArcFaceLoss(num_classes=c, embedding_size=d,
+                                              margin=math.degrees(0.5), scale=64, sub_centers=3),
+     "W", True),
+    ("subcenter_arcface", {"margin": 0.3, "scale": 16.0, "sub_centers": 2},
+     lambda c, d: losses.SubCenterArcFaceLoss(num_classes=c, embedding_size=d,
+                                              margin=math.degrees(0.3), scale=16, sub_centers=2),
+     "W", True),
+    ("softtriple", {"centers_per_class": 10, "la": 20.0, "gamma": 0.1, "margin": 0.01},
+     lambda c, d: losses.SoftTripleLoss(c, d, centers_per_class=10, la=20, gamma=0.1,
+                                        margin=0.01), "fc", True),
+    ("softtriple", {"centers_per_class": 3, "la": 8.0, "gamma": 0.5, "margin": 0.1},
+     lambda c, d: losses.SoftTripleLoss(c, d, centers_per_class=3, la=8, gamma=0.5,
+                                        margin=0.1), "fc", True),
 ]
+CENTERS = {"subcenter_arcface": "sub_centers", "softtriple": "centers_per_class"}
 # Cross-batch memory: our memory.size M = PML's memory_size - B (PML's memory holds the current
 # batch too); our references detached (reference_gradient=False), as PML's.
 MEMORY_BATCH, MEMORY_STEPS, MEMORY_SIZE = 8, 5, 16
@@ -108,8 +136,9 @@ def main() -> int:
       proxies = rng.normal(size=(NUM_CLASSES, DIM)).astype(np.float32)
       for name, hp, make in PAIR_CASES:
         key = f"case{len(index)}"
-        loss, ge, _ = _value_and_grads(make(NUM_CLASSES, DIM), emb, labels)
-        arrays.update({f"{key}/embeddings": emb, f"{key}/labels": labels, f"{key}/loss": loss,
+        x = emb / np.linalg.norm(emb, axis=1, keepdims=True) if name in UNIT_INPUTS else emb
+        loss, ge, _ = _value_and_grads(make(NUM_CLASSES, DIM), x, labels)
+        arrays.update({f"{key}/embeddings": x, f"{key}/labels": labels, f"{key}/loss": loss,
                        f"{key}/grad_embeddings": ge})
         index.append({"key": key, "objective": name, "hparams": hp, "seed": seed,
                       "composition": comp, "kind": "pairs"})
@@ -117,11 +146,14 @@ def main() -> int:
         key = f"case{len(index)}"
         fn = make(NUM_CLASSES, DIM)
         weights = getattr(fn, attr)
+        rows = NUM_CLASSES * hp.get(CENTERS.get(name, ""), 1)   # centres c * K + k
+        w = np.random.default_rng(100 + seed).normal(size=(rows, DIM)).astype(np.float32) \
+            if rows != NUM_CLASSES else proxies
         with torch.no_grad():
-          weights.copy_(torch.tensor(proxies.T if transposed else proxies))
+          weights.copy_(torch.tensor(w.T if transposed else w))
         loss, ge, gw = _value_and_grads(fn, emb, labels, weights)
         arrays.update({f"{key}/embeddings": emb, f"{key}/labels": labels, f"{key}/loss": loss,
-                       f"{key}/grad_embeddings": ge, f"{key}/proxies": proxies,
+                       f"{key}/grad_embeddings": ge, f"{key}/proxies": w,
                        f"{key}/grad_proxies": gw.T if transposed else gw})
         index.append({"key": key, "objective": name, "hparams": hp, "seed": seed,
                       "composition": comp, "kind": "classes"})

@@ -16,6 +16,10 @@ from dml_jax import objectives
 
 REFERENCE = os.path.join(os.path.dirname(__file__), "..", "golden", "pml_reference.npz")
 RTOL = 1e-5
+# PML's AngularLoss uses the negatives unnormalised, so on unit embeddings its gradient has a
+# radial component ours (which normalises every use) does not; they agree on the tangent part,
+# the only part that moves a normalised embedding.
+TANGENT_ONLY = {"angular"}
 
 
 def _load():
@@ -60,7 +64,11 @@ def test_objective_equals_pml(case):
   value, (g_params, g_emb) = fn(params, jnp.asarray(arr("embeddings")),
                                 jnp.asarray(arr("labels"), jnp.int32))
   _close(value, arr("loss"), "loss")
-  _close(g_emb, arr("grad_embeddings"), "gradient w.r.t. the embeddings")
+  want = arr("grad_embeddings")
+  if case["objective"] in TANGENT_ONLY:   # unit inputs; PML's gradient has a radial part
+    x = arr("embeddings")
+    want = want - np.sum(want * x, axis=1, keepdims=True) * x
+  _close(g_emb, want, "gradient w.r.t. the embeddings")
   if case["kind"] == "classes":
     _close(g_params["proxies"], arr("grad_proxies"), "gradient w.r.t. the proxies")
 

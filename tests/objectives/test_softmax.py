@@ -25,8 +25,22 @@ def _unit(x):
 
 
 def oracle(name, hp, e, w, labels):
-  """Mean over anchors of -log softmax(scale * logits)[y], logits from explicit angles."""
+  """Mean over anchors of -log softmax(scale * logits)[y], logits from explicit angles; the
+  centres of class c are rows c * K + k of w."""
   cos = _unit(e) @ _unit(w).T
+  k = hp.get("sub_centers", hp.get("centers_per_class", 1))
+  if name == "subcenter_arcface":
+    cos = np.array([[max(row[c * k:(c + 1) * k]) for c in range(len(w) // k)] for row in cos])
+  if name == "softtriple":
+    soft = []
+    for row in cos:
+      classes = []
+      for c in range(len(w) // k):
+        s = row[c * k:(c + 1) * k]
+        p = np.exp((s - s.max()) / hp["gamma"])
+        classes.append(float(np.sum(p / p.sum() * s)))
+      soft.append(classes)
+    cos = np.array(soft)
   out = []
   for a, y in enumerate(labels):
     logits = cos[a].copy()
@@ -35,6 +49,8 @@ def oracle(name, hp, e, w, labels):
       scale = 1.0 / hp["temperature"]
     elif name == "cosface":
       scale, logits[y] = hp["scale"], cos[a, y] - hp["margin"]
+    elif name == "softtriple":
+      scale, logits[y] = hp["la"], cos[a, y] - hp["margin"]
     else:
       m, scale = hp["margin"], hp["scale"]
       logits[y] = (math.cos(theta + m) if theta <= math.pi - m
@@ -46,13 +62,18 @@ def oracle(name, hp, e, w, labels):
 
 CASES = [("normalized_softmax", {"temperature": 0.05}), ("normalized_softmax", {"temperature": 0.5}),
          ("cosface", {"margin": 0.35, "scale": 64.0}), ("cosface", {"margin": 0.1, "scale": 4.0}),
-         ("arcface", {"margin": 0.5, "scale": 64.0}), ("arcface", {"margin": 0.3, "scale": 4.0})]
+         ("arcface", {"margin": 0.5, "scale": 64.0}), ("arcface", {"margin": 0.3, "scale": 4.0}),
+         ("subcenter_arcface", {"margin": 0.5, "scale": 64.0, "sub_centers": 3}),
+         ("subcenter_arcface", {"margin": 0.2, "scale": 4.0, "sub_centers": 2}),
+         ("softtriple", {"centers_per_class": 10, "la": 20.0, "gamma": 0.1, "margin": 0.01}),
+         ("softtriple", {"centers_per_class": 3, "la": 4.0, "gamma": 0.5, "margin": 0.2})]
 
 
 @pytest.mark.parametrize("name,hp", CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CASES)])
 def test_matches_oracle_values_and_gradients(name, hp):
   e = batch(1, d=D, normalize=False)
-  w = np.random.default_rng(2).normal(size=(NUM_CLASSES, D)).astype(np.float32)
+  k = hp.get("sub_centers", hp.get("centers_per_class", 1))
+  w = np.random.default_rng(2).normal(size=(NUM_CLASSES * k, D)).astype(np.float32)
   loss, aux, gp, ge = run(name, {"proxies": jnp.asarray(w)}, e, LABELS, **hp)
   f = lambda x: oracle(name, hp, x, w, LABELS)
   np.testing.assert_allclose(float(loss), f(e), rtol=1e-5, atol=1e-5)
@@ -81,22 +102,24 @@ def test_arcface_margin_in_degrees_is_rejected():
     objectives.make("arcface", margin=28.6)
 
 
-@pytest.mark.parametrize("name", ["normalized_softmax", "cosface", "arcface"])
+@pytest.mark.parametrize("name", ["normalized_softmax", "cosface", "arcface", "softtriple"])
 def test_labels_out_of_range_and_references_are_clear_errors(name):
   obj = objectives.make(name)
   params = obj.init(jax.random.key(0), num_classes=3, dim=D)
   e = jnp.asarray(batch(0, d=D))
-  with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\)"):
+  with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\)"):   # C, not C * K
     obj.apply(params, e, jnp.asarray(LABELS))
   refs = objectives.References(e, jnp.asarray(LABELS), jnp.ones((12, 12), bool))
   with pytest.raises(ValueError, match="memory.size=0"):
     obj.apply(params, e, jnp.asarray(LABELS) % 3, references=refs)
 
 
-@pytest.mark.parametrize("name", ["normalized_softmax", "cosface", "arcface"])
+@pytest.mark.parametrize("name", ["normalized_softmax", "cosface", "arcface",
+                                  "subcenter_arcface", "softtriple"])
 def test_bf16_and_one_trace_per_shape(name):
   support.check_apply_traces_once_per_shape(name)
-  w = jnp.asarray(np.random.default_rng(3).normal(size=(NUM_CLASSES, D)), jnp.float32)
+  obj = objectives.make(name)
+  w = obj.init(jax.random.key(3), num_classes=NUM_CLASSES, dim=D)["proxies"]
   e = batch(4, d=D)
   loss, aux, _, ge = run(name, {"proxies": w}, jnp.asarray(e, jnp.bfloat16), LABELS)
   assert loss.dtype == jnp.float32 and ge.dtype == jnp.bfloat16

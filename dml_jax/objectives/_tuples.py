@@ -1,0 +1,156 @@
+"""Tuple objectives: one term per positive pair ``(a, p)`` against the anchor's negatives,
+``log(1 + sum_n e^{f(a, p, n)})``: ``tuplet_margin`` (Yu & Tao 2019), ``angular`` (Wang et al.
+2017), and ``npairs`` (Sohn 2016: one pair per class, the other classes' positives as
+negatives).
+
+They work on ``S [B, N]`` (cosine) and, except ``npairs``, accept a reference set (cross-batch
+memory). ``aux`` as the pair objectives (``_pairs`` docstring), the entering pairs being the
+positive pairs of anchors that have a negative (a positive pair without negatives has loss 0
+and still counts in the mean over positive pairs, as in PML). Equal to pytorch-metric-learning 2.9's ``TupletMarginLoss``, ``AngularLoss`` and
+``NPairsLoss`` (``tests/objectives/test_pml_reference.py``; differences in the docstrings).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from dml_jax import hparams
+from dml_jax import losses
+from dml_jax import similarity as sim
+from dml_jax.objectives import _common
+
+TUPLET_MAX_COS = 1.0 - 1e-7   # arccos' gradient is infinite at 1: S_ap is clipped below it
+
+
+def _per_positive_pair(f_ap, g_an, pos, neg):
+  """float32 ``[B, N]``: ``log(1 + sum_{n in N_a} e^{f_ap + g_an})`` at the positive pairs, 0
+  elsewhere, for a term separable in ``p`` and ``n`` (``f_ap``, ``g_an``: float ``[B, N]``)."""
+  lse_n, _ = losses.masked_logsumexp(g_an, neg, axis=1)                   # [B]
+  return jnp.where(pos, jax.nn.softplus(f_ap + lse_n[:, None]), 0.0)
+
+
+def tuplet_margin(*, margin: float = 0.1, scale: float = 64.0):
+  """Tuplet margin loss (Yu & Tao, ICCV 2019, eq. 5), one term per positive pair.
+
+  ``l_ap = log(1 + sum_{n in N_a} e^{s (cos(theta_an) - cos(theta_ap - beta))})``, averaged over
+  the positive pairs (a pair whose anchor has no negative gives 0 and still counts, as in PML).
+  Defaults ``beta = margin = 0.1`` radians (5.73 degrees, the paper's; PML takes degrees) and
+  ``s = scale = 64``. The paper's optional rescaling of hard positives is not included (PML
+  neither).
+
+  Args:
+    margin: ``beta`` in radians, default 0.1.
+    scale: ``s > 0``, default 64.
+
+  Returns:
+    ``(init, apply)``; use ``make('tuplet_margin', ...)``.
+  """
+  margin = hparams.real("margin", margin)
+  scale = hparams.number("scale", scale, positive=True)
+
+  def terms(x, pos, neg):
+    theta = jnp.arccos(jnp.clip(x, -TUPLET_MAX_COS, TUPLET_MAX_COS))
+    return _per_positive_pair(-scale * jnp.cos(theta - margin), scale * x, pos, neg)
+
+  def apply(params, embeddings, labels, *, rng=None, references=None):
+    del params, rng
+    s, sg, pos, neg = _common.pair_batch(embeddings, labels, "cosine", references)
+    term_fn = lambda x: terms(x, pos, neg)
+    loss = losses.reduce(term_fn(s), pos, "mean")
+    return loss, _common.pair_aux(pos & jnp.any(neg, axis=1, keepdims=True), term_fn, sg,
+                                  pos, neg)
+
+  return _common.no_params, apply
+
+
+def angular(*, alpha: float = 40.0):
+  """Angular loss (Wang et al., ICCV 2017, eq. 8 in its N-pair form), per positive pair.
+
+  With unit embeddings, ``l_ap = log(1 + sum_{n in N_a} e^{4 tan^2(alpha) (x_a + x_p)^T x_n
+  - 2 (1 + tan^2(alpha)) x_a^T x_p})``, averaged over the positive pairs. ``alpha`` in degrees
+  (the paper's; default 40, PML's). PML normalises anchors and positives but not the negatives
+  in ``(x_a + x_p)^T x_n``; we normalise all three: on unit embeddings the values are equal and
+  the gradients agree on their tangent part, the part that moves a normalised embedding
+  (tested). With a reference set, the references' own similarities ``[N, N]`` are computed.
+
+  Args:
+    alpha: the angle in degrees, in ``(0, 90)``, default 40.
+
+  Returns:
+    ``(init, apply)``; use ``make('angular', ...)``.
+  """
+  alpha = hparams.number("alpha", alpha, positive=True)
+  if alpha >= 90:
+    raise ValueError(f"alpha={alpha} must be an angle in degrees in (0, 90) (the paper uses "
+                     "36-55).")
+  tan2 = math.tan(math.radians(alpha)) ** 2
+
+  def terms(s, r, pos, neg):
+    # sum_n [n in N_a] e^{4 t (S_an + R_pn)} = (W V^T)[a, p] with W = [N_a] e^{4 t (S_an - 1)},
+    # V = e^{4 t (R_pn - 1)} (bounded by 1: S, R <= 1), R the references' own similarities.
+    w = jnp.where(neg, jnp.exp(4.0 * tan2 * (s - 1.0)), 0.0)             # [B, N]
+    total = w @ jnp.exp(4.0 * tan2 * (r - 1.0)).T                          # [B, N]
+    ok = pos & (total > 0)
+    lse = jnp.log(jnp.where(ok, total, 1.0)) + 8.0 * tan2
+    return jnp.where(ok, jax.nn.softplus(lse - 2.0 * (1.0 + tan2) * s), 0.0)
+
+  def apply(params, embeddings, labels, *, rng=None, references=None):
+    del params, rng
+    s, sg, pos, neg = _common.pair_batch(embeddings, labels, "cosine", references)
+    r = s if references is None else sim.pairwise_similarity(jnp.asarray(references[0]),
+                                                              kind="cosine")
+    term_fn = lambda x: terms(x, r if references is not None else x, pos, neg)
+    loss = losses.reduce(term_fn(s), pos, "mean")
+    return loss, _common.pair_aux(pos & jnp.any(neg, axis=1, keepdims=True), term_fn, sg,
+                                  pos, neg)
+
+  return _common.no_params, apply
+
+
+def npairs(*, similarity: str = "cosine"):
+  """Multi-class N-pair loss (Sohn, NeurIPS 2016, eq. 6): one (anchor, positive) pair per class.
+
+  For each class with at least two examples, the anchor is its first example in the batch and
+  the positive its second (PML's choice); with ``K`` such pairs,
+  ``L = (1/K) sum_i log(1 + sum_{j != i} e^{S(x_i, x_j^+) - S(x_i, x_i^+)})`` — a softmax over
+  the other classes' positives. The paper's L2 penalty on the embeddings is left to the user (PML
+  too). ``similarity='cosine'`` (default; PML's ``DotProductSimilarity`` normalises by default)
+  or ``'dot'`` (the paper's inner product). No reference set (the pairs are built from the
+  batch).
+
+  Args:
+    similarity: ``'cosine'`` (default) or ``'dot'``.
+
+  Returns:
+    ``(init, apply)``; use ``make('npairs', ...)``.
+  """
+  hparams.choice("similarity", similarity, ("cosine", "dot"))
+
+  def apply(params, embeddings, labels, *, rng=None, references=None):
+    del params, rng
+    _common.no_references(references, name="npairs", what="builds its pairs from the batch")
+    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity)
+    b = s.shape[0]
+    idx = jnp.arange(b)
+    same = pos | jnp.eye(b, dtype=bool)
+    first = jnp.argmax(same, axis=1)                                       # [B]
+    second = jnp.argmax(pos & (idx[None, :] != first[:, None]), axis=1)   # positive of the class
+    anchor = (first == idx) & jnp.any(pos, axis=1)                         # [B] one per class
+    anchor = anchor & (jnp.sum(anchor) >= 2)      # one pair alone has no negative: loss 0
+    valid = anchor[:, None] & anchor[None, :]     # (anchor i, class of anchor j)
+    diag = jnp.eye(b, dtype=bool)
+
+    def term_fn(x):
+      c = jnp.take(x, second, axis=1)             # [B, B]: S(x_i, x_j^+)
+      lse, _ = losses.masked_logsumexp(c, valid, axis=1)
+      own = jnp.sum(jnp.where(diag, c, 0.0), axis=1)
+      return jnp.where(anchor, lse - own, 0.0)
+
+    loss = losses.reduce(term_fn(s), anchor, "mean")
+    entering = jnp.zeros((b, b)).at[:, second].add(valid.astype(jnp.float32)) > 0
+    return loss, _common.pair_aux(entering, term_fn, sg, pos, neg)
+
+  return _common.no_params, apply

@@ -1,0 +1,89 @@
+"""Tuplet margin, angular and N-pair losses (dml_jax/objectives/_tuples.py) against numpy loops
+over explicit (anchor, positive, negative) tuples: values and gradients, anchors without a
+positive or a negative, bf16, one trace per shape."""
+
+import functools
+import math
+
+import numpy as np
+import pytest
+
+import objective_support as support
+from oracles import LABELS, fd_grad, np_similarity
+from oracles import random_batch as batch
+
+run = functools.partial(support.run, rng=None)
+
+
+def _pos_pairs(labels):
+  return [(a, p) for a in range(len(labels)) for p in range(len(labels))
+          if a != p and labels[a] == labels[p]]
+
+
+def _negs(labels, a):
+  return [n for n in range(len(labels)) if labels[n] != labels[a]]
+
+
+def oracle_tuplet(e, labels, margin, scale):
+  s = np_similarity(e)
+  out = []
+  for a, p in _pos_pairs(labels):
+    cos_ap = math.cos(math.acos(min(1.0, s[a, p])) - margin)
+    out.append(math.log1p(sum(math.exp(scale * (s[a, n] - cos_ap)) for n in _negs(labels, a))))
+  return float(np.mean(out))
+
+
+def oracle_angular(e, labels, alpha):
+  x = np.asarray(e, np.float64)
+  x = x / np.linalg.norm(x, axis=1, keepdims=True)
+  t2 = math.tan(math.radians(alpha)) ** 2
+  out = []
+  for a, p in _pos_pairs(labels):
+    f = [4 * t2 * (x[a] + x[p]) @ x[n] - 2 * (1 + t2) * x[a] @ x[p] for n in _negs(labels, a)]
+    out.append(math.log1p(sum(math.exp(v) for v in f)))
+  return float(np.mean(out))
+
+
+def oracle_npairs(e, labels, kind):
+  s = np_similarity(e, kind)
+  pairs = []
+  for c in sorted(set(labels.tolist())):
+    members = [i for i, y in enumerate(labels) if y == c]
+    if len(members) >= 2:
+      pairs.append((members[0], members[1]))
+  out = []
+  for i, (a, p) in enumerate(pairs):
+    logits = np.array([s[a, q] for _, q in pairs])
+    out.append(np.logaddexp.reduce(logits) - logits[i])
+  return float(np.mean(out))
+
+
+CASES = [("tuplet_margin", {"margin": 0.1, "scale": 64.0}, oracle_tuplet),
+         ("tuplet_margin", {"margin": 0.3, "scale": 8.0}, oracle_tuplet),
+         ("angular", {"alpha": 40.0}, oracle_angular),
+         ("angular", {"alpha": 50.0}, oracle_angular),
+         ("npairs", {"similarity": "cosine"}, oracle_npairs),
+         ("npairs", {"similarity": "dot"}, oracle_npairs)]
+
+
+@pytest.mark.parametrize("name,hp,oracle", CASES,
+                         ids=[f"{n}-{i}" for i, (n, _, _) in enumerate(CASES)])
+@pytest.mark.parametrize("labels", [LABELS, np.array([2, 0, 2, 2, 1, 0, 1, 2, 3, 0, 5, 4])],
+                         ids=["grouped", "shuffled"])
+def test_matches_oracle_values_and_gradients(name, hp, oracle, labels):
+  labels = labels.astype(np.int32)
+  e = batch(21, d=4, normalize=False)
+  loss, aux, grad = run(name, e, labels, **hp)
+  f = lambda x: oracle(x, labels, *hp.values())
+  np.testing.assert_allclose(float(loss), f(e), rtol=1e-5, atol=1e-6)
+  g = fd_grad(f, e)
+  np.testing.assert_allclose(np.asarray(grad), g, rtol=1e-3,
+                             atol=1e-5 * max(1.0, float(np.max(np.abs(g)))))
+  assert 0.0 < float(aux["valid_fraction"]) <= 1.0
+
+
+@pytest.mark.parametrize("name", ["tuplet_margin", "angular", "npairs"])
+def test_bf16_one_trace_and_no_nan_without_pairs(name):
+  support.check_pair_bf16(name, rng=None)
+  support.check_apply_traces_once_per_shape(name)
+  support.check_pair_zero_loss_without_valid_anchor(name, rng=None)
