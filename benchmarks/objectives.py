@@ -94,7 +94,7 @@ class PmlPair:
     objective: our registry name.
     hparams: our hyper-parameters (the rest at their defaults).
     pml: what PML runs, in words.
-    build: ``build(pml, num_classes) -> (loss_fn, modules)``; ``loss_fn(x, y)`` returns the
+    build: ``build(pml, num_classes, dim) -> (loss_fn, modules)``; ``loss_fn(x, y)`` returns the
       scalar loss tensor (mining included); ``modules`` are the torch modules whose parameters
       get gradients.
     comparable: the two compute the same loss (the value check must agree).
@@ -114,8 +114,8 @@ def _sq_lp(pml):
   return pml.distances.LpDistance(normalize_embeddings=True, p=2, power=2)
 
 
-def _build_triplet_easy_hard(pml, num_classes):
-  del num_classes
+def _build_triplet_easy_hard(pml, num_classes, dim):
+  del num_classes, dim
   dist = _sq_lp(pml)
   loss = pml.losses.TripletMarginLoss(margin=0.2, distance=dist,
                                       reducer=pml.reducers.MeanReducer())
@@ -123,8 +123,8 @@ def _build_triplet_easy_hard(pml, num_classes):
   return (lambda x, y: loss(x, y, miner(x, y))), [loss]
 
 
-def _build_triplet_semihard(pml, num_classes):
-  del num_classes
+def _build_triplet_semihard(pml, num_classes, dim):
+  del num_classes, dim
   dist = _sq_lp(pml)
   loss = pml.losses.TripletMarginLoss(margin=0.2, distance=dist,
                                       reducer=pml.reducers.MeanReducer())
@@ -132,28 +132,88 @@ def _build_triplet_semihard(pml, num_classes):
   return (lambda x, y: loss(x, y, miner(x, y))), [loss]
 
 
-def _build_triplet_all(pml, num_classes):
-  del num_classes
+def _build_triplet_all(pml, num_classes, dim):
+  del num_classes, dim
   loss = pml.losses.TripletMarginLoss(margin=0.2, distance=_sq_lp(pml),
                                       reducer=pml.reducers.MeanReducer())
   return (lambda x, y: loss(x, y)), [loss]
 
 
-def _build_multi_similarity(pml, num_classes):
-  del num_classes
+def _build_multi_similarity(pml, num_classes, dim):
+  del num_classes, dim
   loss = pml.losses.MultiSimilarityLoss(alpha=2, beta=50, base=0.5)   # CosineSimilarity
   miner = pml.miners.MultiSimilarityMiner(epsilon=0.1)
   return (lambda x, y: loss(x, y, miner(x, y))), [loss]
 
 
-def _build_margin(pml, num_classes):
+def _build_margin(pml, num_classes, dim):
+  del dim
   # Default LpDistance (plain Euclidean, normalised), which DistanceWeightedMiner requires.
   loss = pml.losses.MarginLoss(margin=0.2, beta=1.2, learn_beta=True, num_classes=num_classes)
   miner = pml.miners.DistanceWeightedMiner(cutoff=0.5, nonzero_loss_cutoff=1.4)
   return (lambda x, y: loss(x, y, miner(x, y))), [loss]
 
 
-PML_PAIRS: tuple[PmlPair, ...] = (
+def _build_plain(make):
+  """``build`` of a PML loss without miner: ``make(pml, num_classes, dim) -> loss module``."""
+  def build(pml, num_classes, dim):
+    loss = make(pml, num_classes, dim)
+    return (lambda x, y: loss(x, y)), [loss]
+  return build
+
+
+SAME_TESTED = "same loss (tests/objectives/test_pml_reference.py)"
+SAME_WEIGHTS_DIFFER = ("same loss (tested with shared weights in tests/objectives/"
+                       "test_pml_reference.py); here each side has its own random class weights")
+
+
+def _plain_pair(key, objective, pml, make, *, comparable=True, semantics=SAME_TESTED,
+                hparams=None):
+  return PmlPair(key=key, objective=objective, hparams=hparams or {}, pml=pml,
+                 build=_build_plain(make), comparable=comparable, semantics=semantics)
+
+
+PML_BASELINES: tuple[PmlPair, ...] = (
+    _plain_pair("ntxent", "ntxent", "NTXentLoss(0.07)",
+                lambda pml, c, d: pml.losses.NTXentLoss(temperature=0.07)),
+    _plain_pair("supcon", "supcon", "SupConLoss(0.1)",
+                lambda pml, c, d: pml.losses.SupConLoss(temperature=0.1)),
+    _plain_pair("circle", "circle", "CircleLoss(0.4, 80)",
+                lambda pml, c, d: pml.losses.CircleLoss(m=0.4, gamma=80)),
+    _plain_pair("generalized_lifted_structure", "generalized_lifted_structure",
+                "GeneralizedLiftedStructureLoss(1, 0)",
+                lambda pml, c, d: pml.losses.GeneralizedLiftedStructureLoss(neg_margin=1,
+                                                                         pos_margin=0)),
+    _plain_pair("tuplet_margin", "tuplet_margin", "TupletMarginLoss(5.73 deg, 64)",
+                lambda pml, c, d: pml.losses.TupletMarginLoss(margin=math.degrees(0.1), scale=64)),
+    _plain_pair("angular", "angular", "AngularLoss(40)",
+                lambda pml, c, d: pml.losses.AngularLoss(alpha=40), comparable=False,
+                semantics="same value on unit embeddings; PML leaves the negatives "
+                          "unnormalised, so its gradient has a radial part ours has not"),
+    _plain_pair("npairs", "npairs", "NPairsLoss()", lambda pml, c, d: pml.losses.NPairsLoss()),
+    _plain_pair("proxy_anchor", "proxy_anchor", "ProxyAnchorLoss(C, D, 0.1, 32)",
+                lambda pml, c, d: pml.losses.ProxyAnchorLoss(c, d, margin=0.1, alpha=32),
+                comparable=False, semantics=SAME_WEIGHTS_DIFFER),
+    _plain_pair("normalized_softmax", "normalized_softmax", "NormalizedSoftmaxLoss(C, D, 0.05)",
+                lambda pml, c, d: pml.losses.NormalizedSoftmaxLoss(c, d, temperature=0.05),
+                comparable=False, semantics=SAME_WEIGHTS_DIFFER),
+    _plain_pair("cosface", "cosface", "CosFaceLoss(C, D, 0.35, 64)",
+                lambda pml, c, d: pml.losses.CosFaceLoss(c, d, margin=0.35, scale=64),
+                comparable=False, semantics=SAME_WEIGHTS_DIFFER),
+    _plain_pair("arcface", "arcface", "ArcFaceLoss(C, D, 28.6 deg, 64)",
+                lambda pml, c, d: pml.losses.ArcFaceLoss(c, d, margin=28.6, scale=64),
+                comparable=False, semantics=SAME_WEIGHTS_DIFFER),
+    _plain_pair("subcenter_arcface", "subcenter_arcface", "SubCenterArcFaceLoss(C, D, K=3)",
+                lambda pml, c, d: pml.losses.SubCenterArcFaceLoss(
+                    num_classes=c, embedding_size=d, margin=28.6, scale=64,
+                    sub_centers=3), comparable=False, semantics=SAME_WEIGHTS_DIFFER),
+    _plain_pair("softtriple", "softtriple", "SoftTripleLoss(C, D, K=10)",
+                lambda pml, c, d: pml.losses.SoftTripleLoss(c, d, centers_per_class=10),
+                comparable=False, semantics=SAME_WEIGHTS_DIFFER),
+)
+
+
+PML_PAIRS: tuple[PmlPair, ...] = PML_BASELINES + (
     PmlPair(
         key="triplet_easy_hard", objective="triplet",
         hparams={"positive": "easy", "negative": "hard"},
@@ -392,7 +452,7 @@ def _pml_step(pml, pair: PmlPair, x: np.ndarray, y: np.ndarray, *, per_class: in
   torch = pml.torch
   xt = torch.from_numpy(x.copy()).requires_grad_(True)
   yt = torch.from_numpy(y.astype(np.int64))
-  loss_fn, modules = pair.build(pml, x.shape[0] // per_class)
+  loss_fn, modules = pair.build(pml, x.shape[0] // per_class, x.shape[1])
   leaves = [xt] + [p for m in modules for p in m.parameters()]
 
   def step():
