@@ -191,6 +191,16 @@ PML_BASELINES: tuple[PmlPair, ...] = (
                 semantics="same value on unit embeddings; PML leaves the negatives "
                           "unnormalised, so its gradient has a radial part ours has not"),
     _plain_pair("npairs", "npairs", "NPairsLoss()", lambda pml, c, d: pml.losses.NPairsLoss()),
+    _plain_pair("fastap", "fastap", "FastAPLoss(10)",
+                lambda pml, c, d: pml.losses.FastAPLoss(num_bins=10)),
+    _plain_pair("ranked_list", "ranked_list", "RankedListLoss(0.4, Tn=10, alpha=1.2)",
+                lambda pml, c, d: pml.losses.RankedListLoss(margin=0.4, Tn=10, imbalance=0.5,
+                                                            alpha=1.2, Tp=0)),
+    _plain_pair("histogram", "histogram", "HistogramLoss(100 bins)",
+                lambda pml, c, d: pml.losses.HistogramLoss(n_bins=100)),
+    _plain_pair("snr_contrastive", "snr_contrastive", "SignalToNoiseRatioContrastiveLoss(0, 1)",
+                lambda pml, c, d: pml.losses.SignalToNoiseRatioContrastiveLoss(
+                    pos_margin=0.0, neg_margin=1.0)),
     _plain_pair("proxy_anchor", "proxy_anchor", "ProxyAnchorLoss(C, D, 0.1, 32)",
                 lambda pml, c, d: pml.losses.ProxyAnchorLoss(c, d, margin=0.1, alpha=32),
                 comparable=False, semantics=SAME_WEIGHTS_DIFFER),

@@ -41,6 +41,10 @@ FAMILIES = {
     "angular": ("angular", {}),
     "npairs": ("npairs", {}),
     "generalized_lifted_structure": ("generalized_lifted_structure", {}),
+    "fastap": ("fastap", {}),
+    "ranked_list": ("ranked_list", {}),
+    "histogram": ("histogram", {}),
+    "snr_contrastive": ("snr_contrastive", {}),
 }
 
 

@@ -44,7 +44,8 @@ Layout: one private module per family holds its builders and constants (``_nca``
 nca_2nd; ``_triplet``: triplet, trimmed_triplet, margin; ``_proxy``: proxy_nca, proxy_anchor;
 ``_softmax``: normalized_softmax, cosface, arcface, subcenter_arcface, softtriple; ``_nce``: ntxent, supcon; ``_tuples``:
 tuplet_margin, angular, npairs; ``_pairs``: contrastive, binomial, multi_similarity,
-lifted_structure, circle, generalized_lifted_structure; ``_dro``: dro_topk, dro_topk_pn,
+lifted_structure, circle, generalized_lifted_structure; ``_ranking``: fastap, ranked_list,
+histogram, snr_contrastive; ``_dro``: dro_topk, dro_topk_pn,
 dro_kl, dro_kl_grouped), ``_common`` the pieces they share; this package owns the registry. A new
 objective = one builder in a family module + one line in ``REGISTRY`` + its test file.
 Hyper-parameter checks: ``dml_jax.hparams``; reductions: ``losses.reduce``.
@@ -87,6 +88,10 @@ from dml_jax.objectives._nce import ntxent
 from dml_jax.objectives._nce import supcon
 from dml_jax.objectives._pairs import circle
 from dml_jax.objectives._pairs import generalized_lifted_structure
+from dml_jax.objectives._ranking import fastap
+from dml_jax.objectives._ranking import histogram
+from dml_jax.objectives._ranking import ranked_list
+from dml_jax.objectives._ranking import snr_contrastive
 from dml_jax.objectives._tuples import angular
 from dml_jax.objectives._tuples import npairs
 from dml_jax.objectives._tuples import tuplet_margin
@@ -154,6 +159,10 @@ REGISTRY: dict[str, Callable[..., tuple[Callable, Callable]]] = {
     "npairs": npairs,
     "subcenter_arcface": subcenter_arcface,
     "softtriple": softtriple,
+    "fastap": fastap,
+    "ranked_list": ranked_list,
+    "histogram": histogram,
+    "snr_contrastive": snr_contrastive,
 }
 
 

@@ -60,6 +60,18 @@ PAIR_CASES = [
     ("angular", {"alpha": 40.0}, lambda c, d: losses.AngularLoss(alpha=40)),
     ("angular", {"alpha": 50.0}, lambda c, d: losses.AngularLoss(alpha=50)),
     ("npairs", {}, lambda c, d: losses.NPairsLoss()),
+    ("fastap", {"num_bins": 10}, lambda c, d: losses.FastAPLoss(num_bins=10)),
+    ("fastap", {"num_bins": 4}, lambda c, d: losses.FastAPLoss(num_bins=4)),
+    ("ranked_list", {"margin": 0.4, "alpha": 1.2, "imbalance": 0.5, "tp": 0.0, "tn": 10.0},
+     lambda c, d: losses.RankedListLoss(margin=0.4, Tn=10, imbalance=0.5, alpha=1.2, Tp=0)),
+    ("ranked_list", {"margin": 0.2, "alpha": 1.0, "imbalance": 0.3, "tp": 2.0, "tn": 4.0},
+     lambda c, d: losses.RankedListLoss(margin=0.2, Tn=4, imbalance=0.3, alpha=1.0, Tp=2)),
+    ("histogram", {"num_bins": 100}, lambda c, d: losses.HistogramLoss(n_bins=100)),
+    ("histogram", {"num_bins": 20}, lambda c, d: losses.HistogramLoss(n_bins=20)),
+    ("snr_contrastive", {"pos_margin": 0.0, "neg_margin": 1.0},
+     lambda c, d: losses.SignalToNoiseRatioContrastiveLoss(pos_margin=0.0, neg_margin=1.0)),
+    ("snr_contrastive", {"pos_margin": 0.1, "neg_margin": 0.8},
+     lambda c, d: losses.SignalToNoiseRatioContrastiveLoss(pos_margin=0.1, neg_margin=0.8)),
 ]
 UNIT_INPUTS = {"angular"}   # cases whose inputs are L2-normalised first
 CLASS_CASES = [

@@ -13,7 +13,7 @@ from oracles import random_batch as batch
 from dml_jax import objectives
 
 NO_REFERENCES = ("proxy_nca", "proxy_anchor", "normalized_softmax", "cosface", "arcface",
-                 "subcenter_arcface", "softtriple", "npairs")
+                 "subcenter_arcface", "softtriple", "npairs", "histogram")
 WITH_REFERENCES = [n for n in objectives.names() if n not in NO_REFERENCES]
 
 

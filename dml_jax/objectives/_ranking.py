@@ -1,0 +1,210 @@
+"""Ranking and distribution objectives: ``fastap`` (Cakir et al. 2019), ``ranked_list`` (Wang et
+al. 2019), ``histogram`` (Ustinova & Lempitsky 2016), and the SNR-distance contrastive loss
+``snr_contrastive`` (Yuan et al. 2019).
+
+They work on the batch (``fastap``, ``ranked_list`` and ``snr_contrastive`` also on a reference
+set, row by row; ``histogram`` pools pairs of the batch and takes none) and equal
+pytorch-metric-learning 2.9's ``FastAPLoss``, ``RankedListLoss``, ``HistogramLoss`` and
+``SignalToNoiseRatioContrastiveLoss`` (``tests/objectives/test_pml_reference.py``). ``aux`` as the
+pair objectives (``_pairs`` docstring).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from dml_jax import hparams
+from dml_jax import losses
+from dml_jax import similarity as sim
+from dml_jax.objectives import _common
+
+RLL_WEIGHT_EPS = 1e-5      # PML adds this to every weight of a row in the normalisers
+MIN_SQ_DISTANCE = 1e-12    # d = sqrt(max(d^2, this)): finite gradient at d = 0
+
+
+def fastap(*, num_bins: int = 10):
+  """FastAP (Cakir et al., CVPR 2019, eqs. 9-11): 1 - a histogram approximation of each
+  anchor's average precision, on squared Euclidean distances of unit embeddings (``[0, 4]``,
+  ``num_bins`` bins with triangular kernels), averaged over the anchors with a positive.
+
+  ``AP_a = (1/N+_a) sum_l h+_l H+_l / H_l`` with ``h+`` the soft positive histogram, ``H+``
+  and ``H`` the cumulative positive and total histograms (terms with ``h+_l H+_l = 0`` or
+  ``H_l = 0`` are 0). Default 10 bins (the paper's).
+
+  Args:
+    num_bins: ``L >= 1``, default 10.
+
+  Returns:
+    ``(init, apply)``; use ``make('fastap', ...)``.
+  """
+  num_bins = hparams.integer("num_bins", num_bins, minimum=1)
+  delta = 4.0 / num_bins
+  centers = jnp.linspace(0.0, 4.0, num_bins + 1)
+
+  def apply(params, embeddings, labels, *, rng=None, references=None):
+    del params, rng
+    s, sg, pos, neg = _common.pair_batch(embeddings, labels, "cosine", references)
+    n_pos = jnp.sum(pos, axis=1)
+    valid = n_pos > 0
+
+    def term_fn(x):
+      d2 = sim.squared_distance(x, kind="cosine")                           # [B, N]
+      pulse = jax.nn.relu(1.0 - jnp.abs(d2[..., None] - centers) / delta)   # [B, N, L+1]
+      h_pos = jnp.sum(jnp.where(pos[..., None], pulse, 0.0), axis=1)        # [B, L+1]
+      h_all = h_pos + jnp.sum(jnp.where(neg[..., None], pulse, 0.0), axis=1)
+      cum_pos, cum_all = jnp.cumsum(h_pos, axis=1), jnp.cumsum(h_all, axis=1)
+      num = h_pos * cum_pos
+      ok = (num > 0) & (cum_all > 0)
+      ap = jnp.sum(jnp.where(ok, num / jnp.where(ok, cum_all, 1.0), 0.0), axis=1)
+      return jnp.where(valid, 1.0 - ap / jnp.maximum(n_pos, 1), 0.0)
+
+    loss = losses.reduce(term_fn(s), valid, "mean")
+    return loss, _common.pair_aux((pos | neg) & valid[:, None], term_fn, sg, pos, neg)
+
+  return _common.no_params, apply
+
+
+def ranked_list(*, margin: float = 0.4, alpha: float = 1.2, imbalance: float = 0.5,
+                tp: float = 0.0, tn: float = 10.0):
+  """Ranked list loss (Wang et al., CVPR 2019, eqs. 3-9) on Euclidean distances of unit
+  embeddings, per anchor.
+
+  Positives farther than ``alpha - margin`` and negatives closer than ``alpha`` are mined;
+  ``L_P = sum w_p (d_p - (alpha - margin)) / sum w_p`` with ``w_p = e^{tp (d_p - (alpha -
+  margin))}``, ``L_N = sum w_n (alpha - d_n) / sum w_n`` with ``w_n = e^{tn (alpha - d_n)}``,
+  ``L = (1 - imbalance) L_P + imbalance L_N``, averaged over all anchors. As PML, the weights are
+  not detached and each normaliser adds ``1e-5`` per reference. Defaults: the paper's ``m =
+  0.4``, ``alpha = 1.2``, ``T_n = 10``, ``T_p = 0`` (RLL-Simpler), ``lambda = 0.5``.
+
+  Args:
+    margin: ``m``, default 0.4.
+    alpha: the negatives' boundary, default 1.2.
+    imbalance: ``lambda`` in ``[0, 1]``, default 0.5.
+    tp: positive temperature, default 0.
+    tn: negative temperature, default 10.
+
+  Returns:
+    ``(init, apply)``; use ``make('ranked_list', ...)``.
+  """
+  margin = hparams.real("margin", margin)
+  alpha = hparams.real("alpha", alpha)
+  imbalance = hparams.number("imbalance", imbalance, positive=False)
+  if imbalance > 1:
+    raise ValueError(f"imbalance={imbalance} must lie in [0, 1].")
+  tp = hparams.real("tp", tp)
+  tn = hparams.real("tn", tn)
+
+  def apply(params, embeddings, labels, *, rng=None, references=None):
+    del params, rng
+    s, sg, pos, neg = _common.pair_batch(embeddings, labels, "cosine", references)
+
+    def term_fn(x):
+      d = jnp.sqrt(jnp.maximum(sim.squared_distance(x, kind="cosine"), MIN_SQ_DISTANCE))
+      p_sel = pos & (d > alpha - margin)
+      n_sel = neg & (d < alpha)
+      w_p = jnp.where(p_sel, jnp.exp(tp * (d - (alpha - margin))), 0.0)
+      w_n = jnp.where(n_sel, jnp.exp(tn * (alpha - jnp.where(n_sel, d, alpha))), 0.0)
+      eps = RLL_WEIGHT_EPS * x.shape[1]
+      l_p = jnp.sum(w_p * (d - (alpha - margin)), axis=1) / (jnp.sum(w_p, axis=1) + eps)
+      l_n = jnp.sum(w_n * (alpha - d), axis=1) / (jnp.sum(w_n, axis=1) + eps)
+      return (1.0 - imbalance) * l_p + imbalance * l_n
+
+    loss = losses.reduce(term_fn(s), None, "batch")
+    return loss, _common.pair_aux(pos | neg, term_fn, sg, pos, neg)
+
+  return _common.no_params, apply
+
+
+def histogram(*, num_bins: int = 100):
+  """Histogram loss (Ustinova & Lempitsky, NeurIPS 2016, eqs. 2-4): the probability that a
+  random negative pair is more similar than a random positive pair, from soft histograms
+  (linear interpolation into ``num_bins`` bins of width ``2 / num_bins`` over the cosine
+  ``[-1, 1]``): ``L = sum_r p-_r Phi+_r``, ``Phi+`` the cumulative positive histogram.
+
+  The pairs are PML's: the unordered positive pairs of classes that have a negative in the batch
+  and the unordered negative pairs with an endpoint that has a positive (the pairs of the batch's
+  triplets). No reference set. Default 100 bins (PML's).
+
+  Args:
+    num_bins: ``>= 1``, default 100.
+
+  Returns:
+    ``(init, apply)``; use ``make('histogram', ...)``.
+  """
+  num_bins = hparams.integer("num_bins", num_bins, minimum=1)
+  delta = 2.0 / num_bins
+
+  def density(x, mask):
+    """float32 ``[num_bins + 1]``: the soft histogram of ``x`` over ``mask``, summing to 1."""
+    r = jnp.clip(jnp.floor((jax.lax.stop_gradient(x) + 1.0) / delta), 0, num_bins - 1)
+    a = (x + 1.0 - r * delta) / delta              # weight of bin r + 1
+    b = ((r + 1.0) * delta - 1.0 - x) / delta      # weight of bin r
+    r = r.astype(jnp.int32).ravel()
+    hist = jnp.zeros(num_bins + 1).at[r + 1].add(jnp.where(mask, a, 0.0).ravel())
+    hist = hist.at[r].add(jnp.where(mask, b, 0.0).ravel())
+    return hist / jnp.maximum(jnp.sum(mask), 1)
+
+  def apply(params, embeddings, labels, *, rng=None, references=None):
+    del params, rng
+    _common.no_references(references, name="histogram", what="pools the pairs of the batch")
+    s, sg, pos, neg = _common.pair_batch(embeddings, labels, "cosine")
+    b = s.shape[0]
+    upper = jnp.arange(b)[:, None] < jnp.arange(b)[None, :]
+    has_pos, has_neg = jnp.any(pos, axis=1), jnp.any(neg, axis=1)
+    pp = pos & upper & has_neg[:, None]
+    nn = neg & upper & (has_pos[:, None] | has_pos[None, :])
+    some = jnp.any(pp) & jnp.any(nn)
+
+    def loss_fn(x):
+      return jnp.where(some, jnp.sum(density(x, nn) * jnp.cumsum(density(x, pp))), 0.0)
+
+    entering = (pp | nn) & some
+    return loss_fn(s), _common.pair_aux(entering | entering.T, loss_fn, sg, pos, neg)
+
+  return _common.no_params, apply
+
+
+def snr_contrastive(*, pos_margin: float = 0.0, neg_margin: float = 1.0):
+  """Contrastive loss on the signal-to-noise-ratio distance (Yuan et al., CVPR 2019, eq. 6).
+
+  ``d(a, j) = var(x_j - x_a) / var(x_a)`` over the dimensions of the L2-normalised embeddings;
+  ``[d - pos_margin]_+`` on positive pairs, ``[neg_margin - d]_+`` on negative pairs, each
+  averaged over its non-zero terms and summed (PML's ``AvgNonZeroReducer``). The paper's
+  regulariser on the embeddings' mean is not included (PML neither). Defaults ``pos_margin =
+  0``, ``neg_margin = 1`` (PML's).
+
+  Args:
+    pos_margin: default 0.
+    neg_margin: default 1.
+
+  Returns:
+    ``(init, apply)``; use ``make('snr_contrastive', ...)``.
+  """
+  pos_margin = hparams.real("pos_margin", pos_margin)
+  neg_margin = hparams.real("neg_margin", neg_margin)
+
+  def snr(x, means, anchor_var, dim):
+    """``[B, N]`` SNR distances from cosines ``x`` of unit rows (``|x_a - x_j|^2 = 2 - 2S``)."""
+    diff_var = (2.0 - 2.0 * x) / dim - jnp.square(means[0][:, None] - means[1][None, :])
+    return diff_var / anchor_var[:, None]
+
+  def terms(d, pos, neg):
+    return jnp.where(pos, jax.nn.relu(d - pos_margin), jax.nn.relu(neg_margin - d))
+
+  def apply(params, embeddings, labels, *, rng=None, references=None):
+    del params, rng
+    s, sg, pos, neg = _common.pair_batch(embeddings, labels, "cosine", references)
+    unit = sim.l2_normalize(embeddings.astype(jnp.float32))
+    ref = unit if references is None else sim.l2_normalize(
+        jnp.asarray(references[0]).astype(jnp.float32))
+    means = (jnp.mean(unit, axis=1), jnp.mean(ref, axis=1))
+    anchor_var = jnp.mean(jnp.square(unit - means[0][:, None]), axis=1)
+    dim = unit.shape[1]
+    values = terms(snr(s, means, anchor_var, dim), pos, neg)
+    loss = losses.reduce(values, pos, "nonzero") + losses.reduce(values, neg, "nonzero")
+    fixed = jax.lax.stop_gradient((means, anchor_var))
+    return loss, _common.pair_aux(pos | neg, lambda x: terms(snr(x, fixed[0], fixed[1], dim),
+                                                             pos, neg), sg, pos, neg)
+
+  return _common.no_params, apply

@@ -1,0 +1,123 @@
+"""FastAP, ranked list, histogram and SNR-contrastive losses (dml_jax/objectives/_ranking.py)
+against numpy loops over explicit pairs and bins: values and gradients, bf16, one trace, no NaN
+without pairs."""
+
+import functools
+import math
+
+import numpy as np
+import pytest
+
+import objective_support as support
+from oracles import LABELS, fd_grad, np_similarity
+from oracles import random_batch as batch
+
+run = functools.partial(support.run, rng=None)
+
+
+def _unit(e):
+  e = np.asarray(e, np.float64)
+  return e / np.linalg.norm(e, axis=1, keepdims=True)
+
+
+def oracle_fastap(e, labels, num_bins):
+  d2 = np.maximum(2 - 2 * np_similarity(e), 0)
+  delta, out = 4.0 / num_bins, []
+  for a in range(len(labels)):
+    ps = [j for j in range(len(labels)) if j != a and labels[j] == labels[a]]
+    if not ps:
+      continue
+    ns = [j for j in range(len(labels)) if labels[j] != labels[a]]
+    pulse = lambda j, l: max(0.0, 1 - abs(d2[a, j] - l * delta) / delta)
+    h_pos = [sum(pulse(j, l) for j in ps) for l in range(num_bins + 1)]
+    h_all = [h_pos[l] + sum(pulse(j, l) for j in ns) for l in range(num_bins + 1)]
+    ap = 0.0
+    for l in range(num_bins + 1):
+      num, den = h_pos[l] * sum(h_pos[:l + 1]), sum(h_all[:l + 1])
+      if num > 0 and den > 0:
+        ap += num / den
+    out.append(1 - ap / len(ps))
+  return float(np.mean(out))
+
+
+def oracle_ranked_list(e, labels, margin, alpha, imbalance, tp, tn):
+  d = np.sqrt(np.maximum(2 - 2 * np_similarity(e), 0))
+  b, out = len(labels), []
+  for a in range(b):
+    wp = {j: math.exp(tp * (d[a, j] - (alpha - margin))) for j in range(b)
+          if j != a and labels[j] == labels[a] and d[a, j] > alpha - margin}
+    wn = {j: math.exp(tn * (alpha - d[a, j])) for j in range(b)
+          if labels[j] != labels[a] and d[a, j] < alpha}
+    lp = sum(w * (d[a, j] - (alpha - margin)) for j, w in wp.items()) / (sum(wp.values()) + b * 1e-5)
+    ln = sum(w * (alpha - d[a, j]) for j, w in wn.items()) / (sum(wn.values()) + b * 1e-5)
+    out.append((1 - imbalance) * lp + imbalance * ln)
+  return float(np.mean(out))
+
+
+def oracle_histogram(e, labels, num_bins):
+  s, b, delta = np_similarity(e), len(labels), 2.0 / num_bins
+  has_pos = [any(labels[j] == labels[i] for j in range(b) if j != i) for i in range(b)]
+  has_neg = [any(labels[j] != labels[i] for j in range(b)) for i in range(b)]
+  pp = [s[i, j] for i in range(b) for j in range(i + 1, b) if labels[i] == labels[j] and has_neg[i]]
+  nn = [s[i, j] for i in range(b) for j in range(i + 1, b)
+        if labels[i] != labels[j] and (has_pos[i] or has_pos[j])]
+
+  def density(values):
+    h = np.zeros(num_bins + 1)
+    for v in values:
+      r = min(int(math.floor((v + 1) / delta)), num_bins - 1)
+      h[r + 1] += (v + 1 - r * delta) / delta
+      h[r] += ((r + 1) * delta - 1 - v) / delta
+    return h / len(values)
+
+  return float(np.sum(density(nn) * np.cumsum(density(pp))))
+
+
+def oracle_snr(e, labels, pos_margin, neg_margin):
+  x, b = _unit(e), len(labels)
+  pos_terms, neg_terms = [], []
+  for a in range(b):
+    for j in range(b):
+      if j == a:
+        continue
+      d = np.var(x[j] - x[a]) / np.var(x[a])
+      if labels[j] == labels[a]:
+        pos_terms.append(max(d - pos_margin, 0))
+      else:
+        neg_terms.append(max(neg_margin - d, 0))
+  mean_nonzero = lambda v: np.mean([t for t in v if t > 0]) if any(t > 0 for t in v) else 0.0
+  return float(mean_nonzero(pos_terms) + mean_nonzero(neg_terms))
+
+
+CASES = [("fastap", {"num_bins": 10}, oracle_fastap),
+         ("fastap", {"num_bins": 3}, oracle_fastap),
+         ("ranked_list", {"margin": 0.4, "alpha": 1.2, "imbalance": 0.5, "tp": 0.0, "tn": 10.0},
+          oracle_ranked_list),
+         ("ranked_list", {"margin": 0.3, "alpha": 1.1, "imbalance": 0.2, "tp": 2.0, "tn": 3.0},
+          oracle_ranked_list),
+         ("histogram", {"num_bins": 100}, oracle_histogram),
+         ("histogram", {"num_bins": 7}, oracle_histogram),
+         ("snr_contrastive", {"pos_margin": 0.0, "neg_margin": 1.0}, oracle_snr),
+         ("snr_contrastive", {"pos_margin": 0.2, "neg_margin": 1.2}, oracle_snr)]
+
+
+@pytest.mark.parametrize("name,hp,oracle", CASES,
+                         ids=[f"{n}-{i}" for i, (n, _, _) in enumerate(CASES)])
+def test_matches_oracle_values_and_gradients(name, hp, oracle):
+  e = batch(31, d=4, normalize=False)
+  loss, aux, grad = run(name, e, LABELS, **hp)
+  f = lambda x: oracle(x, LABELS, *hp.values())
+  np.testing.assert_allclose(float(loss), f(e), rtol=1e-5, atol=1e-6)
+  g = fd_grad(f, e)
+  np.testing.assert_allclose(np.asarray(grad), g, rtol=1e-3,
+                             atol=1e-5 * max(1.0, float(np.max(np.abs(g)))))
+  assert 0.0 < float(aux["valid_fraction"]) <= 1.0
+
+
+@pytest.mark.parametrize("name", ["fastap", "ranked_list", "histogram", "snr_contrastive"])
+def test_bf16_one_trace_and_finite_without_pairs(name):
+  support.check_pair_bf16(name, rng=None)
+  support.check_apply_traces_once_per_shape(name)
+  for labels in (np.arange(12, dtype=np.int32), np.zeros(12, np.int32)):
+    loss, _, grad = run(name, batch(14), labels)
+    assert np.isfinite(float(loss)) and np.all(np.isfinite(np.asarray(grad)))
