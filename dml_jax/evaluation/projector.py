@@ -26,6 +26,12 @@ CONFIG_FILE = "projector_config.pbtxt"
 SPRITE_MAX_SIDE = 8192
 
 
+def thumb_side(n: int, height: int, width: int) -> int:
+  """Side of the sprite's thumbnails of ``n`` images ``height x width``:
+  ``min(height, width, 8192 // ceil(sqrt(n)))``."""
+  return min(height, width, SPRITE_MAX_SIDE // max(1, math.ceil(math.sqrt(n))))
+
+
 def sprite(images, *, rows: np.ndarray | None = None, chunk: int = 512) -> tuple[np.ndarray,
                                                                                    int]:
   """The sprite of ``images`` (an ``[N, H, W, C]`` array-like, e.g. ``LazyImages``).
@@ -40,7 +46,7 @@ def sprite(images, *, rows: np.ndarray | None = None, chunk: int = 512) -> tuple
   rows = np.arange(len(images)) if rows is None else np.asarray(rows)
   n = len(rows)
   grid = max(1, math.ceil(math.sqrt(n)))
-  side = min(int(images.shape[1]), int(images.shape[2]), SPRITE_MAX_SIDE // grid)
+  side = thumb_side(n, int(images.shape[1]), int(images.shape[2]))
   out = np.zeros((grid * side, grid * side, 3), np.uint8)
   for start in range(0, n, chunk):
     block = retrieval_grid.display_images(images, rows[start:start + chunk])
