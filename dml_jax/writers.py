@@ -236,16 +236,18 @@ class MetricWriter:
       try:
         getattr(backend, method)(*args)
       except Exception as e:  # pylint: disable=broad-except
-        self._fail(name, e)
+        self.disable(name, e)
 
-  def _fail(self, name: str, error: Exception) -> None:
+  def disable(self, name: str, error: Exception) -> None:
+    """Warns (once per backend) that ``name`` failed with ``error`` and closes it."""
     self.failed[name] = f"{type(error).__name__}: {error}"
-    backend = self.backends.pop(name)
+    backend = self.backends.pop(name, None)
     warnings.warn(f"Logging to {name} failed ({self.failed[name]}); it is switched off for the "
                   "rest of the run, training goes on and metrics.jsonl is still written.",
                   RuntimeWarning, stacklevel=3)
     try:
-      backend.close()
+      if backend is not None:
+        backend.close()
     except Exception:  # pylint: disable=broad-except
       pass
 
@@ -323,8 +325,7 @@ def make_writer(config: ml_collections.ConfigDict, workdir: str, *, run: str = "
       writer.backends[name] = make(workdir, run=run, start_step=start_step, config=config,
                                    project=log.get("wandb_project", "dml_jax"))
     except Exception as e:  # pylint: disable=broad-except
-      writer.backends[name] = None
-      writer._fail(name, e)  # pylint: disable=protected-access
+      writer.disable(name, e)
   return writer
 
 
