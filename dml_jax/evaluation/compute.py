@@ -213,7 +213,8 @@ def evaluate_with_config(setup, state: dict, embed_fn: Callable, *, workdir: str
     retrieval_grid.write_grid(cache, setup.splits, protocol=protocol, path=path,
                               similarity=options["similarity"],
                               title=f"{protocol}, step {step}: {grid.get('mode', 'random')} "
-                                    f"queries, top {grid.get('k', 8)}", **grid)
+                                    f"queries, top {grid.get('k', 8)} by "
+                                    f"{options['similarity']}", **grid)
     images[f"retrieval_grid/{protocol}"] = path
   if writer is not None and writer.active:
     if plot:
