@@ -67,7 +67,7 @@ def test_tensorboard_itself_reads_the_resumed_run(tmp_path):
   """The purge is TensorBoard's own rule (when the tensorboard package is installed)."""
   if importlib.util.find_spec("tensorboard") is None:
     pytest.skip("tensorboard is not installed (not a dependency)")
-  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=g-import-not-at-top
+  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=all
   logdir = str(tmp_path / "tb")
   write_steps(logdir, [1, 2, 3, 4, 5], 0.0)
   write_steps(logdir, [4, 5, 6], 100.0, start_step=3)

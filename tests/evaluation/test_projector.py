@@ -63,9 +63,9 @@ def test_export_digits_parses_back(tmp_path):
       "projector_step_7/tensors.tsv", "projector_step_9/tensors.tsv"]
   if importlib.util.find_spec("tensorboard") is not None:
     from google.protobuf import text_format  # pylint: disable=g-import-not-at-top
-    from tensorboard.plugins.projector.projector_config_pb2 import ProjectorConfig  # pylint: disable=g-import-not-at-top
+    from tensorboard.plugins.projector import projector_config_pb2  # pylint: disable=all
     with open(paths["config"]) as f:
-      config = text_format.Parse(f.read(), ProjectorConfig())
+      config = text_format.Parse(f.read(), projector_config_pb2.ProjectorConfig())
     assert config.embeddings[1].sprite.single_image_dim == [thumb, thumb]
 
 
