@@ -101,7 +101,7 @@ def test_a_failing_backend_warns_once_and_jsonl_is_still_written(tmp_path):
   assert [r["step"] for r in workdir_lib.read_metrics(str(tmp_path))] == [1, 2]
 
 
-def test_training_goes_on_when_tensorboard_fails(tmp_path, monkeypatch):
+def test_training_goes_on_when_tensorboard_fails(tmp_path, monkeypatch, capsys):
   def broken(self, step, values):
     raise OSError(28, "No space left on device")
 
@@ -113,6 +113,8 @@ def test_training_goes_on_when_tensorboard_fails(tmp_path, monkeypatch):
   rows = workdir_lib.read_metrics(str(tmp_path))
   assert [r["step"] for r in rows if "train/loss" in r] == [1, 2]
   assert any("eval/test/recall@1" in r for r in rows)
+  assert (f"dml_jax: 8 x cpu devices, 1 process, batch 32 (4 per device); outputs: {tmp_path} "
+          f"(TensorBoard: {tmp_path}/tensorboard)") in capsys.readouterr().out
 
 
 def test_wandb_missing_is_one_clear_error(monkeypatch):
