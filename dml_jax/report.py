@@ -237,7 +237,7 @@ def build_report(roots: Sequence[str], *, out: str, title: str | None = None) ->
   """
   workdirs = find_workdirs(roots)
   base = os.path.commonpath([os.path.abspath(r) for r in roots])
-  runs, skipped = [], []
+  runs, skipped, reasons = [], [], []
   for w in workdirs:
     name = os.path.relpath(os.path.abspath(w), base)
     name = os.path.basename(os.path.abspath(w)) if name == "." else name
@@ -245,10 +245,12 @@ def build_report(roots: Sequence[str], *, out: str, title: str | None = None) ->
       runs.append(load_run(w, name=name))
     except ValueError as e:
       skipped.append(name)
-      print(f"python -m dml_jax.report: left out {e}", file=sys.stderr)
+      reasons.append(str(e))
   if not runs:
     raise ValueError(f"No run under {', '.join(roots)} has an evaluation (eval_step_<N>.json);"
                      " train to the end or run python eval.py --workdir=<run>.")
+  for reason in reasons:
+    print(f"python -m dml_jax.report: left out {reason}", file=sys.stderr)
   page = render(runs, title=title or f"dml_jax runs: {', '.join(roots)}", skipped=skipped)
   os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
   with open(out, "w") as f:
