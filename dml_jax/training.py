@@ -413,7 +413,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   if workdir_lib.is_main_process():
     print(f"dml_jax: {parallel.describe(setup.mesh, config.batch_size)}; outputs: "
           f"{writers.describe(workdir, writer.backends)}", flush=True)
-  batch_similarity = make_batch_similarity_fn(setup) if writer.active else None
+  # Every process computes the histograms (a collective program); process 0 writes them.
+  batch_similarity = (make_batch_similarity_fn(setup) if writers.config_backends(config)
+                      else None)
   train_step = make_guarded_step(setup)
   embed_fn = make_embed_fn(setup)
   train = setup.splits["train"]
@@ -459,7 +461,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
                "learning_rate": float(setup.schedule(step - 1)),
                "examples_per_sec": window_n / max(elapsed, 1e-9)}
         writer.write_row(row)
-        if batch_similarity is not None and writer.active:
+        if batch_similarity is not None:
           pos, neg = scatter.split_pairs(*jax.device_get(batch_similarity(state, images,
                                                                           labels)))
           writer.histograms(step, {"train/similarity_positive": pos,
