@@ -4,13 +4,22 @@ r"""Evaluates checkpoints written by train.py; needs nothing but the workdir(s).
   python eval.py --workdir=runs/digits --step=500      # one step
   python eval.py --workdir=runs/digits --all_steps [--best_by=train:digit/map@r]
   python eval.py --workdirs=runs/s0,runs/s1,runs/s2 --output=runs/summary.json
+  python eval.py --workdir=runs/digits --retrieval_grid=16 [--worst] [--grid_k=8]
+  python eval.py --workdir=runs/digits --export_embeddings
 
 One checkpoint: prints a markdown table and writes <workdir>/eval_step_<N>.json.
 --all_steps: every checkpoint; eval_step_<N>.json each, <workdir>/eval_all_steps.json (or
---output) and a PNG of every metric against the step next to it. --best_by=PROTOCOL/METRIC
+--output) and the learning curves next to it (.png: training loss and every metric against
+the step). --best_by=PROTOCOL/METRIC
 picks the best checkpoint on a validation protocol (a test split is refused).
 --workdirs: the newest (or --step) checkpoint of each run, mean ± std per metric (e.g. over
 seeds); JSON at --output and the markdown table next to it (.md).
+--retrieval_grid=N: <workdir>/retrieval_grid_<protocol>_step_<N>.png, N queries of the first
+protocol (drawn with --grid_seed, or the N of lowest average precision with --worst) and their
+--grid_k nearest gallery images. --export_embeddings: the first protocol's embeddings for
+TensorBoard's projector (<workdir>/tensorboard/eval/) and <workdir>/embeddings_step_<N>.npz.
+Metrics, histograms and images also go to TensorBoard (<workdir>/tensorboard/eval) unless the
+run's config.log.tensorboard is off.
 Errors (no checkpoint, bad protocol, NaN embeddings, ...) print one line; exit code 1.
 """
 
@@ -34,6 +43,13 @@ flags.DEFINE_string("output", None, "JSON path of --all_steps / --workdirs resul
 flags.DEFINE_bool("progress", True, "Progress bars for embedding and kNN.")
 flags.DEFINE_bool("side_by_side", False, "With --workdirs: a row per run instead of mean ± std "
                   "(for runs that differ in more than the seed).")
+flags.DEFINE_integer("retrieval_grid", 0, "Draw a retrieval grid of this many queries.")
+flags.DEFINE_integer("grid_k", 8, "Gallery images per query in the retrieval grid.")
+flags.DEFINE_bool("worst", False, "Retrieval grid of the queries with the lowest average "
+                  "precision (instead of random ones).")
+flags.DEFINE_integer("grid_seed", 0, "Seed of the retrieval grid's random queries.")
+flags.DEFINE_bool("export_embeddings", False, "Write the test embeddings for TensorBoard's "
+                  "projector (tensors.tsv, metadata.tsv, sprite) and as .npz.")
 cli.define_cache_flag()
 flags.DEFINE_multi_string("module", [], "Modules to import first (a run's own objective); "
                           "those recorded in the workdir's config are imported anyway.")
@@ -49,6 +65,20 @@ def check_flags() -> None:
     raise ValueError("--best_by selects among checkpoints; it needs --all_steps.")
   if FLAGS.output and not (FLAGS.all_steps or FLAGS.workdirs):
     raise ValueError("--output is for --all_steps or --workdirs results.")
+  if FLAGS.workdirs is not None and (FLAGS.retrieval_grid or FLAGS.export_embeddings):
+    raise ValueError("--retrieval_grid and --export_embeddings take one --workdir.")
+  if FLAGS.retrieval_grid < 0 or FLAGS.grid_k < 1:
+    raise ValueError("--retrieval_grid must be >= 0 and --grid_k >= 1.")
+  if FLAGS.worst and not FLAGS.retrieval_grid:
+    raise ValueError("--worst chooses the queries of --retrieval_grid=N; give N.")
+
+
+def grid_flags() -> dict | None:
+  """The retrieval grid of the flags (``None``: the config's)."""
+  if not FLAGS.retrieval_grid:
+    return None
+  return {"num_queries": FLAGS.retrieval_grid, "k": FLAGS.grid_k,
+          "mode": "worst" if FLAGS.worst else "random", "seed": FLAGS.grid_seed}
 
 
 def main(argv):
@@ -72,7 +102,9 @@ def main(argv):
         print(f"Written {FLAGS.output}")
     elif FLAGS.all_steps:
       out = checkpoints.evaluate_all_steps(FLAGS.workdir, best_by=FLAGS.best_by,
-                                        output=FLAGS.output, show_progress=FLAGS.progress)
+                                        output=FLAGS.output, show_progress=FLAGS.progress,
+                                        grid=grid_flags(),
+                                        export_embeddings=FLAGS.export_embeddings)
       print(report.format_history_table(out["steps"]))
       if out["best"]:
         best = out["best"]
@@ -80,11 +112,14 @@ def main(argv):
               f"({report.format_value(best['metric'], best['value'])})")
       print(f"Written {out['json']} and {out['png']}")
     else:
-      step, results = checkpoints.evaluate_checkpoint(FLAGS.workdir, step=FLAGS.step,
-                                                   show_progress=FLAGS.progress)
+      step, results = checkpoints.evaluate_checkpoint(
+          FLAGS.workdir, step=FLAGS.step, show_progress=FLAGS.progress, grid=grid_flags(),
+          export_embeddings=FLAGS.export_embeddings)
       print(f"Step {step}")
       print(report.format_table(results))
       print(f"Written {report.results_path(FLAGS.workdir, step)}")
+      for path in checkpoints.extra_outputs(FLAGS.workdir, step):
+        print(f"Written {path}")
   except (FileNotFoundError, ValueError, NotImplementedError) as e:
     cli.fail(PROGRAM, str(e))
 

@@ -96,4 +96,13 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.kmeans_n_init = 10       # KMeans restarts of NMI / NMI+ (seeded with c.seed)
   c.eval.rho_skip = 0             # largest singular values left out of rho
   c.eval.plot = True              # PNG scatter of the test embedding (PCA when D > 2)
+  c.eval.retrieval_grid = 0       # > 0: PNG of this many queries of the first protocol and
+  c.eval.retrieval_grid_k = 8     # their top-k gallery images, at every evaluation
+  c.eval.retrieval_grid_queries = "random"   # 'random' (seeded by c.seed) | 'worst' (lowest AP)
+
+  # Where metrics go besides metrics.jsonl (dml_jax.writers); process 0 only.
+  c.log = ml_collections.ConfigDict()
+  c.log.tensorboard = True        # event files under <workdir>/tensorboard/ (tensorboardX)
+  c.log.wandb = False             # Weights & Biases (needs: pip install wandb)
+  c.log.wandb_project = "dml_jax"
   return c

@@ -88,3 +88,14 @@ def global_batch(mesh: Mesh, *local_arrays: np.ndarray, batch_size: int):
 def replicate(mesh: Mesh, tree):
   """Puts a pytree of arrays on every device of ``mesh`` (replicated)."""
   return jax.device_put(tree, replicated(mesh))
+
+
+def describe(mesh: Mesh, batch_size: int) -> str:
+  """One line on what a run computes on, e.g. ``'8 x cpu devices, 1 process, batch 128
+  (16 per device)'``."""
+  devices = list(mesh.devices.flat)
+  kinds = sorted({d.device_kind for d in devices})
+  processes = jax.process_count()
+  return (f"{len(devices)} x {'/'.join(kinds)} device{'s' * (len(devices) != 1)}, "
+          f"{processes} process{'es' * (processes != 1)}, batch {batch_size} "
+          f"({batch_size // len(devices)} per device)")

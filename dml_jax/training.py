@@ -37,7 +37,9 @@ from dml_jax import optimizers
 from dml_jax import overrides
 from dml_jax import parallel
 from dml_jax import signals
+from dml_jax import similarity as similarity_lib
 from dml_jax import workdir as workdir_lib
+from dml_jax import writers
 from dml_jax.data import noise as noise_lib
 from dml_jax.data import pipeline
 from dml_jax.evaluation import compute
@@ -92,6 +94,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         f"config.model.pretrained={config.model.pretrained!r} does not exist. Convert "
         "torchvision weights first: python -m dml_jax.models.pretrained convert --arch "
         f"{config.model.name} --torch_checkpoint <file.pth> --output {config.model.pretrained}")
+  writers.config_backends(config)
 
 
 # ------------------------------------------------------------------------ train state
@@ -322,6 +325,20 @@ def make_embed_fn(setup: Setup) -> Callable:
   return embed
 
 
+def make_batch_similarity_fn(setup: Setup) -> Callable:
+  """``batch_similarity(state, images [B,H,W,C], labels [B]) -> (S [B, B], labels [B])`` of
+  the train-mode embeddings (what the loss saw; batch statistics not kept), replicated,
+  jitted: the similarity histograms of the training batch."""
+  graphdef, kind = setup.train_graphdef, setup.config.eval.similarity
+  rep = parallel.replicated(setup.mesh)
+
+  def batch_similarity(state, images, labels):
+    model = nnx.merge(graphdef, state["params"], state["batch_stats"], copy=True)
+    return similarity_lib.pairwise_similarity(model(images), kind=kind), labels
+
+  return jax.jit(batch_similarity, out_shardings=(rep, rep))
+
+
 def step_key(seed: int, step: int) -> jax.Array:
   """The PRNG key of train step ``step`` (independent of resumption)."""
   return jax.random.fold_in(jax.random.key(seed + 1), step)
@@ -331,7 +348,7 @@ def step_key(seed: int, step: int) -> jax.Array:
 
 
 def log_scatter(setup: Setup, state: dict, embed_fn: Callable, *, workdir: str,
-                step: int) -> dict:
+                step: int, writer: writers.MetricWriter | None = None) -> dict:
   """Triplet scatter diagram (2nd-order paper Fig. 1) of the first evaluation protocol's split
   at this step: ``scatter_<split>_step_<N>.png`` and summary numbers for metrics.jsonl."""
   protocol = protocols_lib.parse_protocol(setup.config.eval.splits[0], setup.splits)
@@ -342,9 +359,12 @@ def log_scatter(setup: Setup, state: dict, embed_fn: Callable, *, workdir: str,
   s_ap, s_an, correct = scatter.scatter_points(emb, labels,
                                                similarity=setup.config.eval.similarity)
   if workdir_lib.is_main_process():
-    scatter.plot_scatter(s_ap, s_an, correct, similarity=setup.config.eval.similarity,
-                         path=os.path.join(workdir, f"scatter_{protocol.split}_step_{step}.png"),
-                         title=f"{protocol.split}, step {step}")
+    path = scatter.plot_scatter(
+        s_ap, s_an, correct, similarity=setup.config.eval.similarity,
+        path=os.path.join(workdir, f"scatter_{protocol.split}_step_{step}.png"),
+        title=f"{protocol.split}, step {step}")
+    if writer is not None:
+      writer.images(step, {f"scatter/{protocol.split}": path})
   return {"scatter/correct_fraction": float(np.mean(correct)),
           "scatter/mean_s_ap": float(np.nanmean(s_ap)),
           "scatter/mean_s_an": float(np.nanmean(s_an))}
@@ -417,6 +437,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       the current step is saved and :class:`TrainingInterrupted` raised.
   """
   setup, manager, start, state = start_run(config, workdir, overwrite=overwrite)
+  writer = writers.make_writer(config, workdir, start_step=start)
+  if workdir_lib.is_main_process():
+    print(f"dml_jax: {parallel.describe(setup.mesh, config.batch_size)}; outputs: "
+          f"{writers.describe(workdir, writer.backends)}", flush=True)
+  # Every process computes the histograms (a collective program); process 0 writes them.
+  batch_similarity = (make_batch_similarity_fn(setup) if writers.config_backends(config)
+                      else None)
   train_step = make_guarded_step(setup)
   embed_fn = make_embed_fn(setup)
   train = setup.splits["train"]
@@ -461,7 +488,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
         row = {"step": step, **{f"train/{k}": v for k, v in mean.items() if k != "finite"},
                "learning_rate": float(setup.schedule(step - 1)),
                "examples_per_sec": window_n / max(elapsed, 1e-9)}
-        workdir_lib.append_metrics(workdir, row)
+        writer.write_row(row)
+        if batch_similarity is not None:
+          pos, neg = scatter.split_pairs(*jax.device_get(batch_similarity(state, images,
+                                                                          labels)))
+          writer.histograms(step, {"train/similarity_positive": pos,
+                                   "train/similarity_negative": neg})
         bar.set_postfix(loss=f"{mean['loss']:.4f}", ex_s=f"{row['examples_per_sec']:.0f}")
         if not show_progress:
           logging.info("step %d/%d: loss %.4f, %.0f examples/s", step, total, mean["loss"],
@@ -473,19 +505,25 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       if interrupted:
         raise TrainingInterrupted(step, stop.signum)
       if config.scatter_every_steps and step % config.scatter_every_steps == 0:
-        workdir_lib.append_metrics(workdir, {"step": step, **log_scatter(
-            setup, state, embed_fn, workdir=workdir, step=step)})
+        writer.write_row({"step": step, **log_scatter(setup, state, embed_fn, workdir=workdir,
+                                                      step=step, writer=writer)})
       if config.eval_every_steps and step % config.eval_every_steps == 0 and step != total:
         results = compute.evaluate_with_config(setup, state, embed_fn, workdir=workdir, step=step,
-                                       plot=False)
-        workdir_lib.append_metrics(workdir, {"step": step, **report.flatten(results)})
+                                       plot=False, writer=writer)
+        writer.write_row({"step": step, **report.flatten(results)})
+    last = int(state["step"])
+  except BaseException:
+    writer.close()
+    raise
   finally:
     bar.close()
     manager.close()
 
-  last = int(state["step"])
-  results = compute.evaluate_with_config(setup, state, embed_fn, workdir=workdir, step=last,
-                                 plot=config.eval.plot)
-  if last > start:
-    workdir_lib.append_metrics(workdir, {"step": last, **report.flatten(results)})
+  with writer:
+    # A rerun of a finished run evaluates again but logs nothing (its step is logged).
+    results = compute.evaluate_with_config(setup, state, embed_fn, workdir=workdir, step=last,
+                                           plot=config.eval.plot,
+                                           writer=writer if last > start else None)
+    if last > start:
+      writer.write_row({"step": last, **report.flatten(results)})
   return results

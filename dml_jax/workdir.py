@@ -59,22 +59,29 @@ ADDED_CONFIG_KEYS = {
     "memory.size": 0,
     "memory.start_step": 0,
     "memory.reference_gradient": True,
+    "eval.retrieval_grid": 0,
+    "eval.retrieval_grid_k": 8,
+    "eval.retrieval_grid_queries": "random",
+    "log.tensorboard": False,
+    "log.wandb": False,
+    "log.wandb_project": "dml_jax",
 }
 
 # Dotted keys (a trailing '.' means the whole block) that a rerun may change on a workdir
-# with checkpoints: they extend the run, or change logging, evaluation, the number of devices
-# (1 and N devices compute the same steps) or where the same data files are read from.
+# with checkpoints: they extend the run, or change logging (``log.``), evaluation, the number
+# of devices (1 and N devices compute the same steps) or where the same data files are read from.
 RESUMABLE_KEYS = (
     "num_train_steps", "num_epochs", "log_every_steps", "checkpoint_every_steps",
     "eval_every_steps", "scatter_every_steps", "max_checkpoints_to_keep", "num_devices",
     "eval.", "data.num_threads", "data.num_workers", "data.prefetch",
-    "data.options.data_dir", "data.options.root",
+    "data.options.data_dir", "data.options.root", "log.",
 )
 
 # What train.py writes into a workdir (removed by ``--overwrite``, nothing else is).
 OUTPUTS = ("checkpoints", CONFIG_FILE, RUN_INFO_FILE, METRICS_FILE, "eval_step_*.json",
            "eval_all_steps.json", "eval_all_steps.png", "train_labels.npz",
-           "train_labels.json", "*_step_*.png")
+           "train_labels.json", "*_step_*.png", "tensorboard", "wandb_run_id.txt",
+           "embeddings_step_*.npz")
 
 
 class WorkdirConflictError(ValueError):

@@ -1,5 +1,6 @@
 """The train.py / eval.py binaries as a user runs them: flags, errors, SIGKILL + resume."""
 
+import importlib.util
 import json
 import os
 import re
@@ -8,10 +9,12 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from dml_jax import training
 from dml_jax import workdir as workdir_lib
+from dml_jax import writers
 from dml_test_support import ROOT
 from dml_test_support import small_config
 
@@ -54,6 +57,15 @@ def test_mistakes_are_one_line(tmp_path, args, line):
   out = run(["train.py", f"--config={CONFIG}", f"--workdir={tmp_path / 'w'}", *args])
   assert last_line(out).startswith(line)
   assert not os.path.exists(tmp_path / "w" / "checkpoints")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("wandb") is not None, reason="wandb installed")
+def test_wandb_asked_for_but_missing_is_one_line(tmp_path):
+  out = run(["train.py", f"--config={CONFIG}", f"--workdir={tmp_path / 'w'}",
+             "--config.log.wandb=True"])
+  assert last_line(out) == ("train.py: config.log.wandb=True but the package 'wandb' is not "
+                            "installed: pip install wandb (or set --config.log.wandb=False).")
+  assert not os.path.exists(tmp_path / "w")
 
 
 def test_missing_config_file_is_one_line(tmp_path):
@@ -125,6 +137,13 @@ def test_sigkill_then_resume_reproduces_uninterrupted_run(tmp_path):
       small_config(**KILL_OVERRIDES), str(tmp_path / "reference"), show_progress=False)
   for protocol in ref:
     assert killed_results[protocol] == pytest.approx(ref[protocol], abs=1e-6)
+  # TensorBoard shows each step once, with the values of the uninterrupted run.
+  killed_tb, ref_tb = (writers.read_events(os.path.join(w, "tensorboard", "train"))["scalars"]
+                       for w in (workdir, str(tmp_path / "reference")))
+  for tag in ("train/loss", "eval/test/recall@1"):
+    assert [s for s, _ in killed_tb[tag]] == [s for s, _ in ref_tb[tag]]
+    np.testing.assert_allclose([v for _, v in killed_tb[tag]], [v for _, v in ref_tb[tag]],
+                               atol=1e-5)
 
   ev = run(["eval.py", f"--workdir={workdir}"])
   assert ev.returncode == 0, ev.stderr[-3000:]

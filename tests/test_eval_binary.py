@@ -12,6 +12,7 @@ import pytest
 from dml_test_support import ROOT
 from dml_test_support import small_config
 from dml_jax import workdir as workdir_lib
+from dml_jax import writers
 from dml_jax.evaluation import checkpoints
 from dml_jax.evaluation import report
 
@@ -55,6 +56,24 @@ def test_all_steps_and_best_checkpoint_on_a_validation_protocol(runs):
   assert out["png"].endswith("eval_all_steps.png") and os.path.getsize(out["png"]) > 1000
   with pytest.raises(ValueError, match="'test' is a test split"):
     checkpoints.evaluate_all_steps(workdir, best_by="test/recall@1")
+
+
+def test_retrieval_grid_export_and_tensorboard_of_one_checkpoint(runs, tmp_path):
+  workdir = str(tmp_path / "copy")
+  shutil.copytree(next(iter(runs)), workdir)
+  grid = {"num_queries": 3, "k": 4, "mode": "worst", "seed": 0}
+  step, results = checkpoints.evaluate_checkpoint(workdir, grid=grid, export_embeddings=True)
+  written = [os.path.relpath(p, workdir) for p in checkpoints.extra_outputs(workdir, step)]
+  assert written == ["retrieval_grid_test_worst_step_20.png", "embeddings_step_20.npz",
+                     os.path.join("tensorboard", "eval", "projector_config.pbtxt")]
+  events = writers.read_events(os.path.join(workdir, "tensorboard", "eval"))
+  assert events["scalars"]["eval/test/recall@1"] == [
+      (20, pytest.approx(results["test"]["recall@1"]))]
+  assert [s for s, _ in events["images"]["retrieval_grid/test"]] == [20]
+  assert [s for s, _ in events["histograms"]["eval/test/similarity_positive"]] == [20]
+  with pytest.raises(ValueError, match="--retrieval_grid=100000: the query set of protocol "
+                     "'test' has"):
+    checkpoints.evaluate_checkpoint(workdir, grid={"num_queries": 100000})
 
 
 def test_workdirs_aggregate_mean_and_std_over_runs(runs, tmp_path):

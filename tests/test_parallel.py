@@ -192,6 +192,10 @@ def test_two_processes_with_4_devices_equal_one_process_with_8(tmp_path):
   outs = [p.communicate(timeout=300)[0] for p in procs]
   assert all(p.returncode == 0 for p in procs), outs[0][-3000:] + outs[1][-3000:]
   assert "| test |" in outs[0] and "| test |" not in outs[1]   # only process 0 reports
+  assert "dml_jax: 8 x cpu devices, 2 processes, batch 32 (4 per device)" in outs[0]
+  assert "dml_jax:" not in outs[1]
+  # Both processes computed the batch histograms (a collective); process 0 alone wrote them.
+  assert len(os.listdir(os.path.join(workdir, "tensorboard", "train"))) == 1
 
   _, multi, _ = final_state(workdir)
   _, single, _ = final_state(trained(8)[0])

@@ -12,6 +12,7 @@ from dml_jax import data as data_lib
 from dml_jax import optimizers
 from dml_jax import training
 from dml_jax import workdir as workdir_lib
+from dml_jax import writers
 from dml_jax.data import noise as noise_lib
 from dml_jax.evaluation import checkpoints
 from dml_test_support import leaves_equal, restore_state, small_config
@@ -61,9 +62,12 @@ def test_resume_continues_and_matches_uninterrupted(run20, tmp_path):
   assert leaves_equal(state, ref_state, atol=1e-6)
   for p in run20[1]:
     assert results[p] == pytest.approx(run20[1][p], abs=1e-6)
-  # metrics.jsonl has each log step exactly once.
+  # metrics.jsonl and TensorBoard have each log step exactly once.
   steps = [r["step"] for r in read_rows(workdir) if "train/loss" in r]
   assert steps == [5, 10, 15, 20]
+  events = writers.read_events(os.path.join(workdir, writers.TENSORBOARD_DIR, "train"))
+  assert [s for s, _ in events["scalars"]["train/loss"]] == [5, 10, 15, 20]
+  assert [s for s, _ in events["scalars"]["eval/test/recall@1"]] == [10, 20]
 
 
 def test_eval_checkpoint_equals_train_results(run20):

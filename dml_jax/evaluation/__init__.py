@@ -1,6 +1,7 @@
 """Evaluation: exact blocked kNN, retrieval metrics (Recall@K, MAP@R, R-precision), NMI / NMI+,
 spectral decay rho; the protocols (``protocols``), computing them (``compute``), reporting
-(``report``) and evaluating a workdir's checkpoints (``checkpoints``, eval.py).
+(``report``), evaluating a workdir's checkpoints (``checkpoints``, eval.py), retrieval grids
+(``retrieval_grid``) and the projector export (``projector``).
 
 ``from dml_jax import evaluation``::
 

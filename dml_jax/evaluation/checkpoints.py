@@ -5,6 +5,7 @@ every step (learning curves, best checkpoint by a validation metric), and severa
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 
@@ -13,14 +14,18 @@ from absl import logging
 from dml_jax import checkpointing
 from dml_jax import training
 from dml_jax import workdir as workdir_lib
+from dml_jax import writers
 from dml_jax.evaluation import compute
+from dml_jax.evaluation import projector
 from dml_jax.evaluation import protocols as protocols_lib
 from dml_jax.evaluation import report
 
 
 def evaluate_checkpoint(workdir: str, *, step: int | None = None,
                         plot: bool | None = None, show_progress: bool = False,
-                        protocols: tuple[str, ...] | None = None) -> tuple[int, dict]:
+                        protocols: tuple[str, ...] | None = None, grid: dict | None = None,
+                        export_embeddings: bool = False,
+                        tensorboard: bool | None = None) -> tuple[int, dict]:
   """Restores a checkpoint of ``workdir`` (newest readable when ``step`` is None) and
   evaluates it as ``train_and_evaluate`` does at the end (:func:`evaluate_with_config`);
   writes ``eval_step_<N>.json``.
@@ -31,6 +36,12 @@ def evaluate_checkpoint(workdir: str, *, step: int | None = None,
     plot: write the embedding PNGs; ``None`` means ``config.eval.plot``.
     show_progress: progress bars for the embedding and the neighbour search.
     protocols: evaluate these instead of ``config.eval.splits``.
+    grid: the retrieval grid (``retrieval_grid.write_grid`` keywords ``num_queries``, ``k``,
+      ``mode``, ``seed``); ``None``: the config's (``eval.retrieval_grid``), ``{}``: none.
+    export_embeddings: write the first protocol's embeddings for TensorBoard's projector and
+      as ``.npz`` (``projector.export``).
+    tensorboard: log the metrics, histograms and images to ``<workdir>/tensorboard/eval``;
+      ``None``: ``config.log.tensorboard``.
 
   Returns:
     ``(step, {protocol: {metric: value}})``.
@@ -40,10 +51,29 @@ def evaluate_checkpoint(workdir: str, *, step: int | None = None,
     ValueError: ``step`` does not exist, or a bad evaluation setting (named).
   """
   setup = training.build(workdir_lib.load_config(workdir))
-  (restored_step, results), = evaluate_checkpoints(
-      setup, workdir, steps=None if step is None else (step,), plot=plot,
-      show_progress=show_progress, protocols=protocols).items()
+  with eval_writer(setup.config, workdir, tensorboard) as writer:
+    (restored_step, results), = evaluate_checkpoints(
+        setup, workdir, steps=None if step is None else (step,), plot=plot,
+        show_progress=show_progress, protocols=protocols, grid=grid,
+        export_embeddings=export_embeddings, writer=writer).items()
   return restored_step, results
+
+
+def extra_outputs(workdir: str, step: int) -> list[str]:
+  """The retrieval grids, projector config and embeddings ``.npz`` of ``step`` in
+  ``workdir``."""
+  patterns = (f"retrieval_grid_*_step_{step}.png", f"embeddings_step_{step}.npz",
+              os.path.join("tensorboard", "eval", projector.CONFIG_FILE))
+  return [p for pattern in patterns for p in sorted(glob.glob(os.path.join(workdir, pattern)))]
+
+
+def eval_writer(config, workdir: str, tensorboard: bool | None) -> writers.MetricWriter:
+  """eval.py's writer: TensorBoard run ``<workdir>/tensorboard/eval`` when ``tensorboard``
+  (``None``: ``config.log.tensorboard``); never metrics.jsonl or W&B, which belong to
+  training."""
+  on = config.get("log", {}).get("tensorboard", False) if tensorboard is None else tensorboard
+  return writers.make_writer(config, workdir, run="eval", jsonl=False,
+                             backends=("tensorboard",) if on else ())
 
 
 def checkpoint_steps(workdir: str) -> list[int]:
@@ -64,9 +94,11 @@ def checkpoint_steps(workdir: str) -> list[int]:
   return available
 
 
-def evaluate_checkpoints(setup: training.Setup, workdir: str, *, steps=None, plot: bool | None = False,
-                         show_progress: bool = False,
-                         protocols: tuple[str, ...] | None = None) -> dict[int, dict]:
+def evaluate_checkpoints(setup: training.Setup, workdir: str, *, steps=None,
+                         plot: bool | None = False, show_progress: bool = False,
+                         protocols: tuple[str, ...] | None = None, grid: dict | None = None,
+                         export_embeddings: bool = False,
+                         writer: writers.MetricWriter | None = None) -> dict[int, dict]:
   """Evaluates several checkpoints of ``workdir`` with one ``setup`` (data and model built
   once); writes ``eval_step_<N>.json`` for each.
 
@@ -78,6 +110,8 @@ def evaluate_checkpoints(setup: training.Setup, workdir: str, *, steps=None, plo
     plot: write the embedding PNGs; ``None`` means ``config.eval.plot``.
     show_progress: progress bars.
     protocols: evaluate these instead of ``config.eval.splits``.
+    grid, export_embeddings: as :func:`evaluate_checkpoint`, at every step.
+    writer: receives each step's metrics, histograms and images.
 
   Returns:
     ``{step: {protocol: {metric: value}}}`` in increasing step order.
@@ -89,6 +123,10 @@ def evaluate_checkpoints(setup: training.Setup, workdir: str, *, steps=None, plo
   protocols_lib.validate_eval_config(setup.config, setup.splits)
   for protocol in protocols or ():
     protocols_lib.parse_protocol(protocol, setup.splits)
+  if grid:
+    protocols_lib.check_retrieval_grid((protocols or tuple(setup.config.eval.splits))[0],
+                                       setup.splits, num_queries=grid["num_queries"],
+                                       mode=grid.get("mode", "random"))
   plot = setup.config.eval.plot if plot is None else plot
   embed_fn = training.make_embed_fn(setup)
   manager = checkpointing.make_manager(workdir, read_only=True)
@@ -102,21 +140,30 @@ def evaluate_checkpoints(setup: training.Setup, workdir: str, *, steps=None, plo
     wanted = [None] if steps is None else available if steps == "all" else sorted(steps)
     for step in wanted:
       restored_step, state, _ = checkpointing.restore(manager, setup.init_state, step=step)
+      cache = {}
       history[restored_step] = compute.evaluate_with_config(
           setup, state, embed_fn, workdir=workdir, step=restored_step, plot=plot,
-          show_progress=show_progress, protocols=protocols)
+          show_progress=show_progress, protocols=protocols, writer=writer, grid=grid,
+          embedding_cache=cache)
+      if writer is not None:
+        writer.scalars(restored_step, report.flatten(history[restored_step]))
+      if export_embeddings and workdir_lib.is_main_process():
+        projector.export(cache, setup.splits, workdir=workdir, step=restored_step,
+                         protocol=(protocols or tuple(setup.config.eval.splits))[0])
   finally:
     manager.close()
   return history
 
 
 def evaluate_all_steps(workdir: str, *, best_by: str | None = None,
-                       output: str | None = None, show_progress: bool = False) -> dict:
+                       output: str | None = None, show_progress: bool = False,
+                       grid: dict | None = None, export_embeddings: bool = False) -> dict:
   """Evaluates every checkpoint of ``workdir`` (``eval.py --all_steps``).
 
   Writes ``eval_step_<N>.json`` per step, ``output`` (default
-  ``<workdir>/eval_all_steps.json``: ``{'steps': {N: results}, 'best': ...}``) and a PNG of
-  every metric against the step next to it (same name, ``.png``).
+  ``<workdir>/eval_all_steps.json``: ``{'steps': {N: results}, 'best': ...}``) and the
+  learning curves next to it (same name, ``.png``): the training loss of metrics.jsonl and
+  every metric against the step, on one figure.
 
   Args:
     workdir: a directory written by ``train.py``.
@@ -125,6 +172,7 @@ def evaluate_all_steps(workdir: str, *, best_by: str | None = None,
       ``config.eval.splits`` lacks it.
     output: the JSON path.
     show_progress: progress bars.
+    grid, export_embeddings: as :func:`evaluate_checkpoint`, at every step.
 
   Returns:
     ``{'steps': {step: results}, 'best': None or {'step', 'protocol', 'metric', 'value'},
@@ -135,8 +183,10 @@ def evaluate_all_steps(workdir: str, *, best_by: str | None = None,
   protocols = tuple(setup.config.eval.splits)
   if selection and selection[0] not in protocols:
     protocols += (selection[0],)
-  history = evaluate_checkpoints(setup, workdir, steps="all", plot=False,
-                                 show_progress=show_progress, protocols=protocols)
+  with eval_writer(setup.config, workdir, None) as writer:
+    history = evaluate_checkpoints(setup, workdir, steps="all", plot=False,
+                                   show_progress=show_progress, protocols=protocols, grid=grid,
+                                   export_embeddings=export_embeddings, writer=writer)
   best = None
   if selection:
     step = protocols_lib.best_step(history, protocol=selection[0], metric=selection[1])
@@ -149,7 +199,8 @@ def evaluate_all_steps(workdir: str, *, best_by: str | None = None,
     with open(output, "w") as f:
       json.dump({"workdir": workdir, "steps": {str(s): r for s, r in history.items()},
                  "best": best}, f, indent=2, sort_keys=True)
-    report.plot_curves(history, path=png, title=workdir)
+    train = {"train/loss": report.train_curve(workdir_lib.read_metrics(workdir))}
+    report.plot_curves(history, path=png, title=workdir, train=train)
   return {"steps": history, "best": best, "json": output, "png": png}
 
 

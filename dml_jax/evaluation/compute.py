@@ -15,6 +15,8 @@ from dml_jax.evaluation import knn
 from dml_jax.evaluation import metrics
 from dml_jax.evaluation import protocols as protocols_lib
 from dml_jax.evaluation import report
+from dml_jax.evaluation import retrieval_grid
+from dml_jax.evaluation import scatter
 
 
 def embed(embed_fn: Callable, images: np.ndarray, *, batch_size: int,
@@ -61,7 +63,8 @@ def evaluate_splits(embed_fn: Callable, splits: Mapping, *, protocols: tuple[str
                     metrics_groups: Sequence[str] = protocols_lib.DEFAULT_METRICS,
                     rho_skip: int = 0,
                     kmeans_n_init: int = metrics.KMEANS_N_INIT, dataset: str | None = None,
-                    show_progress: bool = False) -> dict[str, dict[str, float]]:
+                    show_progress: bool = False,
+                    embedding_cache: dict | None = None) -> dict[str, dict[str, float]]:
   """Retrieval, clustering and spectral metrics for each protocol.
 
   Each split is embedded once (batched, with ``embed_fn``) and checked for NaN / inf rows.
@@ -85,6 +88,8 @@ def evaluate_splits(embed_fn: Callable, splits: Mapping, *, protocols: tuple[str
     dataset: the dataset name for ``ks=()``; ``None`` takes it from the split names
       (``'<dataset>:<split>'``).
     show_progress: progress bars for the embedding and the neighbour search.
+    embedding_cache: a dict that receives ``{split: embeddings [N, D]}`` of every embedded
+      split (splits already in it are not embedded again).
 
   Returns:
     ``{protocol: {'recall@K': ..., 'map@r': ..., 'r_precision': ..., 'nmi': ..., 'rho': ...}}``.
@@ -97,7 +102,7 @@ def evaluate_splits(embed_fn: Callable, splits: Mapping, *, protocols: tuple[str
   parsed = [(p, protocols_lib.parse_protocol(p, splits)) for p in protocols]
   if not ks and "retrieval" in groups:
     ks = protocols_lib.default_ks(dataset or _dataset_name(splits))
-  cache: dict[str, np.ndarray] = {}
+  cache: dict[str, np.ndarray] = {} if embedding_cache is None else embedding_cache
 
   def embedding(name: str) -> np.ndarray:
     if name not in cache:
@@ -155,20 +160,75 @@ def _dataset_name(splits: Mapping) -> str:
   return names.pop()
 
 
+def grid_options(config) -> dict | None:
+  """The retrieval grid ``config.eval`` asks for at every evaluation (``None``: off), as
+  keyword arguments of ``retrieval_grid.write_grid``."""
+  n = int(config.eval.get("retrieval_grid", 0))
+  if not n:
+    return None
+  return {"num_queries": n, "k": int(config.eval.get("retrieval_grid_k", 8)),
+          "mode": config.eval.get("retrieval_grid_queries", "random"), "seed": int(config.seed)}
+
+
+def grid_path(workdir: str, protocol: str, step: int, mode: str = "random") -> str:
+  """``<workdir>/retrieval_grid_<protocol>[_worst]_step_<N>.png`` (``:`` and ``@`` as ``_``)."""
+  name = protocol.replace(":", "_").replace("@", "_at_")
+  return os.path.join(workdir, f"retrieval_grid_{name}{'_worst' if mode == 'worst' else ''}"
+                               f"_step_{step}.png")
+
+
 def evaluate_with_config(setup, state: dict, embed_fn: Callable, *, workdir: str,
                          step: int, plot: bool, show_progress: bool = False,
-                         protocols: tuple[str, ...] | None = None) -> dict:
+                         protocols: tuple[str, ...] | None = None, writer=None,
+                         grid: dict | None = None,
+                         embedding_cache: dict | None = None) -> dict:
   """Runs the config's evaluation (``config.eval``: protocols, ks, metrics, similarity, ...)
   on ``state`` and writes ``eval_step_N.json`` (process 0). ``eval.ks = ()`` means the
   dataset's ``DEFAULT_KS``.
+
+  Also, on process 0: the retrieval grid of the first protocol (``grid``, default
+  :func:`grid_options` of the config; :func:`grid_path`), and, when ``writer``
+  (``writers.MetricWriter``) has a backend open, the similarity histograms of positive and
+  negative pairs of every protocol's query split (``eval/<protocol>/similarity_positive`` /
+  ``_negative``, at most 1,000 points each) and the PNGs written (embedding, grid). The caller
+  writes the metrics themselves (``writer.write_row``).
   """
   options = protocols_lib.eval_options(setup.config)
   if protocols is not None:
     options["protocols"] = tuple(protocols)
+  main = jax.process_index() == 0
+  cache = {} if embedding_cache is None else embedding_cache
   results = evaluate_splits(
       lambda images: embed_fn(state, images), setup.splits, **options,
-      plot_dir=workdir if plot and jax.process_index() == 0 else None, step=step,
-      show_progress=show_progress)
-  if jax.process_index() == 0:
-    report.write_results(results, workdir=workdir, step=step)
+      plot_dir=workdir if plot and main else None, step=step,
+      show_progress=show_progress, embedding_cache=cache)
+  if not main:
+    return results
+  report.write_results(results, workdir=workdir, step=step)
+  grid = grid_options(setup.config) if grid is None else grid
+  images = {}
+  if grid:
+    protocol = options["protocols"][0]
+    path = grid_path(workdir, protocol, step, grid.get("mode", "random"))
+    retrieval_grid.write_grid(cache, setup.splits, protocol=protocol, path=path,
+                              similarity=options["similarity"],
+                              title=f"{protocol}, step {step}: {grid.get('mode', 'random')} "
+                                    f"queries, top {grid.get('k', 8)} by "
+                                    f"{options['similarity']}", **grid)
+    images[f"retrieval_grid/{protocol}"] = path
+  if writer is not None and writer.active:
+    if plot:
+      images.update({f"embedding/{split}": os.path.join(workdir,
+                                                        f"embedding_{split}_step_{step}.png")
+                     for split in cache})
+    histograms = {}
+    for protocol in options["protocols"]:
+      split, label_set, _ = protocols_lib.parse_protocol(protocol, setup.splits)
+      pos, neg = scatter.pair_similarities(
+          cache[split], protocols_lib.protocol_labels(setup.splits[split], label_set),
+          similarity=options["similarity"], seed=options["seed"])
+      histograms[f"eval/{protocol}/similarity_positive"] = pos
+      histograms[f"eval/{protocol}/similarity_negative"] = neg
+    writer.histograms(step, histograms)
+    writer.images(step, images)
   return results

@@ -217,3 +217,21 @@ def validate_eval_config(config: ml_collections.ConfigDict, splits: dict) -> Non
   groups = check_metrics(options["metrics_groups"])
   if not options["ks"] and "retrieval" in groups:
     default_ks(options["dataset"])
+  if config.eval.get("retrieval_grid", 0):
+    check_retrieval_grid(options["protocols"][0], splits,
+                         num_queries=int(config.eval.retrieval_grid),
+                         mode=config.eval.get("retrieval_grid_queries", "random"),
+                         what="eval.retrieval_grid")
+
+
+def check_retrieval_grid(protocol: str, splits: Mapping, *, num_queries: int,
+                         mode: str = "random", what: str = "--retrieval_grid") -> None:
+  """A retrieval grid of ``num_queries`` queries of ``protocol`` is possible: between 1 and
+  the size of its query split, and ``mode`` is ``'random'`` or ``'worst'``."""
+  split = parse_protocol(protocol, splits).split
+  size = len(splits[split].labels)
+  if not 1 <= num_queries <= size:
+    raise ValueError(f"{what}={num_queries}: the query set of protocol {protocol!r} has "
+                     f"{size} images; ask for 1 to {size} queries.")
+  if mode not in ("random", "worst"):
+    raise ValueError(f"Retrieval grid queries {mode!r}: use 'random' or 'worst'.")

@@ -138,19 +138,35 @@ def format_aggregate_table(summary: Mapping) -> str:
   return "\n".join(lines)
 
 
+def train_curve(rows: Sequence[Mapping], key: str = "train/loss") -> dict[int, float]:
+  """``{step: value}`` of ``key`` in metrics.jsonl ``rows`` (the log steps)."""
+  return {int(r["step"]): float(r[key]) for r in rows if key in r}
+
+
 def plot_curves(history: Mapping[int, Mapping[str, Mapping[str, float]]], *,
-                path: str, title: str = "") -> str:
-  """PNG with a panel per metric: its value against the step, a line per protocol."""
+                path: str, title: str = "",
+                train: Mapping[str, Mapping[int, float]] | None = None) -> str:
+  """Learning curves PNG: a panel per ``train`` series (e.g. ``{'train/loss': {step: v}}``,
+  every log step) and a panel per evaluation metric (its value against the step, a line per
+  protocol), on one figure."""
   plt = pyplot()
 
+  train = {k: v for k, v in (train or {}).items() if v}
   steps = sorted(history)
   keys = _metric_keys(row for results in history.values() for row in results.values())
   protocols = _metric_keys(history.values())
-  cols = min(3, len(keys))
-  rows = math.ceil(len(keys) / cols)
+  panels = len(train) + len(keys)
+  cols = min(3, panels)
+  rows = math.ceil(panels / cols)
   fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.2 * rows), dpi=100,
                            squeeze=False)
-  for ax, key in zip(axes.flat, keys):
+  for ax, (name, series) in zip(axes.flat, train.items()):
+    xs = sorted(series)
+    ax.plot(xs, [series[x] for x in xs], color="tab:gray", lw=1)
+    ax.set_title(name, fontsize=10)
+    ax.set_xlabel("step")
+    ax.grid(alpha=0.3)
+  for ax, key in zip(list(axes.flat)[len(train):], keys):
     scale = 100.0 if is_fraction(key) else 1.0
     for protocol in protocols:
       points = [(s, scale * history[s][protocol][key]) for s in steps
@@ -161,9 +177,10 @@ def plot_curves(history: Mapping[int, Mapping[str, Mapping[str, float]]], *,
     ax.set_title(key + (" (%)" if scale == 100.0 else ""), fontsize=10)
     ax.set_xlabel("step")
     ax.grid(alpha=0.3)
-  for ax in list(axes.flat)[len(keys):]:
+  for ax in list(axes.flat)[panels:]:
     ax.axis("off")
-  axes.flat[0].legend(fontsize=8)
+  if keys:
+    axes.flat[len(train)].legend(fontsize=8)
   if title:
     fig.suptitle(title, fontsize=11)
   fig.tight_layout()

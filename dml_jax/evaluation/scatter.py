@@ -85,3 +85,25 @@ def plot_scatter(s_ap, s_an, correct, *, path: str, title: str = "",
   ax.set_title(title + (f" ({dropped} anchors without pos/neg)" if dropped else ""), fontsize=9)
   ax.legend(fontsize=8, loc="upper left", markerscale=3)
   return report.save(fig, path)
+
+
+def split_pairs(s, labels) -> tuple[np.ndarray, np.ndarray]:
+  """The similarities of the positive and of the negative pairs ``i < j`` of ``s [N, N]``
+  (labels int ``[N]``), as float32 ``[P]`` and ``[M]`` (what the similarity histograms
+  show)."""
+  s, labels = np.asarray(s, np.float32), np.asarray(labels)
+  i, j = np.triu_indices(len(labels), k=1)
+  same = labels[i] == labels[j]
+  values = s[i, j]
+  return values[same], values[~same]
+
+
+def pair_similarities(embeddings, labels, *, similarity: str = "cosine", max_points: int = 1000,
+                      seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+  """:func:`split_pairs` of the similarities among at most ``max_points`` rows of
+  ``embeddings [N, D]`` (drawn with ``seed`` when ``N > max_points``)."""
+  x, labels = np.asarray(embeddings, np.float32), np.asarray(labels)
+  if len(x) > max_points:
+    rows = np.sort(np.random.default_rng(seed).choice(len(x), max_points, replace=False))
+    x, labels = x[rows], labels[rows]
+  return split_pairs(sim.pairwise_similarity(jnp.asarray(x), kind=similarity), labels)
