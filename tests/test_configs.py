@@ -93,7 +93,7 @@ def test_every_objective_trains_on_digits(objective, tmp_path):
 
 def test_digits_objective_rejects_unknown_name():
   from configs import digits_objective  # pylint: disable=import-outside-toplevel
-  with pytest.raises(ValueError, match="Unknown objective 'npair'.*available: binomial"):
+  with pytest.raises(ValueError, match="Unknown objective 'npair'.*available: angular, arcface"):
     digits_objective.get_config("npair")
 
 
