@@ -17,11 +17,15 @@ What is measured, per objective and batch size ``B``:
   case whose timed calls exceed ``max_seconds`` (20 s) stops early, after at least 5 calls, so
   that the default run stays near 10 minutes on 2 CPUs (the table says ``capped``;
   ``--max_seconds=0`` always makes ``repeats`` calls);
+* the floor: the bare similarity matmul ``S = X X^T`` contracted with a fixed random
+  ``[B, B]`` matrix ``W``, forward and backward (``dX = (W + W^T) X``), timed the same way
+  (row ``similarity matmul (floor)``). Every objective pays at least this;
 * memory: the compiled executable's ``memory_analysis()``: ``temp`` (XLA scratch buffers: the
   intermediate ``[B, B]`` matrices live here), ``argument`` and ``output`` bytes, and
-  ``peak = temp + argument + output - alias``. An objective whose temp bytes grow faster than
-  ``B^2.2`` between the two largest batch sizes (``> ~21x`` from 512 to 2048; ``B^2`` gives
-  16x, a ``[B, B, B]`` tensor 64x) is flagged;
+  ``peak = temp + argument + output - alias``. ``--memory_batch_sizes`` (default 4096) adds
+  batch sizes that are compiled for this analysis only, not timed. An objective whose temp
+  bytes grow faster than ``B^2.2`` between the two largest batch sizes (``> ~4.6x`` from 2048
+  to 4096; ``B^2`` gives 4x, a ``[B, B, B]`` tensor 8x) is flagged;
 * PML (when torch and pytorch-metric-learning import, see ``requirements-bench.txt``): the
   pairs of :data:`PML_PAIRS`, on the same numpy inputs (``torch.from_numpy``, the embeddings a
   leaf with ``requires_grad``), miner + loss forward and ``loss.backward()``, timed the same
@@ -35,11 +39,18 @@ What is measured, per objective and batch size ``B``:
   gradient against ours; where the semantics match they must agree (float32 tolerances).
 
 Other processes compete for the CPUs: the load average before and after the run is recorded
-(``config.load_average``) — compare timings only between quiet runs. On a loaded machine the
+(``config.load_average``) — compare timings only between quiet runs. The process's address
+space is capped at ``--memory_fraction`` (0.75) of the physical memory, so that a PML loss
+that needs more (NTXent at B = 2048: ``[P, N]`` matrices of positive x negative pairs) fails
+with an error, shown in the table, instead of getting the benchmark killed. On a loaded machine the
 multi-threaded runs (XLA's pool and torch's OpenMP threads both) lose much time to preemption
 — PML's small cases most, since every OpenMP barrier waits for a descheduled thread. Pinning
 the process to one CPU gives both sides one thread and far steadier numbers:
 ``taskset -c 0 python benchmarks/objectives.py`` (the CPU count is read from the affinity).
+
+The goal printed per row with a PML time at ``B >= 512``: where PML takes more than
+``3x`` the floor, ours must be ``>= 3x`` faster than PML; elsewhere (PML itself near the
+floor) ours must be within ``1.5x`` of the floor.
 
 The markdown table is printed and everything is written as JSON to ``--out``
 (``runs/bench_objectives.json``). Objectives registered later are picked up automatically:
@@ -70,8 +81,12 @@ DEFAULT_BATCH_SIZES = (128, 512, 2048)
 SMOKE_BATCH_SIZES = (32,)
 SMOKE_REPEATS = 2
 CUBIC_EXPONENT = 2.2       # temp bytes growing faster than B^2.2 are flagged (B^3 = a [B, B, B])
-TARGET_RATIO = 3.0         # goal: PML time / ours >= 3 at B >= TARGET_MIN_BATCH
+TARGET_RATIO = 3.0         # goal: PML time / ours >= 3 at B >= TARGET_MIN_BATCH ...
 TARGET_MIN_BATCH = 512
+FLOOR_PML_FACTOR = 3.0     # ... where PML takes more than 3x the floor; elsewhere ...
+FLOOR_SLOWDOWN = 1.5       # ... ours within 1.5x of the floor
+FLOOR_LABEL = "similarity matmul (floor)"
+DEFAULT_MEMORY_BATCH_SIZES = (4096,)
 MIN_REPEATS = 5            # a capped case of ours still gets this many timed calls
 MIN_PML_REPEATS = 2        # ... and a capped PML case this many
 CHECK_CLASSES = 4          # value check: 4 classes of per_class examples ...
@@ -439,8 +454,62 @@ def bench_ours(case: Case, x: np.ndarray, y: np.ndarray, *, per_class: int, repe
           "memory": memory_stats(compiled), "loss": float(loss)}
 
 
+def bench_floor(x: np.ndarray, *, repeats: int, warmup: int, seed: int = 0,
+                max_seconds: float = 0.0) -> dict:
+  """The floor: forward + backward of ``sum(W * (X X^T))`` for a fixed random ``W [B, B]``.
+
+  Its gradient ``(W + W^T) X`` is the backward matmul an objective on ``S [B, B]`` pays, so
+  the time is the least any objective of this benchmark can take. Same fields as
+  :func:`bench_ours`.
+  """
+  b = x.shape[0]
+  w = jax.device_put(np.random.default_rng(seed).standard_normal((b, b)).astype(np.float32))
+  args = (jax.device_put(x), w)
+  start = time.perf_counter()
+  compiled = jax.jit(jax.value_and_grad(lambda e, w: jax.numpy.sum(w * (e @ e.T)))).lower(
+      *args).compile()
+  compile_s = time.perf_counter() - start
+  timing, capped, (loss, _) = time_calls(
+      lambda: jax.block_until_ready(compiled(*args)), repeats=repeats, warmup=warmup,
+      max_seconds=max_seconds, min_repeats=min(repeats, MIN_REPEATS))
+  return {**timing, "capped": capped, "max_seconds": max_seconds, "compile_s": compile_s,
+          "memory": memory_stats(compiled), "loss": float(loss)}
+
+
+def memory_only(case: Case, x: np.ndarray, y: np.ndarray, *, per_class: int,
+                seed: int = 0) -> dict:
+  """Compile time and ``memory_analysis()`` of ``case`` on ``(x, y)``, without running it."""
+  obj = objectives.make(case.name, **case.hparams)
+  key = jax.random.key(seed)
+  params = obj.init(key, num_classes=x.shape[0] // per_class, dim=x.shape[1])
+  start = time.perf_counter()
+  compiled = _loss_and_grad(obj).lower(jax.device_put(x), params, jax.device_put(y),
+                                       key).compile()
+  return {"memory_only": True, "compile_s": time.perf_counter() - start,
+          "memory": memory_stats(compiled)}
+
+
 # ------------------------------------------------------------------------------------------
 # PML.
+
+
+def limit_address_space(fraction: float) -> int | None:
+  """Caps this process's address space at ``fraction`` of the physical memory (Linux).
+
+  PML's NTXent and tuple losses build ``[positive pairs, negative pairs]`` matrices (O(B^3)):
+  at B = 2048 they ask for more memory than the machine has, and the kernel would kill the
+  whole benchmark. Under the cap such an allocation fails with a ``RuntimeError`` instead,
+  which is recorded as that case's ``pml_error``. Returns the cap in bytes (None: not set).
+  """
+  import resource  # pylint: disable=import-outside-toplevel
+  if fraction <= 0:
+    return None
+  try:
+    limit = int(fraction * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
+  except (ValueError, OSError, AttributeError):   # not Linux, or a lower hard limit
+    return None
+  return limit
 
 
 def import_pml() -> tuple[types.SimpleNamespace | None, str]:
@@ -519,7 +588,7 @@ def value_check(pml, pair: PmlPair, *, per_class: int, seed: int = 0) -> dict:
 
 
 def memory_growth(results: Sequence[dict]) -> list[dict]:
-  """Temp-byte growth of each case between its two largest batch sizes (512 -> 2048 if run).
+  """Temp-byte growth of each case between its two largest batch sizes (memory-only included).
 
   ``exponent = log(temp_large / temp_small) / log(B_large / B_small)``; ``cubic`` flags
   ``exponent > CUBIC_EXPONENT`` (a ``[B, B, B]`` intermediate; ``[B, B]`` gives 2).
@@ -534,7 +603,7 @@ def memory_growth(results: Sequence[dict]) -> list[dict]:
     sizes = sorted(temps)
     if len(sizes) < 2:
       continue
-    small, large = (512, 2048) if {512, 2048} <= set(sizes) else sizes[-2:]
+    small, large = sizes[-2:]
     ratio = temps[large] / temps[small]
     exponent = math.log(ratio) / math.log(large / small)
     rows.append({"label": label, "b_small": small, "b_large": large, "temp_ratio": ratio,
@@ -542,7 +611,42 @@ def memory_growth(results: Sequence[dict]) -> list[dict]:
   return rows
 
 
-def _fmt(value, spec: str, empty: str = "—") -> str:
+def goals(results: Sequence[dict]) -> list[dict]:
+  """The speed goal of every row with a PML time at ``B >= TARGET_MIN_BATCH``.
+
+  With ``F`` the floor's median at that ``B``: if PML takes more than ``FLOOR_PML_FACTOR F``,
+  the goal is ``PML / ours >= TARGET_RATIO``; otherwise ``ours <= FLOOR_SLOWDOWN F`` (PML is
+  itself near the floor, and nobody can be 3x faster than the matmul both must do). Without a
+  floor row at that ``B`` the goal is ``PML / ours >= TARGET_RATIO``.
+
+  Returns:
+    one dict per row: ``label``, ``batch_size``, ``kind`` (``'vs_pml'`` | ``'vs_floor'``),
+    ``value`` (the ratio compared), ``goal``, ``met`` and a text ``line``.
+  """
+  floor = {r["batch_size"]: r["ours"]["median_ms"] for r in results
+           if r["label"] == FLOOR_LABEL and r.get("ours")}
+  out = []
+  for r in results:
+    if r.get("ratio") is None or r["batch_size"] < TARGET_MIN_BATCH:
+      continue
+    b, f = r["batch_size"], floor.get(r["batch_size"])
+    if f is not None and r["pml"]["median_ms"] <= FLOOR_PML_FACTOR * f:
+      kind, value, goal = "vs_floor", r["ours"]["median_ms"] / f, FLOOR_SLOWDOWN
+      met = value <= goal
+      text = (f"ours / floor {value:.2f}x (goal <= {goal:g}x; PML / floor "
+              f"{r['pml']['median_ms'] / f:.2f}x)")
+    else:
+      kind, value, goal = "vs_pml", r["ratio"], TARGET_RATIO
+      met = value >= goal
+      text = f"PML / ours {value:.2f}x (goal >= {goal:g}x" + (
+          f"; PML / floor {r['pml']['median_ms'] / f:.1f}x)" if f else ")")
+    out.append({"label": r["label"], "batch_size": b, "kind": kind, "value": value,
+                "goal": goal, "met": bool(met),
+                "line": f"goal {'met' if met else 'NOT met'}: {r['label']} B={b}: {text}"})
+  return out
+
+
+def fmt(value, spec: str, empty: str = "—") -> str:
   return empty if value is None else format(value, spec)
 
 
@@ -559,6 +663,8 @@ def markdown_table(report: dict) -> str:
         notes.append("semantics differ (see checks)")
     if ours is None:
       notes.append(f"ours failed: {r.get('error', '?')}")
+    elif ours.get("memory_only"):
+      notes.append("memory only (compiled, not run)")
     elif ours.get("capped"):
       notes.append(f"ours {ours['repeats']} runs (capped)")
     if pml and pml.get("capped"):
@@ -569,10 +675,10 @@ def markdown_table(report: dict) -> str:
     temp = mem.get("temp_bytes")
     lines.append("| " + " | ".join([
         r["label"], str(r["batch_size"]),
-        _fmt((ours or {}).get("median_ms"), ".1f"), _fmt((ours or {}).get("iqr_ms"), ".1f"),
-        _fmt((ours or {}).get("compile_s"), ".2f"),
-        _fmt(None if temp is None else temp / MIB, ".1f"),
-        _fmt((pml or {}).get("median_ms"), ".1f"), _fmt(r.get("ratio"), ".2f"),
+        fmt((ours or {}).get("median_ms"), ".1f"), fmt((ours or {}).get("iqr_ms"), ".1f"),
+        fmt((ours or {}).get("compile_s"), ".2f"),
+        fmt(None if temp is None else temp / MIB, ".1f"),
+        fmt((pml or {}).get("median_ms"), ".1f"), fmt(r.get("ratio"), ".2f"),
         "; ".join(notes)]) + " |")
   return "\n".join(lines)
 
@@ -598,11 +704,7 @@ def summary_lines(report: dict) -> list[str]:
     worst = max(report["memory_growth"], key=lambda g: g["exponent"])
     lines.append(f"memory: no objective grows like B^3 (largest: {worst['label']} "
                  f"~B^{worst['exponent']:.2f})")
-  for r in report["results"]:
-    if r.get("ratio") is not None and r["batch_size"] >= TARGET_MIN_BATCH:
-      met = "met" if r["ratio"] >= TARGET_RATIO else "NOT met"
-      lines.append(f"target >= {TARGET_RATIO:g}x vs PML: {r['label']} B={r['batch_size']}: "
-                   f"{r['ratio']:.2f}x {met}")
+  lines.extend(g["line"] for g in goals(report["results"]))
   lines.extend(f"skipped: {s}" for s in report["skipped"])
   return lines
 
@@ -621,6 +723,7 @@ def available_cpus() -> int:
 
 def run(*, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES, dim: int = 512,
         per_class: int = 8, repeats: int = 20, warmup: int = 1,
+        memory_batch_sizes: Sequence[int] = (), floor: bool = True,
         objective_names: Sequence[str] = ("all",), pml: bool = True, threads: int = 0,
         pml_max_seconds: float = 15.0, max_seconds: float = 20.0, check: bool = True,
         seed: int = 0, out: str = "", log: Callable[[str], None] = print) -> dict:
@@ -632,6 +735,8 @@ def run(*, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES, dim: int = 512,
     per_class: examples per class.
     repeats: timed calls per case (>= 1).
     warmup: untimed calls before them (after compilation).
+    memory_batch_sizes: more ``B`` values, compiled for ``memory_analysis()`` only (not run).
+    floor: time the bare similarity matmul (:func:`bench_floor`) at every ``B`` first.
     objective_names: registry names or ``('all',)``.
     pml: time the PML pairs when torch and PML import.
     threads: torch threads; 0 = :func:`available_cpus` (what XLA:CPU uses).
@@ -644,15 +749,18 @@ def run(*, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES, dim: int = 512,
     log: progress printer.
 
   Returns:
-    ``{'config', 'results', 'memory_growth', 'checks', 'skipped'}``; ``results`` has one dict
-    per case and batch size: ``label``, ``objective``, ``hparams``, ``batch_size``, ``dim``,
-    ``ours`` (timing stats, ``compile_s``, ``memory``, ``loss``, or None if it failed),
-    ``pml_pair``, ``pml`` (timing stats or None) and ``ratio`` (PML median / ours median).
+    ``{'config', 'results', 'memory_growth', 'goals', 'checks', 'skipped'}``; ``results`` has
+    one dict per case and batch size (the floor first, labelled ``FLOOR_LABEL``): ``label``,
+    ``objective``, ``hparams``, ``batch_size``, ``dim``, ``ours`` (timing stats,
+    ``compile_s``, ``memory``, ``loss``; only ``memory_only``, ``compile_s`` and ``memory`` at
+    a memory-only ``B``; None if it failed), ``pml_pair``, ``pml`` (timing stats or None) and
+    ``ratio`` (PML median / ours median); ``goals`` is :func:`goals` of the results.
   """
   if repeats < 1 or warmup < 0:
     raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats}, {warmup}.")
   batch_sizes = tuple(int(b) for b in batch_sizes)
-  for b in batch_sizes:
+  memory_batch_sizes = tuple(int(b) for b in memory_batch_sizes if int(b) not in batch_sizes)
+  for b in batch_sizes + memory_batch_sizes:
     make_batch(b, 1, per_class=per_class)   # validates B and per_class
   cases, skipped = select_cases(objective_names)
   cpus = available_cpus()
@@ -662,7 +770,8 @@ def run(*, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES, dim: int = 512,
   else:
     pml_ns.torch.set_num_threads(threads or cpus)
   config = {
-      "batch_sizes": list(batch_sizes), "dim": dim, "per_class": per_class, "repeats": repeats,
+      "batch_sizes": list(batch_sizes), "memory_batch_sizes": list(memory_batch_sizes),
+      "dim": dim, "per_class": per_class, "repeats": repeats,
       "warmup": warmup, "objectives": [c.label for c in cases], "seed": seed,
       "pml_max_seconds": pml_max_seconds, "max_seconds": max_seconds,
       "jax": jax.__version__, "jax_backend": jax.default_backend(),
@@ -676,6 +785,14 @@ def run(*, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES, dim: int = 512,
       f"{pml_info if pml_ns else 'no PML'}; torch threads {config['torch_threads']}")
   results, checks = [], []
   start_all = time.perf_counter()
+  for b in batch_sizes if floor else ():
+    x, _ = make_batch(b, dim, per_class=per_class, seed=seed)
+    row = {"label": FLOOR_LABEL, "objective": None, "hparams": {}, "batch_size": b, "dim": dim,
+           "ours": bench_floor(x, repeats=repeats, warmup=warmup, seed=seed,
+                               max_seconds=max_seconds),
+           "pml": None, "ratio": None, "pml_pair": None}
+    results.append(row)
+    log(_progress(row, time.perf_counter() - start_all))
   for case in cases:
     if pml_ns is not None and check and case.pair is not None:
       try:
@@ -706,10 +823,21 @@ def run(*, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES, dim: int = 512,
         row["ratio"] = row["pml"]["median_ms"] / row["ours"]["median_ms"]
       results.append(row)
       log(_progress(row, time.perf_counter() - start_all))
+    for b in memory_batch_sizes:
+      x, y = make_batch(b, dim, per_class=per_class, seed=seed)
+      row = {"label": case.label, "objective": case.name,
+             "hparams": _jsonable(_resolved(case.name, case.hparams)), "batch_size": b,
+             "dim": dim, "ours": None, "pml": None, "ratio": None, "pml_pair": None}
+      try:
+        row["ours"] = memory_only(case, x, y, per_class=per_class, seed=seed)
+      except Exception as e:   # pylint: disable=broad-except  (recorded, the run goes on)
+        row["error"] = f"{type(e).__name__}: {e}"
+      results.append(row)
+      log(_progress(row, time.perf_counter() - start_all))
   config["load_average"]["end"] = list(os.getloadavg())
   config["total_s"] = time.perf_counter() - start_all
   report = {"config": config, "results": results, "memory_growth": memory_growth(results),
-            "checks": checks, "skipped": skipped}
+            "goals": goals(results), "checks": checks, "skipped": skipped}
   if out:
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w") as f:
@@ -725,8 +853,13 @@ def _jsonable(d: dict) -> dict:
 def _progress(row: dict, elapsed: float) -> str:
   ours, pml = row["ours"], row["pml"]
   text = f"[{elapsed:6.0f} s] {row['label']} B={row['batch_size']}: "
-  text += "failed" if ours is None else (f"{ours['median_ms']:.1f} ms (compile "
-                                         f"{ours['compile_s']:.1f} s)")
+  if ours is None:
+    text += "failed"
+  elif ours.get("memory_only"):
+    temp = (ours["memory"] or {}).get("temp_bytes")
+    text += f"temp {fmt(None if temp is None else temp / MIB, '.1f')} MB (compile only)"
+  else:
+    text += f"{ours['median_ms']:.1f} ms (compile {ours['compile_s']:.1f} s)"
   if pml:
     text += f", PML {pml['median_ms']:.1f} ms, x{row['ratio']:.2f}" if row["ratio"] else ""
   return text
@@ -740,6 +873,9 @@ def define_flags():
   """The command-line flags (defined here, not at import, so tests can import the module)."""
   from absl import flags  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   flags.DEFINE_list("batch_sizes", [str(b) for b in DEFAULT_BATCH_SIZES], "Batch sizes B.")
+  flags.DEFINE_list("memory_batch_sizes", [str(b) for b in DEFAULT_MEMORY_BATCH_SIZES],
+                    "More batch sizes, compiled for memory_analysis() only (not timed).")
+  flags.DEFINE_bool("floor", True, "Time the bare similarity matmul (the floor row).")
   flags.DEFINE_integer("dim", 512, "Embedding dimension D.")
   flags.DEFINE_integer("per_class", 8, "Examples per class (B / per_class classes).")
   flags.DEFINE_integer("repeats", 20, "Timed calls per case.")
@@ -753,6 +889,10 @@ def define_flags():
   flags.DEFINE_float("max_seconds", 20.0,
                      f"Cap on one of our cases' timed calls (>= {MIN_REPEATS} calls; 0 = none).")
   flags.DEFINE_bool("check", True, "Compare PML's and our loss values on a small batch.")
+  flags.DEFINE_float("memory_fraction", 0.75,
+                     "Cap the process's address space at this fraction of the physical memory "
+                     "(PML's O(B^3) losses then fail with an error instead of being killed; "
+                     "0 = no cap).")
   flags.DEFINE_bool("smoke", False, f"B={SMOKE_BATCH_SIZES[0]}, {SMOKE_REPEATS} repeats.")
   flags.DEFINE_integer("seed", 0, "Inputs and PRNG keys.")
   return flags.FLAGS
@@ -762,9 +902,11 @@ def main(argv):
   del argv
   f = FLAGS
   smoke = f.smoke
+  cap = limit_address_space(f.memory_fraction)
   report = run(
       batch_sizes=SMOKE_BATCH_SIZES if smoke else [int(b) for b in f.batch_sizes],
-      dim=f.dim, per_class=f.per_class, repeats=SMOKE_REPEATS if smoke else f.repeats,
+      memory_batch_sizes=() if smoke else [int(b) for b in f.memory_batch_sizes],
+      floor=f.floor, dim=f.dim, per_class=f.per_class, repeats=SMOKE_REPEATS if smoke else f.repeats,
       warmup=1 if smoke else f.warmup, objective_names=f.objectives, pml=f.pml,
       threads=f.threads, pml_max_seconds=f.pml_max_seconds, max_seconds=f.max_seconds,
       check=f.check, seed=f.seed, out=f.out)
@@ -774,6 +916,8 @@ def main(argv):
   for line in summary_lines(report):
     print(line)
   la = report["config"]["load_average"]
+  if cap:
+    print(f"\naddress space capped at {cap / 2**30:.1f} GiB (--memory_fraction)", end="")
   print(f"\n{report['config']['total_s']:.0f} s; load average (1 min) {la['start'][0]:.2f} "
         f"at start, {la['end'][0]:.2f} at end on {report['config']['cpus']} CPUs"
         + (f"; results written to {f.out}" if f.out else ""))

@@ -7,6 +7,7 @@ import os
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from dml_test_support import ROOT
@@ -28,10 +29,11 @@ TIMING_KEYS = {"median_ms", "q25_ms", "q75_ms", "iqr_ms", "min_ms", "repeats", "
 MEMORY_KEYS = {"temp_bytes", "argument_bytes", "output_bytes", "alias_bytes", "peak_bytes"}
 
 
-def _smoke(tmp_path, names, *, pml):
+def _smoke(tmp_path, names, *, pml, **kwargs):
   out = tmp_path / "bench.json"
   report = bench.run(batch_sizes=bench.SMOKE_BATCH_SIZES, repeats=bench.SMOKE_REPEATS,
-                     warmup=1, objective_names=names, pml=pml, out=str(out), log=lambda s: None)
+                     warmup=1, objective_names=names, pml=pml, out=str(out), log=lambda s: None,
+                     **kwargs)
   with open(out) as f:
     written = json.load(f)
   return report, written
@@ -53,20 +55,34 @@ def _check_ours(row):
 
 
 def test_smoke_run_writes_the_documented_json(tmp_path):
-  report, written = _smoke(tmp_path, ("nca",), pml=False)
+  report, written = _smoke(tmp_path, ("nca",), pml=False, memory_batch_sizes=(64,))
   assert written == json.loads(json.dumps(report))
-  assert {"config", "results", "memory_growth", "checks", "skipped"} <= set(written)
+  assert {"config", "results", "memory_growth", "goals", "checks", "skipped"} <= set(written)
   config = written["config"]
   assert config["batch_sizes"] == [32] and config["repeats"] == bench.SMOKE_REPEATS
+  assert config["memory_batch_sizes"] == [64]
   assert config["objectives"] == ["nca"] and config["cpus"] >= 1
   assert {"start", "end"} <= set(config["load_average"])
-  (row,) = written["results"]
+  floor, row, mem_row = written["results"]
+  assert (floor["label"], floor["batch_size"]) == (bench.FLOOR_LABEL, 32)
+  _check_ours(floor)
+  # sum(W * X X^T) at the benchmark's inputs: the floor computes what it says.
+  x, _ = bench.make_batch(32, 512, seed=0)
+  w = np.random.default_rng(0).standard_normal((32, 32)).astype(np.float32)
+  assert floor["ours"]["loss"] == pytest.approx(float(np.sum(w * (x @ x.T))), rel=1e-4)
   assert (row["label"], row["objective"], row["batch_size"], row["dim"]) == ("nca", "nca", 32, 512)
   assert row["hparams"]["positive"] == "easy" and row["hparams"]["negative"] == "hard"
   _check_ours(row)
   assert row["pml"] is None and row["ratio"] is None
-  assert written["memory_growth"] == []   # one batch size: nothing to compare
-  assert "| nca | 32 |" in bench.markdown_table(report)
+  # B = 64 compiled for its memory only: 4x the [B, B] temporaries of B = 32, and never run.
+  assert (mem_row["label"], mem_row["batch_size"]) == ("nca", 64)
+  assert mem_row["ours"]["memory_only"] and "median_ms" not in mem_row["ours"]
+  assert mem_row["ours"]["memory"]["temp_bytes"] > row["ours"]["memory"]["temp_bytes"]
+  (growth,) = written["memory_growth"]
+  assert (growth["label"], growth["b_small"], growth["b_large"]) == ("nca", 32, 64)
+  assert written["goals"] == []   # no PML time
+  table = bench.markdown_table(report)
+  assert "| nca | 32 |" in table and "memory only" in table
 
 
 def test_smoke_run_against_pml(tmp_path):
@@ -74,12 +90,12 @@ def test_smoke_run_against_pml(tmp_path):
   pytest.importorskip("pytorch_metric_learning")
   report, written = _smoke(tmp_path, ("triplet",), pml=True)
   labels = [r["label"] for r in written["results"]]
-  assert labels == ["triplet", "triplet(positive=easy, negative=hard)",
+  assert labels == [bench.FLOOR_LABEL, "triplet", "triplet(positive=easy, negative=hard)",
                     "triplet(positive=all, negative=semihard)",
                     "triplet(positive=all, negative=all)"]
   for row in written["results"]:
     _check_ours(row)
-    if row["label"] == "triplet":
+    if row["label"] in ("triplet", bench.FLOOR_LABEL):
       assert row["pml_pair"] is None and row["pml"] is None
       continue
     assert TIMING_KEYS <= set(row["pml"]) and row["pml"]["median_ms"] > 0
@@ -134,3 +150,30 @@ def test_time_calls_caps_at_max_seconds():
                                       max_seconds=0.03, min_repeats=3)
   assert capped and 3 <= stats["repeats"] < 50
   assert stats["min_ms"] >= 10 and stats["q25_ms"] <= stats["median_ms"] <= stats["q75_ms"]
+
+
+def test_goals_compare_with_pml_or_with_the_floor():
+  def row(label, b, ours, pml=None):
+    return {"label": label, "batch_size": b, "ours": {"median_ms": ours},
+            "pml": None if pml is None else {"median_ms": pml},
+            "ratio": None if pml is None else pml / ours}
+  results = [row(bench.FLOOR_LABEL, 512, 10.0), row(bench.FLOOR_LABEL, 2048, 100.0),
+             row("slow_pml", 512, 12.0, 60.0),       # PML 6x the floor: needs >= 3x PML
+             row("slow_pml", 2048, 150.0, 400.0),    # 2.7x PML only: not met
+             row("near_floor", 512, 14.0, 25.0),     # PML 2.5x floor: ours 1.4x floor, met
+             row("near_floor", 2048, 160.0, 200.0),  # ours 1.6x floor: not met
+             row("small", 128, 1.0, 50.0),           # below TARGET_MIN_BATCH: no goal
+             row("no_pml", 512, 11.0)]
+  got = {(g["label"], g["batch_size"]): g for g in bench.goals(results)}
+  assert set(got) == {("slow_pml", 512), ("slow_pml", 2048), ("near_floor", 512),
+                      ("near_floor", 2048)}
+  assert got[("slow_pml", 512)]["kind"] == "vs_pml" and got[("slow_pml", 512)]["met"]
+  assert got[("slow_pml", 2048)]["value"] == pytest.approx(400 / 150)
+  assert not got[("slow_pml", 2048)]["met"]
+  assert got[("near_floor", 512)]["kind"] == "vs_floor" and got[("near_floor", 512)]["met"]
+  assert got[("near_floor", 2048)]["value"] == pytest.approx(1.6)
+  assert not got[("near_floor", 2048)]["met"]
+  lines = bench.summary_lines({"checks": [], "memory_growth": [], "results": results,
+                               "skipped": []})
+  assert "goal NOT met: near_floor B=2048: ours / floor 1.60x (goal <= 1.5x; PML / floor 2.00x)" \
+      in lines
