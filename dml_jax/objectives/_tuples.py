@@ -132,25 +132,34 @@ def npairs(*, similarity: str = "cosine"):
   def apply(params, embeddings, labels, *, rng=None, references=None):
     del params, rng
     _common.no_references(references, name="npairs", what="builds its pairs from the batch")
-    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity)
-    b = s.shape[0]
+    embeddings, labels = _common.check_batch(embeddings, labels)
+    b = embeddings.shape[0]
     idx = jnp.arange(b)
-    same = pos | jnp.eye(b, dtype=bool)
+    same = labels[:, None] == labels[None, :]                              # [B, B], self incl.
     first = jnp.argmax(same, axis=1)                                       # [B]
-    second = jnp.argmax(pos & (idx[None, :] != first[:, None]), axis=1)   # positive of the class
-    anchor = (first == idx) & jnp.any(pos, axis=1)                         # [B] one per class
-    anchor = anchor & (jnp.sum(anchor) >= 2)      # one pair alone has no negative: loss 0
-    valid = anchor[:, None] & anchor[None, :]     # (anchor i, class of anchor j)
-    diag = jnp.eye(b, dtype=bool)
+    second = jnp.argmax(same & (idx[None, :] != first[:, None]), axis=1)   # positive of the class
+    is_anchor = (first == idx) & (jnp.sum(same, axis=1) > 1)               # [B] one per class
+    # The K <= B/2 anchors (each has a positive) packed to the front: the softmax is over
+    # S(anchor_i, positive_j) [K, K], a quarter of the batch's [B, B] at most.
+    (rows,) = jnp.nonzero(is_anchor, size=b // 2, fill_value=0)           # [B/2]
+    count = jnp.sum(is_anchor)
+    row_valid = (jnp.arange(b // 2) < count) & (count >= 2)   # one pair alone has no negative
+    c = sim.pairwise_similarity(embeddings[rows], embeddings[second[rows]], kind=similarity)
+    valid = row_valid[:, None] & row_valid[None, :]           # (anchor i, positive of class j)
+    diag = jnp.eye(b // 2, dtype=bool)
 
     def term_fn(x):
-      c = jnp.take(x, second, axis=1)             # [B, B]: S(x_i, x_j^+)
-      lse, _ = losses.masked_logsumexp(c, valid, axis=1)
-      own = jnp.sum(jnp.where(diag, c, 0.0), axis=1)
-      return jnp.where(anchor, lse - own, 0.0)
+      lse, _ = losses.masked_logsumexp(x, valid, axis=1)
+      return jnp.where(row_valid, lse - jnp.diagonal(x), 0.0)
 
-    loss = losses.reduce(term_fn(s), anchor, "mean")
-    entering = jnp.zeros((b, b)).at[:, second].add(valid.astype(jnp.float32)) > 0
-    return loss, _common.pair_aux(entering, term_fn, sg, pos, neg)
+    loss = losses.reduce(term_fn(c), row_valid, "mean")
+    cg = jax.lax.stop_gradient(c)
+    weight = jax.grad(lambda x: jnp.sum(term_fn(x)))(cg)
+    aux = {"valid_fraction": jnp.sum(row_valid) / b,
+           "active_fraction": losses.masked_mean(
+               (jnp.abs(weight) > _common.PAIR_ACTIVE_WEIGHT).astype(jnp.float32), valid),
+           "mean_s_ap": losses.masked_mean(cg, valid & diag),
+           "mean_s_an": losses.masked_mean(cg, valid & ~diag)}
+    return loss, aux
 
   return _common.no_params, apply
