@@ -4,11 +4,15 @@ import glob
 import importlib
 import json
 import os
+import sys
 
 import pytest
 
 from dml_jax import objectives
 from dml_test_support import ROOT
+
+if ROOT not in sys.path:   # ``python tests/test_configs.py`` (conftest does this under pytest)
+  sys.path.insert(0, ROOT)
 
 CONFIGS = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "configs", "*.py"))
                  if not os.path.basename(p).startswith("_")
