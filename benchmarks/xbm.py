@@ -15,7 +15,7 @@ at batch ``B``, with a full memory:
 * PML (when torch and pytorch-metric-learning import): ``CrossBatchMemory(loss, D,
   memory_size = M + B)`` (PML's memory holds the current batch too, which is what
   ``reference_gradient=False`` equals, tested in ``tests/objectives/test_pml_reference.py``),
-  filled by ``(M + B) / B`` untimed calls on earlier batches (ours is filled by enqueueing
+  filled with ``(M + B) / B`` earlier batches by its ``add_to_memory`` (ours by enqueueing
   the same batches), then ``loss(x, y)`` + ``backward()`` timed the same way; ``M = 0`` is
   the bare PML loss. The first call's loss is compared with ours (``loss_agrees``). PML
   cases stop after ``--pml_max_seconds`` of timed calls; the address space is capped as in
@@ -138,8 +138,8 @@ def bench_pml(pml, make: Callable, xs: np.ndarray, ys: np.ndarray, size: int, *,
   b, d = xs.shape[1], xs.shape[2]
   loss_fn = make(pml) if size == 0 else pml.losses.CrossBatchMemory(
       make(pml), d, memory_size=size + b)
-  for t in range(xs.shape[0] - 1):   # fill the memory
-    loss_fn(torch.from_numpy(xs[t]), torch.from_numpy(ys[t].astype(np.int64)))
+  for t in range(xs.shape[0] - 1) if size else ():   # fill the memory (no loss computed)
+    loss_fn.add_to_memory(torch.from_numpy(xs[t]), torch.from_numpy(ys[t].astype(np.int64)), b)
   xt = torch.from_numpy(xs[-1].copy()).requires_grad_(True)
   yt = torch.from_numpy(ys[-1].astype(np.int64))
 
