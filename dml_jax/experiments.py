@@ -130,7 +130,8 @@ def summarize(runs: Sequence[Mapping]) -> dict:
 
 
 def format_summary_table(summary: Mapping, *, metrics: Sequence[str] | None = None) -> str:
-  """Markdown ``| point | protocol | metric ... |`` table of mean ± std (fractions in %)."""
+  """Markdown ``| point | protocol | metric ... |`` table of mean ± std (fractions in %); a
+  metric a protocol does not report (e.g. NMI+ where the clusters do not fit) is left empty."""
   first = next(iter(summary.values()))
   keys = list(metrics) if metrics else sorted(
       dict.fromkeys(k for p in first.values() for k in p), key=report.metric_sort_key)
@@ -142,6 +143,9 @@ def format_summary_table(summary: Mapping, *, metrics: Sequence[str] | None = No
     for protocol, row in per_protocol.items():
       cells = []
       for k in keys:
+        if k not in row:
+          cells.append("")
+          continue
         scale, digits = (100.0, 1) if report.is_fraction(k) else (1.0, 3)
         cells.append(f"{scale * row[k]['mean']:.{digits}f} ± {scale * row[k]['std']:.{digits}f}")
       lines.append(f"| {name} | {protocol} | " + " | ".join(cells) + " |")

@@ -126,3 +126,16 @@ def test_cli(tmp_path, monkeypatch):
   assert r1["mean"] == pytest.approx(0.8) and r1["values"] == [0.9, 0.7]
   with pytest.raises(ValueError, match="does not exist"):
     overrides.load_config_file("configs/nope.py")
+
+
+def test_summary_table_leaves_a_metric_empty_where_a_protocol_lacks_it():
+  """NMI+ is reported only for some protocols (Omniglot's languages, not its letters)."""
+  cell = lambda m, s: {"mean": m, "std": s, "values": [m - s, m + s]}
+  summary = {"data.group_size=8": {
+      "test": {"recall@1": cell(0.35, 0.01), "nmi": cell(0.62, 0.0)},
+      "test:alphabet": {"recall@1": cell(0.6, 0.02), "nmi": cell(0.3, 0.0),
+                        "nmi+": cell(0.31, 0.01)}}}
+  table = experiments.format_summary_table(summary, metrics=["recall@1", "nmi", "nmi+"])
+  rows = table.splitlines()
+  assert rows[-2] == "| data.group_size=8 | test | 35.0 ± 1.0 | 62.0 ± 0.0 |  |"
+  assert rows[-1] == "| data.group_size=8 | test:alphabet | 60.0 ± 2.0 | 30.0 ± 0.0 | 31.0 ± 1.0 |"
