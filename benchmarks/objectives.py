@@ -434,7 +434,30 @@ def _loss_and_grad(obj: objectives.Objective):
   """``jit(value_and_grad)`` of ``obj``'s loss w.r.t. (embeddings, params)."""
   def loss(embeddings, params, labels, key):
     return obj.apply(params, embeddings, labels, rng=key)[0]
-  return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+  return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))   # jit: also called directly
+
+
+def compile_and_time(fn: Callable, args: Sequence, *, repeats: int, warmup: int,
+                     max_seconds: float = 0.0) -> dict:
+  """``jax.jit(fn)`` lowered and compiled on ``args`` (timed once), then timed with
+  :func:`time_calls`; ``fn``'s first output is the loss. Returns the timing stats,
+  ``capped``, ``max_seconds``, ``compile_s``, ``memory`` and ``loss``."""
+  start = time.perf_counter()
+  compiled = jax.jit(fn).lower(*args).compile()
+  compile_s = time.perf_counter() - start
+  timing, capped, out = time_calls(
+      lambda: jax.block_until_ready(compiled(*args)), repeats=repeats, warmup=warmup,
+      max_seconds=max_seconds, min_repeats=min(repeats, MIN_REPEATS))
+  return {**timing, "capped": capped, "max_seconds": max_seconds, "compile_s": compile_s,
+          "memory": memory_stats(compiled), "loss": float(out[0])}
+
+
+def write_json(report: dict, out: str) -> None:
+  """Writes ``report`` to ``out`` (creating its folder); nothing when ``out`` is ''."""
+  if out:
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
+      json.dump(report, f, indent=2)
 
 
 def bench_ours(case: Case, x: np.ndarray, y: np.ndarray, *, per_class: int, repeats: int,
@@ -443,15 +466,9 @@ def bench_ours(case: Case, x: np.ndarray, y: np.ndarray, *, per_class: int, repe
   obj = objectives.make(case.name, **case.hparams)
   key = jax.random.key(seed)
   params = obj.init(key, num_classes=x.shape[0] // per_class, dim=x.shape[1])
-  args = (jax.device_put(x), params, jax.device_put(y), key)
-  start = time.perf_counter()
-  compiled = _loss_and_grad(obj).lower(*args).compile()
-  compile_s = time.perf_counter() - start
-  timing, capped, (loss, _) = time_calls(
-      lambda: jax.block_until_ready(compiled(*args)), repeats=repeats, warmup=warmup,
-      max_seconds=max_seconds, min_repeats=min(repeats, MIN_REPEATS))
-  return {**timing, "capped": capped, "max_seconds": max_seconds, "compile_s": compile_s,
-          "memory": memory_stats(compiled), "loss": float(loss)}
+  return compile_and_time(_loss_and_grad(obj), (jax.device_put(x), params, jax.device_put(y),
+                                                key),
+                          repeats=repeats, warmup=warmup, max_seconds=max_seconds)
 
 
 def bench_floor(x: np.ndarray, *, repeats: int, warmup: int, seed: int = 0,
@@ -464,16 +481,9 @@ def bench_floor(x: np.ndarray, *, repeats: int, warmup: int, seed: int = 0,
   """
   b = x.shape[0]
   w = jax.device_put(np.random.default_rng(seed).standard_normal((b, b)).astype(np.float32))
-  args = (jax.device_put(x), w)
-  start = time.perf_counter()
-  compiled = jax.jit(jax.value_and_grad(lambda e, w: jax.numpy.sum(w * (e @ e.T)))).lower(
-      *args).compile()
-  compile_s = time.perf_counter() - start
-  timing, capped, (loss, _) = time_calls(
-      lambda: jax.block_until_ready(compiled(*args)), repeats=repeats, warmup=warmup,
-      max_seconds=max_seconds, min_repeats=min(repeats, MIN_REPEATS))
-  return {**timing, "capped": capped, "max_seconds": max_seconds, "compile_s": compile_s,
-          "memory": memory_stats(compiled), "loss": float(loss)}
+  return compile_and_time(jax.value_and_grad(lambda e, w: jax.numpy.sum(w * (e @ e.T))),
+                          (jax.device_put(x), w), repeats=repeats, warmup=warmup,
+                          max_seconds=max_seconds)
 
 
 def memory_only(case: Case, x: np.ndarray, y: np.ndarray, *, per_class: int,
@@ -838,10 +848,7 @@ def run(*, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES, dim: int = 512,
   config["total_s"] = time.perf_counter() - start_all
   report = {"config": config, "results": results, "memory_growth": memory_growth(results),
             "goals": goals(results), "checks": checks, "skipped": skipped}
-  if out:
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    with open(out, "w") as f:
-      json.dump(report, f, indent=2)
+  write_json(report, out)
   return report
 
 

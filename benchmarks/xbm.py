@@ -31,7 +31,6 @@ everything written as JSON to ``--out``.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import sys
 import time
@@ -117,16 +116,9 @@ def bench_ours(name: str, hp: dict, xs: np.ndarray, ys: np.ndarray, size: int, *
     value, grad = jax.value_and_grad(loss)(e, y, mem, key)
     return value, grad, (memory_lib.enqueue(mem, e, y) if size else mem)
 
-  args = (jax.device_put(x), jax.device_put(y),
-          filled_memory(xs[:-1], ys[:-1], size),
+  args = (jax.device_put(x), jax.device_put(y), filled_memory(xs[:-1], ys[:-1], size),
           jax.random.key(seed))
-  start = time.perf_counter()
-  compiled = jax.jit(step).lower(*args).compile()
-  compile_s = time.perf_counter() - start
-  timing, _, (value, _, _) = common.time_calls(
-      lambda: jax.block_until_ready(compiled(*args)), repeats=repeats, warmup=warmup)
-  return {**timing, "compile_s": compile_s, "memory": common.memory_stats(compiled),
-          "loss": float(value)}
+  return common.compile_and_time(step, args, repeats=repeats, warmup=warmup)
 
 
 def bench_pml(pml, make: Callable, xs: np.ndarray, ys: np.ndarray, size: int, *,
@@ -212,10 +204,7 @@ def run(*, batch_size: int = 128, memory_sizes: Sequence[int] = DEFAULT_MEMORY_S
   config["load_average"]["end"] = list(os.getloadavg())
   config["total_s"] = time.perf_counter() - start_all
   report = {"config": config, "results": results}
-  if out:
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    with open(out, "w") as f:
-      json.dump(report, f, indent=2)
+  common.write_json(report, out)
   return report
 
 
