@@ -298,6 +298,10 @@ def make_guarded_step(setup: Setup) -> Callable:
   then that step's number; from then on every step leaves the state as it was. The loop
   fetches ``halted`` only at log and checkpoint steps, so the device runs ahead of the host
   while no checkpoint ever holds a state past the first non-finite step.
+
+  ``state`` and ``halted`` are donated: XLA writes the new state into the old one's buffers,
+  so the caller must not use the arrays it passed in again (pass a copy of a state it keeps,
+  e.g. ``setup.init_state``).
   """
   step_fn = _train_step_fn(setup)
   rep, batch = parallel.replicated(setup.mesh), parallel.batch_sharded(setup.mesh)
@@ -310,7 +314,7 @@ def make_guarded_step(setup: Setup) -> Callable:
     return new_state, halted, metrics
 
   return jax.jit(guarded, in_shardings=(rep, rep, batch, batch, rep),
-                 out_shardings=(rep, rep, rep))
+                 out_shardings=(rep, rep, rep), donate_argnums=(0, 1))
 
 
 def make_embed_fn(setup: Setup) -> Callable:
@@ -342,6 +346,12 @@ def make_batch_similarity_fn(setup: Setup) -> Callable:
 def step_key(seed: int, step: int) -> jax.Array:
   """The PRNG key of train step ``step`` (independent of resumption)."""
   return jax.random.fold_in(jax.random.key(seed + 1), step)
+
+
+def make_step_key_fn(seed: int) -> Callable:
+  """``step -> step_key(seed, step)`` as one jitted call (the same key; one dispatch per
+  training step instead of the two eager ops of :func:`step_key`)."""
+  return jax.jit(lambda step: step_key(seed, step))
 
 
 # --------------------------------------------------------------------------- evaluate
@@ -445,6 +455,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   batch_similarity = (make_batch_similarity_fn(setup) if writers.config_backends(config)
                       else None)
   train_step = make_guarded_step(setup)
+  key_fn = make_step_key_fn(config.seed)
   embed_fn = make_embed_fn(setup)
   train = setup.splits["train"]
   total = setup.num_train_steps
@@ -458,6 +469,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
                   mininterval=0.5, disable=not (show_progress and workdir_lib.is_main_process()))
   window_t, window_n = time.perf_counter(), 0
   halted = parallel.replicate(setup.mesh, jnp.zeros((), jnp.int32))
+  # the step donates its input state; start_run may have returned setup.init_state itself
+  state = jax.tree.map(jnp.copy, state)
   history = {}   # step -> metrics still on the device, fetched once per log step
 
   def check_finite():
@@ -475,8 +488,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       step = batch_step + 1
       images, labels = parallel.global_batch(setup.mesh, local_images, local_labels,
                                              batch_size=config.batch_size)
-      state, halted, history[step] = train_step(state, halted, images, labels,
-                                                step_key(config.seed, step))
+      state, halted, history[step] = train_step(state, halted, images, labels, key_fn(step))
       window_n += config.batch_size
       bar.update(1)
       interrupted = stop is not None and stop.is_set() and step != total
