@@ -1,13 +1,36 @@
-"""Forward + backward speed of the ResNet backbones (images / s), float32 and bfloat16.
+"""Forward + backward speed of the embedding models (images / s), dml_jax beside PyTorch.
 
-  python benchmarks/backbones.py                 # ResNet-18 / -50, 224 px, batch 8, 5 steps
-  python benchmarks/backbones.py --smoke         # ResNet-18, 64 px, batch 2, 2 steps
-  python benchmarks/backbones.py --archs=resnet50 --batch_size=64 --out=runs/backbones.json
+  python benchmarks/backbones.py --out=runs/backbones.json        # the README table (~15 min)
+  python benchmarks/backbones.py --cases=resnet50:224:8 --dtypes=float32,bfloat16 --sides=dml_jax
+  python benchmarks/backbones.py --smoke                          # seconds, no torch
 
-One step = value_and_grad of a simple embedding loss w.r.t. all parameters, BatchNorm in train
-mode (batch statistics, running averages updated), jitted; the first (compiling) call is timed
-separately. Runs unchanged on whatever device JAX finds (CPU, GPU). Prints a markdown table
-and writes JSON (``--out``).
+A case is ``arch:image_size:batch``. ``small_cnn`` is the EPS paper's small CNN (conv-ReLU-
+BatchNorm x2, 2x2 max-pool, dense 128, dense ``--embedding_dim``; 1 input channel up to 28 px,
+3 from 32 px on), ``resnet18`` / ``resnet50`` the torchvision-layout ResNets (v1.5) with a
+linear embedding head on the pooled features.
+
+One step = the gradient of a simple embedding loss (``mean(E Eᵀ)``) w.r.t. all parameters,
+BatchNorm in train mode (batch statistics, running averages updated), no optimizer: the
+backbone's forward + backward. Sides, each in its own worker process (its own thread pool,
+compiled once), taking turns case by case for ``--rounds`` rounds so that a change in the
+machine's load hits every side:
+
+* ``dml_jax``: ``models.make(arch, conv_impl='auto')``: on the CPU convolutions are one matmul
+  over shifted slices and pooling maxima of shifted slices (``models.conv``), elsewhere
+  ``lax.conv``; the step is jitted.
+* ``dml_jax_lax``: the same with ``conv_impl='lax'`` (XLA's own convolution): what 'auto'
+  saves on this machine.
+* ``torch``: the same network in PyTorch, eager, NCHW: ``torchvision.models.resnet18/50``
+  with ``fc`` replaced by the embedding layer, or the small CNN as ``nn.Sequential``; run by
+  ``--torch_python`` (default: this Python if it imports torch + torchvision, else
+  ``.venv-bench/bin/python``); skipped with a message when there is none. Float32 only.
+
+Threads: ``--threads`` (default: all CPUs) restricts every worker to that many CPUs
+(``os.sched_setaffinity``; XLA:CPU sizes its pool by them) and sets ``torch.set_num_threads``.
+A measurement is ``--steps`` steps ended by a sync, as images/s; one untimed warm-up
+measurement per case (compilation, torch's first calls). The table gives the median over
+rounds, the ratio of the medians to torch and the median of the per-round ratios. Prints a
+markdown table and writes JSON (``--out``).
 """
 
 from __future__ import annotations
@@ -15,76 +38,367 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
-import jax
-import jax.numpy as jnp
-from flax import nnx
-
-from dml_jax import models
-
-
-def make_step():
-  @jax.jit
-  def step(graphdef, params, batch_stats, images):
-    def loss_fn(p):
-      model = nnx.merge(graphdef, p, batch_stats, copy=True)
-      e = model(images)
-      return jnp.mean(e @ e.T), nnx.state(model, nnx.BatchStat)
-    (loss, stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-    return loss, stats, grads
-  return step
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ARCHS = ("small_cnn", "resnet18", "resnet50")
+SIDES = ("dml_jax", "dml_jax_lax", "torch")
+DEFAULT_CASES = ("small_cnn:8:128,small_cnn:28:128,small_cnn:32:128,resnet18:64:32,"
+                 "resnet50:64:32,resnet18:224:8,resnet50:224:8")
+SMOKE_CASES = "small_cnn:8:8,resnet18:32:2"
+EMBEDDING_DIM = 128
 
 
-def bench(arch: str, *, dtype: str, image_size: int, batch_size: int, steps: int) -> dict:
-  model = models.make(arch, embedding_dim=128, dtype=dtype, rngs=nnx.Rngs(0))
-  model.train()
-  graphdef, params, stats = nnx.split(model, nnx.Param, nnx.BatchStat)
-  images = jax.random.normal(jax.random.key(0), (batch_size, image_size, image_size, 3))
-  step = make_step()
-  t0 = time.perf_counter()
-  jax.block_until_ready(step(graphdef, params, stats, images))
-  compile_s = time.perf_counter() - t0
-  t0 = time.perf_counter()
-  for _ in range(steps):
-    out = step(graphdef, params, stats, images)
-  jax.block_until_ready(out)
-  per_step = (time.perf_counter() - t0) / steps
-  return {"arch": arch, "dtype": dtype, "image_size": image_size, "batch_size": batch_size,
-          "steps": steps, "first_call_s": compile_s, "step_s": per_step,
-          "images_per_s": batch_size / per_step, "device": str(jax.devices()[0].device_kind)}
+def parse_case(text: str) -> dict:
+  """``'arch:image_size:batch'`` -> ``{'arch', 'image_size', 'batch_size'}``."""
+  parts = text.split(":")
+  if len(parts) != 3 or parts[0] not in ARCHS or not all(p.isdigit() for p in parts[1:]):
+    raise ValueError(f"case {text!r} must be arch:image_size:batch with arch in "
+                     f"{', '.join(ARCHS)}.")
+  return {"arch": parts[0], "image_size": int(parts[1]), "batch_size": int(parts[2])}
 
 
-def main():
+def in_channels(case: dict) -> int:
+  """Grey images up to 28 px (digits, MNIST, Omniglot), colour from 32 px on."""
+  return 1 if case["arch"] == "small_cnn" and case["image_size"] <= 28 else 3
+
+
+def case_name(case: dict) -> str:
+  return f"{case['arch']}:{case['image_size']}:{case['batch_size']}"
+
+
+# ---- the dml_jax side (imports jax only in its worker) ----
+
+class JaxModel:
+  """The jitted forward + backward of ``models.make(arch)`` on fixed random images."""
+
+  def __init__(self, case: dict, *, dtype: str, conv_impl: str):
+    import jax  # pylint: disable=import-outside-toplevel
+    import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+    from flax import nnx  # pylint: disable=import-outside-toplevel
+    from dml_jax import models  # pylint: disable=import-outside-toplevel
+    size, b, c = case["image_size"], case["batch_size"], in_channels(case)
+    kwargs = {"conv_impl": conv_impl}
+    if case["arch"] == "small_cnn":
+      kwargs.update(image_size=size, in_channels=c)
+    else:
+      kwargs["dtype"] = dtype
+    model = models.make(case["arch"], embedding_dim=EMBEDDING_DIM, rngs=nnx.Rngs(0), **kwargs)
+    model.train()
+    graphdef, self.params, self.stats = nnx.split(model, nnx.Param, nnx.BatchStat)
+    self.images = jax.random.normal(jax.random.key(0), (b, size, size, c))
+
+    @jax.jit
+    def step(params, batch_stats, images):
+      def loss_fn(p):
+        m = nnx.merge(graphdef, p, batch_stats, copy=True)
+        e = m(images).astype(jnp.float32)
+        return jnp.mean(e @ e.T), nnx.state(m, nnx.BatchStat)
+      (loss, stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+      return loss, stats, grads
+
+    self.step, self.jax = step, jax
+
+  def run(self, steps: int) -> float:
+    out = None
+    for _ in range(steps):
+      loss, self.stats, out = self.step(self.params, self.stats, self.images)
+    self.jax.block_until_ready((loss, out))
+    return float(loss)
+
+
+def jax_conditions() -> dict:
+  import jax  # pylint: disable=import-outside-toplevel
+  return {"jax": jax.__version__, "backend": jax.default_backend(),
+          "device": str(jax.devices()[0].device_kind)}
+
+
+# ---- the PyTorch side (imports torch only in its worker) ----
+
+def import_torchvision():
+  """``torchvision``, also where its compiled ops (``nms`` etc.) do not load (a wheel built for
+  another torch): the ResNets need none of them, only the fake-kernel registrations of those
+  ops fail at import, so they are skipped then."""
+  import torch  # pylint: disable=import-outside-toplevel
+  try:
+    import torchvision  # pylint: disable=import-outside-toplevel
+    return torchvision
+  except RuntimeError as e:
+    if "torchvision::" not in str(e):
+      raise
+  for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+    del sys.modules[name]
+  register_fake = torch.library.register_fake
+  torch.library.register_fake = lambda *a, **k: (lambda f: f)
+  try:
+    import torchvision  # pylint: disable=import-outside-toplevel
+  finally:
+    torch.library.register_fake = register_fake
+  return torchvision
+
+
+class TorchModel:
+  """The same network and step in PyTorch (eager, NCHW, float32)."""
+
+  def __init__(self, case: dict):
+    import torch  # pylint: disable=import-outside-toplevel
+    nn = torch.nn
+    torch.manual_seed(0)
+    size, b, c = case["image_size"], case["batch_size"], in_channels(case)
+    if case["arch"] == "small_cnn":
+      model = nn.Sequential(
+          nn.Conv2d(c, 32, 3, padding=1), nn.ReLU(), nn.BatchNorm2d(32),
+          nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.BatchNorm2d(64),
+          nn.MaxPool2d(2), nn.Flatten(), nn.Linear((size // 2) ** 2 * 64, 128), nn.ReLU(),
+          nn.Linear(128, EMBEDDING_DIM))
+    else:
+      model = getattr(import_torchvision().models, case["arch"])()
+      model.fc = nn.Linear(model.fc.in_features, EMBEDDING_DIM)
+    self.model = model.train()
+    self.images = torch.randn(b, c, size, size)
+    self.torch = torch
+
+  def run(self, steps: int) -> float:
+    loss = None
+    for _ in range(steps):
+      self.model.zero_grad(set_to_none=True)
+      e = self.model(self.images)
+      loss = (e @ e.T).mean()
+      loss.backward()
+    return loss.item()
+
+
+def torch_conditions() -> dict:
+  import torch  # pylint: disable=import-outside-toplevel
+  return {"torch": torch.__version__, "torchvision": import_torchvision().__version__,
+          "torch_threads": torch.get_num_threads()}
+
+
+# ---- workers and the orchestration ----
+
+def worker(side: str, threads: int) -> None:
+  """Answers one JSON request per stdin line with one JSON result line on stdout."""
+  out = sys.stdout
+  sys.stdout = sys.stderr  # library prints must not break the protocol
+  try:
+    if side == "torch":
+      import torch  # pylint: disable=import-outside-toplevel
+      torch.set_num_threads(threads)
+      conditions = torch_conditions()
+    else:
+      conditions = jax_conditions()
+    conditions["cpus"] = sorted(os.sched_getaffinity(0))
+    out.write(json.dumps({"ready": True, **conditions}) + "\n")
+  except Exception as e:  # noqa: BLE001 (reported to the parent)
+    out.write(json.dumps({"ready": False, "error": f"{type(e).__name__}: {e}"}) + "\n")
+    out.flush()
+    return
+  out.flush()
+  built = {}
+  for line in sys.stdin:
+    request = json.loads(line)
+    case, dtype = request["case"], request["dtype"]
+    key = json.dumps([case, dtype], sort_keys=True)
+    try:
+      first = None
+      if key not in built:
+        t0 = time.perf_counter()
+        if side == "torch":
+          built[key] = TorchModel(case)
+        else:
+          built[key] = JaxModel(case, dtype=dtype,
+                                conv_impl="lax" if side == "dml_jax_lax" else "auto")
+        built[key].run(1)
+        first = time.perf_counter() - t0
+        built[key].run(request["steps"])  # warm-up
+      t0 = time.perf_counter()
+      loss = built[key].run(request["steps"])
+      result = {"seconds": time.perf_counter() - t0, "first_call_s": first, "loss": loss}
+    except Exception as e:  # noqa: BLE001 (reported to the parent)
+      result = {"error": f"{type(e).__name__}: {e}"}
+    out.write(json.dumps(result) + "\n")
+    out.flush()
+
+
+def default_torch_python() -> str | None:
+  """This Python if it imports torch, else ``.venv-bench/bin/python`` if that does."""
+  for python in (sys.executable, os.path.join(REPO, ".venv-bench", "bin", "python")):
+    if os.path.exists(python) and subprocess.run(
+        [python, "-c", "import torch"], capture_output=True).returncode == 0:
+      return python
+  return None
+
+
+class Worker:
+  """A worker process of this file for one side."""
+
+  def __init__(self, side: str, python: str, *, threads: int, env: dict):
+    self.stderr = tempfile.TemporaryFile("w+")
+    cpus = sorted(os.sched_getaffinity(0))
+    restrict = None
+    if threads < len(cpus):  # XLA:CPU sizes its pool by the CPUs it may use
+      restrict = lambda: os.sched_setaffinity(0, cpus[:threads])  # noqa: E731
+    self.proc = subprocess.Popen(
+        [python, os.path.abspath(__file__), f"--worker={side}", f"--threads={threads}"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True,
+        env=env, cwd=REPO, preexec_fn=restrict)
+    self.hello = self._read()
+
+  def _read(self) -> dict:
+    line = self.proc.stdout.readline()
+    if not line:
+      self.proc.wait(timeout=60)
+      self.stderr.seek(0)
+      return {"ready": False, "error": f"worker exited: {self.stderr.read()[-2000:]}"}
+    return json.loads(line)
+
+  def request(self, **request) -> dict:
+    self.proc.stdin.write(json.dumps(request) + "\n")
+    self.proc.stdin.flush()
+    return self._read()
+
+  def close(self) -> None:
+    if self.proc.poll() is None:
+      self.proc.stdin.close()
+      self.proc.wait(timeout=60)
+
+
+def summarize(case: dict, side: str, dtype: str, runs: list[dict]) -> dict:
+  """One row: images/s of every round of a (case, side, dtype)."""
+  errors = [r["error"] for r in runs if "error" in r]
+  if errors:
+    return {**case, "side": side, "dtype": dtype, "error": errors[0]}
+  rates = [r["steps"] * case["batch_size"] / r["seconds"] for r in runs]
+  return {**case, "side": side, "dtype": dtype, "steps": runs[0]["steps"],
+          "images_per_s": statistics.median(rates), "round_images_per_s": rates,
+          "ms_per_step": 1e3 * case["batch_size"] / statistics.median(rates),
+          "first_call_s": runs[0]["first_call_s"]}
+
+
+def add_ratios(rows: list[dict]) -> None:
+  """``ratio_to_torch`` (of the medians) and ``paired_ratio`` (median over rounds of the
+  round's ratio) on every dml_jax row whose case has a float32 torch row."""
+  torch_rows = {case_name(r): r for r in rows if r["side"] == "torch" and "error" not in r}
+  for r in rows:
+    t = torch_rows.get(case_name(r))
+    if r["side"] == "torch" or t is None or "error" in r:
+      continue
+    r["ratio_to_torch"] = r["images_per_s"] / t["images_per_s"]
+    r["paired_ratio"] = statistics.median(
+        a / b for a, b in zip(r["round_images_per_s"], t["round_images_per_s"]))
+
+
+def print_table(rows: list[dict]) -> None:
+  print("| model | px | batch | side | dtype | images/s | ms/step | / torch (medians) | "
+        "/ torch (paired rounds) | first call (s) |")
+  print("|---|---|---|---|---|---|---|---|---|---|")
+  for r in rows:
+    head = f"| {r['arch']} | {r['image_size']} | {r['batch_size']} | {r['side']} | {r['dtype']}"
+    if "error" in r:
+      print(f"{head} | error: {r['error'][:80]} | | | | |")
+      continue
+    ratio = f"{r['ratio_to_torch']:.2f}×" if "ratio_to_torch" in r else "—"
+    paired = f"{r['paired_ratio']:.2f}×" if "paired_ratio" in r else "—"
+    print(f"{head} | {r['images_per_s']:,.1f} | {r['ms_per_step']:.1f} | {ratio} | {paired} | "
+          f"{r['first_call_s']:.1f} |", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--archs", default="resnet18,resnet50")
-  parser.add_argument("--dtypes", default="float32,bfloat16")
-  parser.add_argument("--image_size", type=int, default=224)
-  parser.add_argument("--batch_size", type=int, default=8)
-  parser.add_argument("--steps", type=int, default=5)
-  parser.add_argument("--smoke", action="store_true", help="resnet18, 64 px, batch 2, 2 steps")
+  parser.add_argument("--cases", default=DEFAULT_CASES,
+                      help="comma-separated arch:image_size:batch")
+  parser.add_argument("--sides", default="dml_jax,dml_jax_lax,torch",
+                      help=f"comma-separated, from {', '.join(SIDES)}")
+  parser.add_argument("--dtypes", default="float32",
+                      help="float32 and/or bfloat16 (dml_jax ResNets; torch: float32 only)")
+  parser.add_argument("--rounds", type=int, default=3)
+  parser.add_argument("--steps", default="small_cnn:10,resnet18:2,resnet50:1",
+                      help="steps per measurement: one number or arch:steps pairs")
+  parser.add_argument("--threads", type=int, default=0, help="CPUs per side (0: all)")
+  parser.add_argument("--torch_python", default="",
+                      help="Python with torch + torchvision (default: see above)")
+  parser.add_argument("--smoke", action="store_true",
+                      help=f"--cases={SMOKE_CASES}, dml_jax only, 1 round of 1 step")
   parser.add_argument("--out", default="")
-  args = parser.parse_args()
+  parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
+  args = parser.parse_args(argv)
+  if args.worker:
+    worker(args.worker, args.threads)
+    return 0
   if args.smoke:
-    args.archs, args.image_size, args.batch_size, args.steps = "resnet18", 64, 2, 2
-  rows = []
-  print(f"devices: {jax.devices()}")
-  print("| arch | dtype | px | batch | first call (s) | step (s) | images/s |")
-  print("|---|---|---|---|---|---|---|")
-  for arch in args.archs.split(","):
-    for dtype in args.dtypes.split(","):
-      r = bench(arch, dtype=dtype, image_size=args.image_size, batch_size=args.batch_size,
-                steps=args.steps)
-      rows.append(r)
-      print(f"| {arch} | {dtype} | {r['image_size']} | {r['batch_size']} | "
-            f"{r['first_call_s']:.1f} | {r['step_s']:.3f} | {r['images_per_s']:.1f} |",
+    args.cases, args.sides, args.rounds, args.steps = SMOKE_CASES, "dml_jax", 1, "1"
+  cases = [parse_case(c) for c in args.cases.split(",") if c]
+  sides = [s for s in args.sides.split(",") if s]
+  dtypes = [d for d in args.dtypes.split(",") if d]
+  unknown = sorted(set(sides) - set(SIDES)) + sorted(set(dtypes) - {"float32", "bfloat16"})
+  if unknown:
+    raise ValueError(f"unknown sides/dtypes {unknown}; allowed sides: {', '.join(SIDES)}; "
+                     "dtypes: float32, bfloat16.")
+  if ":" in args.steps:
+    per_arch = {a: int(n) for a, n in (p.split(":") for p in args.steps.split(","))}
+    steps = {a: per_arch.get(a, 1) for a in ARCHS}
+  else:
+    steps = {a: int(args.steps) for a in ARCHS}
+  cpus = len(os.sched_getaffinity(0))
+  threads = cpus if args.threads <= 0 else min(args.threads, cpus)
+  env = dict(os.environ)
+  env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+  env["OMP_NUM_THREADS"] = str(threads)
+  workers = {}
+  for side in sides:
+    python = sys.executable
+    if side == "torch":
+      python = args.torch_python or default_torch_python()
+      if python is None:
+        print("torch side skipped: no Python with torch (pass --torch_python, or install "
+              "torch + torchvision into .venv-bench; see requirements-bench.txt)")
+        continue
+    w = Worker(side, python, threads=threads, env=env)
+    if not w.hello.get("ready"):
+      print(f"{side} side skipped: {w.hello.get('error')}")
+      w.close()
+      continue
+    workers[side] = w
+  conditions = {"cpu_count": os.cpu_count(), "threads": threads, "machine": platform.machine(),
+                "python": platform.python_version(), "loadavg_start": os.getloadavg(),
+                "rounds": args.rounds, "steps": steps,
+                "sides": {s: w.hello for s, w in workers.items()}}
+  print(json.dumps(conditions), flush=True)
+  runs = {}
+  try:
+    for r in range(args.rounds):
+      for case in cases:
+        for side, w in workers.items():
+          for dtype in dtypes:
+            if (side == "torch" or case["arch"] == "small_cnn") and dtype != "float32":
+              continue
+            n = steps[case["arch"]]
+            res = w.request(case=case, dtype=dtype, steps=n)
+            res["steps"] = n
+            runs.setdefault((case_name(case), side, dtype), []).append(res)
+      print(f"round {r + 1}/{args.rounds} done, load average {os.getloadavg()[0]:.2f}",
             flush=True)
+  finally:
+    for w in workers.values():
+      w.close()
+  conditions["loadavg_end"] = os.getloadavg()
+  rows = [summarize(parse_case(c), side, dtype, rs) for (c, side, dtype), rs in runs.items()]
+  add_ratios(rows)
+  print_table(rows)
+  print(f"load average {conditions['loadavg_start']} -> {conditions['loadavg_end']} on "
+        f"{conditions['cpu_count']} CPUs; {threads} threads per side")
   if args.out:
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
-      json.dump({"results": rows, "backend": jax.default_backend()}, f, indent=1)
+      json.dump({"conditions": conditions, "results": rows}, f, indent=1)
     print(f"wrote {args.out}")
+  return 0
 
 
 if __name__ == "__main__":
-  main()
+  sys.exit(main())

@@ -1,0 +1,71 @@
+"""benchmarks/backbones.py: the workers run a tiny case, the table/JSON and ratio code works;
+no timings are checked."""
+
+import importlib.util
+import json
+import os
+import sys
+
+import pytest
+
+from dml_test_support import ROOT
+
+
+def _load_bench():
+  path = os.path.join(ROOT, "benchmarks", "backbones.py")
+  spec = importlib.util.spec_from_file_location("bench_backbones", path)
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = module
+  spec.loader.exec_module(module)
+  return module
+
+
+bench = _load_bench()
+
+
+def test_tiny_run_writes_json_for_both_conv_formulations(tmp_path):
+  out = tmp_path / "backbones.json"
+  assert bench.main(["--cases=small_cnn:8:4", "--sides=dml_jax,dml_jax_lax", "--rounds=2",
+                     "--steps=1", f"--out={out}"]) == 0
+  report = json.loads(out.read_text())
+  rows = {r["side"]: r for r in report["results"]}
+  assert set(rows) == {"dml_jax", "dml_jax_lax"}
+  for r in rows.values():
+    assert (r["arch"], r["image_size"], r["batch_size"], r["dtype"]) == ("small_cnn", 8, 4,
+                                                                          "float32")
+    assert r["images_per_s"] > 0 and len(r["round_images_per_s"]) == 2
+  assert report["conditions"]["threads"] >= 1
+
+
+def test_ratios_and_case_errors():
+  runs = [{"seconds": 1.0, "first_call_s": 2.0, "steps": 2}, {"seconds": 2.0, "first_call_s": None,
+                                                               "steps": 2}]
+  case = {"arch": "resnet18", "image_size": 64, "batch_size": 4}
+  torch_runs = [{**r, "seconds": 2 * r["seconds"]} for r in runs]
+  rows = [bench.summarize(case, "dml_jax", "float32", runs),
+          bench.summarize(case, "torch", "float32", torch_runs)]
+  bench.add_ratios(rows)
+  assert rows[0]["images_per_s"] == pytest.approx(6.0)   # median of 8 and 4 images/s
+  assert rows[0]["ratio_to_torch"] == pytest.approx(2.0)
+  assert rows[0]["paired_ratio"] == pytest.approx(2.0)
+  assert "ratio_to_torch" not in rows[1]
+  assert bench.in_channels({"arch": "small_cnn", "image_size": 28}) == 1
+  assert bench.in_channels({"arch": "small_cnn", "image_size": 32}) == 3
+  with pytest.raises(ValueError, match="arch:image_size:batch"):
+    bench.parse_case("vgg16:224:8")
+  with pytest.raises(ValueError, match="unknown sides"):
+    bench.main(["--sides=jax"])
+
+
+@pytest.mark.parametrize("case", ["small_cnn:28:2", "resnet18:32:2"])
+def test_torch_side_has_the_same_parameters_as_ours(case):
+  """The torch network is the same architecture: equal parameter counts (conv biases and
+  BatchNorm scales included)."""
+  pytest.importorskip("torch")
+  import jax  # pylint: disable=import-outside-toplevel
+  case = bench.parse_case(case)
+  theirs = bench.TorchModel(case)
+  assert theirs.run(1) > 0
+  ours = bench.JaxModel(case, dtype="float32", conv_impl="auto")
+  assert sum(p.numel() for p in theirs.model.parameters()) == sum(
+      x.size for x in jax.tree.leaves(ours.params))
