@@ -1,0 +1,218 @@
+"""Training throughput (images / s) of a full training step, with the real input pipeline and
+with synthetic input, on whatever devices JAX finds.
+
+  python benchmarks/train_throughput.py --out=runs/train_throughput.json   # ResNet-50, 224 px
+  python benchmarks/train_throughput.py --batch_size=256 --steps=50        # on a GPU
+  python benchmarks/train_throughput.py --smoke                            # seconds (CPU)
+
+The step is the training loop's (``training.make_guarded_step``: forward, the objective,
+backward, the optimizer update, the non-finite guard; the train state donated) for the config
+``--config`` (default ``configs/cub_ephn_2nd.py``: ResNet-50, 512-D, EPHN-2nd, SGD, batches of
+n = 8 per class), with ``model.pretrained=''`` (random weights: the same work) and the data
+replaced by an ``image_folder`` of generated JPEG files (``--num_classes`` x ``--per_class``
+colour images of ``--source_size``, CUB's typical size; or ``--images=ROOT``, any class-folder
+dataset). The global batch is sharded over all devices (data parallel, ``parallel``).
+
+For each ``--dtypes`` (``model.dtype``: float32, bfloat16) it measures, after ``--warmup``
+steps (compilation):
+
+* ``real``: ``pipeline.train_batches`` (n-per-class sampling, JPEG decoding, the config's
+  augmentation, prefetching threads) -> ``parallel.global_batch`` -> the step, ``--steps``
+  steps, ended by fetching the guard flag (as the loop does at a log step);
+* ``synthetic``: the same step on one batch already on the devices, ``--steps`` steps: the
+  compute alone;
+* ``input only``: ``--steps`` batches of a freshly started pipeline with no step: what the
+  input side can deliver.
+
+Images/s = steps x global batch / seconds. If ``real`` is well below ``synthetic`` while
+``input only`` is near ``real``, the input pipeline limits (raise ``data.num_threads`` /
+``data.num_workers``); if ``real`` ≈ ``synthetic``, the devices do. Prints a markdown table,
+writes JSON (``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from dml_jax import parallel  # noqa: E402
+from dml_jax import training  # noqa: E402
+from dml_jax.data import pipeline  # noqa: E402
+
+INPUTS = ("real", "synthetic", "input_only")
+
+
+def write_jpegs(root: str, *, num_classes: int, per_class: int, size: tuple[int, int],
+                seed: int = 0) -> int:
+  """``root/<class>/<i>.jpg``: smooth random colour images (JPEG quality 90) of ``size``
+  (width, height); returns the number of files."""
+  from PIL import Image  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(seed)
+  w, h = size
+  for c in range(num_classes):
+    os.makedirs(os.path.join(root, f"class_{c:04d}"), exist_ok=True)
+    for i in range(per_class):
+      coarse = rng.integers(0, 256, (h // 16 + 1, w // 16 + 1, 3), dtype=np.uint8)
+      img = Image.fromarray(coarse).resize((w, h), Image.BILINEAR)
+      img.save(os.path.join(root, f"class_{c:04d}", f"{i:04d}.jpg"), quality=90)
+  return num_classes * per_class
+
+
+def make_config(args, *, root: str, dtype: str):
+  module, _, arg = args.config.partition(":")
+  name = os.path.splitext(os.path.relpath(module, REPO))[0].replace(os.sep, ".")
+  c = importlib.import_module(name).get_config(arg)
+  c.data.name = "image_folder"
+  c.data.options = {"root": root, "layout": "classes", "train_classes": 0.5}
+  c.data.label_noise = 0.0
+  c.model.pretrained = ""
+  c.eval.splits = ("test",)
+  c.eval.ks = (1,)
+  c.model.dtype = dtype
+  if args.arch:
+    c.model.name = args.arch
+  if args.image_size:
+    c.data.image_size = args.image_size
+    c.data.resize_size = round(args.image_size * 8 / 7)
+  if args.batch_size:
+    c.batch_size = args.batch_size
+  if args.group_size:
+    c.data.group_size = args.group_size
+  if args.num_threads:
+    c.data.num_threads = args.num_threads
+  c.num_train_steps = 10 ** 9
+  return c
+
+
+def measure(config, *, inputs: list[str], steps: int, warmup: int) -> dict:
+  """Images/s of each of ``inputs`` for ``config`` (module docstring)."""
+  setup = training.build(config)
+  train = setup.splits["train"]
+  b = config.batch_size
+  step_fn = training.make_guarded_step(setup)
+  key_fn = training.make_step_key_fn(config.seed)
+  state = jax.tree.map(jnp.copy, setup.init_state)
+  halted = parallel.replicate(setup.mesh, jnp.zeros((), jnp.int32))
+
+  def batches(start: int = 0):
+    return pipeline.train_batches(
+        train.images, train.labels, setup.sampler, seed=config.seed, start_step=start,
+        num_steps=config.num_train_steps, rows=parallel.process_slice(b),
+        augmentation=config.data.augmentation, flip=config.data.flip, pad=config.data.pad,
+        num_threads=config.data.num_threads, num_workers=config.data.num_workers,
+        prefetch=config.data.prefetch)
+
+  out = {"batch_size": b, "devices": jax.device_count(), "steps": steps}
+  it = batches()
+  t0 = time.perf_counter()
+  for _ in range(warmup):
+    s, x, y = next(it)
+    images, labels = parallel.global_batch(setup.mesh, x, y, batch_size=b)
+    state, halted, metrics = step_fn(state, halted, images, labels, key_fn(s + 1))
+  jax.block_until_ready((state, metrics))
+  out["warmup_s"] = time.perf_counter() - t0
+  if "real" in inputs:
+    t0 = time.perf_counter()
+    for _ in range(steps):
+      s, x, y = next(it)
+      images, labels = parallel.global_batch(setup.mesh, x, y, batch_size=b)
+      state, halted, metrics = step_fn(state, halted, images, labels, key_fn(s + 1))
+    if int(jax.device_get(halted)):
+      raise FloatingPointError("the loss became non-finite")
+    out["real"] = steps * b / (time.perf_counter() - t0)
+    out["loss"] = float(jax.device_get(metrics["loss"]))
+  if "synthetic" in inputs:
+    keys = [key_fn(i + 1) for i in range(steps)]
+    jax.block_until_ready((images, labels, keys))
+    t0 = time.perf_counter()
+    for key in keys:
+      state, halted, metrics = step_fn(state, halted, images, labels, key)
+    int(jax.device_get(halted))
+    out["synthetic"] = steps * b / (time.perf_counter() - t0)
+  if "input_only" in inputs:   # a fresh pipeline: nothing decoded ahead yet
+    t0 = time.perf_counter()
+    fresh = batches(start=warmup + 2 * steps)
+    for _ in range(steps):
+      next(fresh)
+    out["input_only"] = steps * b / (time.perf_counter() - t0)
+  return out
+
+
+def main(argv: list[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--config", default="configs/cub_ephn_2nd.py", help="path[:arg]")
+  parser.add_argument("--arch", default="", help="model.name (default: the config's)")
+  parser.add_argument("--image_size", type=int, default=0, help="default: the config's")
+  parser.add_argument("--batch_size", type=int, default=0, help="global; default: the config's")
+  parser.add_argument("--group_size", type=int, default=0, help="default: the config's")
+  parser.add_argument("--num_threads", type=int, default=0, help="data.num_threads")
+  parser.add_argument("--dtypes", default="float32,bfloat16")
+  parser.add_argument("--inputs", default=",".join(INPUTS))
+  parser.add_argument("--steps", type=int, default=10)
+  parser.add_argument("--warmup", type=int, default=2)
+  parser.add_argument("--images", default="", help="a class-folder dataset (default: generated)")
+  parser.add_argument("--num_classes", type=int, default=40)
+  parser.add_argument("--per_class", type=int, default=16)
+  parser.add_argument("--source_size", default="500x375", help="generated JPEGs, WxH")
+  parser.add_argument("--smoke", action="store_true",
+                      help="resnet18 (or --arch), 32 px, batch 8, 4 classes x 8, 2 steps, float32")
+  parser.add_argument("--out", default="")
+  args = parser.parse_args(argv)
+  if args.smoke:
+    args.arch = args.arch or "resnet18"
+    args.image_size, args.batch_size, args.group_size = 32, 8, 4
+    args.num_classes, args.per_class, args.source_size = 4, 8, "48x40"
+    args.steps, args.warmup, args.dtypes = 2, 1, "float32"
+  inputs = [i for i in args.inputs.split(",") if i]
+  dtypes = [d for d in args.dtypes.split(",") if d]
+  bad = sorted(set(inputs) - set(INPUTS)) + sorted(set(dtypes) - {"float32", "bfloat16"})
+  if bad:
+    raise ValueError(f"unknown inputs/dtypes {bad}; allowed inputs: {', '.join(INPUTS)}; "
+                     "dtypes: float32, bfloat16.")
+  w, _, h = args.source_size.partition("x")
+  rows = []
+  with tempfile.TemporaryDirectory(prefix="train_throughput_") as tmp:
+    root = args.images
+    if not root:
+      root = os.path.join(tmp, "images")
+      n = write_jpegs(root, num_classes=args.num_classes, per_class=args.per_class,
+                      size=(int(w), int(h)))
+      print(f"wrote {n} JPEG files of {args.source_size} to {root}", flush=True)
+    for dtype in dtypes:
+      c = make_config(args, root=root, dtype=dtype)
+      r = {"model": c.model.name, "image_size": c.data.image_size, "dtype": dtype,
+           **measure(c, inputs=inputs, steps=args.steps, warmup=args.warmup)}
+      rows.append(r)
+      print(json.dumps(r), flush=True)
+  device = str(jax.devices()[0].device_kind)
+  print(f"\n{jax.device_count()} × {device} ({jax.default_backend()})")
+  print("| model | px | dtype | global batch | real input (img/s) | synthetic (img/s) | "
+        "input only (img/s) | warm-up incl. compile (s) |")
+  print("|---|---|---|---|---|---|---|---|")
+  for r in rows:
+    cells = [f"{r[k]:,.1f}" if k in r else "—" for k in INPUTS]
+    print(f"| {r['model']} | {r['image_size']} | {r['dtype']} | {r['batch_size']} | "
+          + " | ".join(cells) + f" | {r['warmup_s']:.1f} |")
+  if args.out:
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+      json.dump({"device": device, "backend": jax.default_backend(),
+                 "device_count": jax.device_count(), "results": rows}, f, indent=1)
+    print(f"wrote {args.out}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

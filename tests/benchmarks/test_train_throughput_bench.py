@@ -1,0 +1,50 @@
+"""benchmarks/train_throughput.py: the full training step on generated JPEG files through the
+real input pipeline, on the test session's 8 fake CPU devices (data parallel); no timings are
+checked."""
+
+import importlib.util
+import json
+import os
+import sys
+
+import jax
+import pytest
+
+from dml_test_support import ROOT
+
+
+def _load_bench():
+  path = os.path.join(ROOT, "benchmarks", "train_throughput.py")
+  spec = importlib.util.spec_from_file_location("bench_train_throughput", path)
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = module
+  spec.loader.exec_module(module)
+  return module
+
+
+bench = _load_bench()
+
+
+def test_smoke_run_on_all_devices_writes_json(tmp_path):
+  out = tmp_path / "throughput.json"
+  assert bench.main(["--smoke", "--arch=small_cnn", f"--out={out}"]) == 0
+  report = json.loads(out.read_text())
+  (row,) = report["results"]
+  assert row["devices"] == jax.device_count() and row["batch_size"] == 8
+  assert (row["model"], row["image_size"], row["dtype"]) == ("small_cnn", 32, "float32")
+  for k in bench.INPUTS:
+    assert row[k] > 0
+  assert row["loss"] == row["loss"]   # finite: the step trained on the decoded JPEGs
+
+
+def test_generated_jpegs_are_a_class_folder_dataset(tmp_path):
+  from dml_jax.data import image_lists  # pylint: disable=import-outside-toplevel
+  assert bench.write_jpegs(str(tmp_path), num_classes=4, per_class=3, size=(40, 30)) == 12
+  splits = image_lists.LOADERS["image_folder"](root=str(tmp_path), image_size=16,
+                                               resize_size=18)
+  assert len(splits["train"].labels) == 6 and len(splits["test"].labels) == 6
+
+
+def test_bad_inputs_are_named():
+  with pytest.raises(ValueError, match="unknown inputs/dtypes"):
+    bench.main(["--inputs=real,gpu"])
