@@ -13,6 +13,8 @@ negative pairs (0 when there is none).
 
 from __future__ import annotations
 
+import math
+
 from typing import Callable
 
 import jax
@@ -27,6 +29,8 @@ from dml_jax.objectives import _common
 PAIR_REDUCTIONS = ("mean", "balanced")   # of losses.REDUCTIONS
 MS_DUPLICATE_SIMILARITY = 1.0 - 1e-5     # released MS code keeps positives with S < 1 - 1e-5
 GLS_MIN_SQ_DISTANCE = 1e-12              # d = sqrt(max(d^2, this)): finite gradient at d = 0
+GLS_MAX_DISTANCE = 2.0                   # between unit vectors (up to rounding)
+_GLS_E_MAX = math.exp(-GLS_MAX_DISTANCE)
 
 
 def _pairwise_apply(pair_fn: Callable, *, reduction: str, similarity: str) -> Callable:
@@ -290,9 +294,16 @@ def generalized_lifted_structure(*, pos_margin: float = 0.0, neg_margin: float =
     s, sg, pos, neg = _common.pair_batch(embeddings, labels, "cosine", references)
 
     def term_fn(x):
+      # d is in [0, 2] (unit vectors), so the log-sum-exps need no row maximum: shifted by
+      # their bounds, e^{d - 2} = e^{-2} / e^{-d} and e^{-d} lie in [e^-2, 1] whatever the
+      # margins, and one exp over [B, N] serves both.
       d = jnp.sqrt(jnp.maximum(sim.squared_distance(x, kind="cosine"), GLS_MIN_SQ_DISTANCE))
-      lse_p, has_p = losses.masked_logsumexp(d - pos_margin, pos, axis=1)
-      lse_n, has_n = losses.masked_logsumexp(neg_margin - d, neg, axis=1)
+      e = jnp.exp(-d)
+      has_p, has_n = jnp.any(pos, axis=1), jnp.any(neg, axis=1)
+      sum_p = jnp.sum(jnp.where(pos, _GLS_E_MAX / e, 0.0), axis=1)     # sum e^{d - 2}
+      sum_n = jnp.sum(jnp.where(neg, e, 0.0), axis=1)                  # sum e^{-d}
+      lse_p = GLS_MAX_DISTANCE - pos_margin + jnp.log(jnp.where(has_p, sum_p, 1.0))
+      lse_n = neg_margin + jnp.log(jnp.where(has_n, sum_n, 1.0))
       total = jnp.where(has_p, lse_p, 0.0) + jnp.where(has_n, lse_n, 0.0)
       return jnp.where(has_p | has_n, jax.nn.relu(total), 0.0)
 

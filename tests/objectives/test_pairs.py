@@ -263,7 +263,7 @@ def oracle_gls(e, labels, pos_margin, neg_margin):
   return float(np.mean(out))
 
 
-@pytest.mark.parametrize("pos_margin,neg_margin", [(0.0, 1.0), (0.3, 0.6)])
+@pytest.mark.parametrize("pos_margin,neg_margin", [(0.0, 1.0), (0.3, 0.6), (-200.0, 200.0)])
 def test_generalized_lifted_structure_matches_oracle(pos_margin, neg_margin):
   e = batch(9, d=4, normalize=False)
   loss, _, grad = support.run("generalized_lifted_structure", e, LABELS, rng=None,
