@@ -52,3 +52,70 @@ def inverse_cdf_rows(key: jax.Array, weights: jax.Array, num_draws: int) -> jax.
   idx = search_rows(cdf, u * cdf[:, -1:], side="right")
   last = (n - 1 - jnp.argmax(weights[:, ::-1] > 0, axis=1)).astype(jnp.int32)
   return jnp.minimum(idx, last[:, None])
+
+
+# --- Compacted rows: few True entries per row as a fixed [B, P] index array ---------------
+#
+# In n-per-class batches every anchor has few positives (``n - 1``), so a per-(anchor,
+# positive) computation over the anchor's row costs ``O(B P N)`` on the compacted positives
+# instead of ``O(B N^2)`` on the full mask (or a row sort). ``P`` must be static: the callers
+# pick the smallest of a few static sizes that holds the batch's largest row count at run time
+# (``lax.switch``), falling back to their general path when no size does.
+
+COMPACT_SIZES = (8, 16, 32, 64)   # static row sizes P tried before the general path
+
+
+def compact_sizes(n: int, sizes: tuple[int, ...] = COMPACT_SIZES) -> tuple[int, ...]:
+  """The sizes ``P`` to try for rows of length ``n``: ``sizes`` (ascending) clipped to ``n``,
+  without repeats. When the last is ``n`` every row fits and no general path is needed."""
+  return tuple(sorted({min(p, n) for p in sizes}))
+
+
+def size_index(count_max: jax.Array, sizes: tuple[int, ...]) -> jax.Array:
+  """int32 scalar: the index of the smallest ``P`` in ``sizes`` (ascending) with
+  ``count_max <= P``, or ``len(sizes)`` when none is large enough (the general path)."""
+  return jnp.sum(count_max > jnp.asarray(sizes, jnp.int32), dtype=jnp.int32)
+
+
+def compact_rows(mask: jax.Array, size: int) -> tuple[jax.Array, jax.Array]:
+  """The first ``size`` True entries of each row of ``mask``, in index order.
+
+  ``idx[a, k]`` = the column of the ``(k+1)``-th True entry of row ``a`` and
+  ``ok[a, k] = k < |mask_a|`` (``idx`` is arbitrary where not ``ok``). Computed as ``top_k`` of
+  ``where(mask, N - n, 0)`` (distinct positive keys on the True entries, larger for smaller
+  ``n``; exact for ``N < 2^24``), ``O(B N log P)``. Rows with more than ``size`` True entries
+  are cut (callers only use ``size >= max_a |mask_a|``).
+
+  Args:
+    mask: bool ``[B, N]``.
+    size: static ``1 <= P <= N``.
+
+  Returns:
+    ``(idx, ok)``: int32 ``[B, P]``, bool ``[B, P]``.
+  """
+  n = mask.shape[1]
+  if n >= 2 ** 24:
+    raise ValueError(f"compact_rows needs rows shorter than 2^24, got {n}.")
+  keys = jnp.where(mask, (n - jnp.arange(n)).astype(jnp.float32), 0.0)
+  vals, idx = jax.lax.top_k(keys, size)
+  return idx.astype(jnp.int32), vals > 0
+
+
+def scatter_rows(values: jax.Array, idx: jax.Array, ok: jax.Array, *, num: int) -> jax.Array:
+  """Inverse of :func:`compact_rows`: ``out[a, idx[a, k]] = values[a, k]`` where ``ok``, 0
+  elsewhere (a scatter-add of ``B P`` entries; the ``idx`` of a row are distinct where ``ok``,
+  so differentiable in ``values`` as a gather).
+
+  Args:
+    values: numeric ``[B, P]``.
+    idx: int32 ``[B, P]`` columns in ``[0, num)`` where ``ok``.
+    ok: bool ``[B, P]``.
+    num: ``N``.
+
+  Returns:
+    ``[B, N]`` of ``values``' dtype.
+  """
+  b = values.shape[0]
+  rows = jnp.broadcast_to(jnp.arange(b, dtype=jnp.int32)[:, None], idx.shape)
+  cols = jnp.where(ok, idx, num)                                  # out of range: dropped
+  return jnp.zeros((b, num), values.dtype).at[rows, cols].add(values, mode="drop")

@@ -41,7 +41,12 @@ stable-sort order for the range modes). With one positive per anchor (``positive
 ``'all'``), :func:`select` instead picks each anchor's negative in one ``O(B N)`` pass over its
 row (:func:`negatives_per_anchor`: the same semi-hard negative, ties included; the random modes
 draw from the same uniform distribution, by index order rather than score order, so a given key
-gives a different draw than the sorted path).
+gives a different draw than the sorted path). With every positive (``positive='all'``) and
+``negative='semihard'``, :func:`select` compacts each anchor's positives into ``[B, P]`` for the
+smallest static ``P`` in ``(8, 16, 32, 64)`` that holds the batch's largest count (chosen at run
+time, ``lax.switch``) and finds every term's negative in one fused ``O(B P N)`` pass
+(:func:`semihard_negatives`: the same negatives, ties included); batches with more positives
+per anchor take the sorted path.
 """
 
 from __future__ import annotations
@@ -338,6 +343,76 @@ def negatives_per_anchor(s: jax.Array, neg_mask: jax.Array, pos_idx: jax.Array, 
   return _uniform_member(_common.need_key(key, mode), admissible)
 
 
+# --- Semi-hard negatives of many positives per anchor: compacted rows, no sort ------------
+#
+# With ``positive='all'`` an anchor has several terms, but in n-per-class batches only a few
+# (``n - 1``). :func:`semihard_negatives` compacts each anchor's positives into ``[B, P]``
+# (``P`` the smallest static size that holds the batch's largest count, chosen at run time by
+# ``lax.switch``) and finds every term's semi-hard negative in one fused ``[B, P, N]`` pass
+# (``O(B P N)``), falling back to the sorted :func:`negatives` when no size is large enough.
+
+
+def semihard_compacted(s: jax.Array, neg_mask: jax.Array, pairs: jax.Array, *,
+                       size: int) -> tuple[jax.Array, jax.Array]:
+  """:func:`negatives` ``mode='semihard'`` for pair masks with at most ``size`` pairs per row.
+
+  Per term ``(a, p)``: ``argmax {s_an : n in N_a, s_an <= s_ap}``, ties by the *last* index
+  (the last stable-sort rank of the sorted path), over the row's first ``size`` pairs
+  (compacted, :func:`_common.compact_rows`), in ``O(B size N)`` time without a sort.
+
+  Args:
+    s: float ``[B, N]`` scores, higher = closer (stop-gradient is applied).
+    neg_mask: bool ``[B, N]`` negatives.
+    pairs: bool ``[B, N]`` selected (anchor, positive) pairs, at most ``size`` per row.
+    size: static ``P``.
+
+  Returns:
+    ``(idx, valid)``: int32 ``[B, N]`` negative per term (0 off ``valid``), bool ``[B, N]``
+    ``valid = pairs & (a semi-hard negative exists)``.
+  """
+  s = _common.check_inputs(s, neg_mask, "neg_mask")
+  b, n = s.shape
+  pidx, ok = _common.compact_rows(pairs, size)                               # [B, P]
+  s_ap = jnp.take_along_axis(s, jnp.minimum(pidx, n - 1), axis=1)            # [B, P]
+  keys = jnp.where(neg_mask, s, -jnp.inf)                                    # [B, N]
+  z = jnp.where(keys[:, None, :] <= s_ap[:, :, None], keys[:, None, :], -jnp.inf)  # [B, P, N]
+  idx = (n - 1 - jnp.argmax(z[:, :, ::-1], axis=2)).astype(jnp.int32)      # last argmax
+  best = jnp.take_along_axis(keys, idx, axis=1)                              # [B, P]
+  found = ok & (best > -jnp.inf) & (best <= s_ap)
+  idx_full = _common.scatter_rows(jnp.where(found, idx, 0), pidx, ok, num=n)
+  valid = _common.scatter_rows(found.astype(jnp.int32), pidx, ok, num=n) > 0
+  return idx_full, valid
+
+
+def semihard_negatives(s: jax.Array, neg_mask: jax.Array, pairs: jax.Array, *,
+                       sizes: tuple[int, ...] = _common.COMPACT_SIZES
+                       ) -> tuple[jax.Array, jax.Array]:
+  """:func:`negatives` ``mode='semihard'`` (the same selection, ties included) for any pairs,
+  by the smallest size ``P`` of ``sizes`` that holds every row's pairs
+  (:func:`semihard_compacted`, ``O(B P N)``), or the sorted path when none does.
+
+  The size is chosen at run time (``lax.switch`` over ``_common.compact_sizes(N, sizes)`` and
+  the sorted path; one trace). Entries off ``valid`` are arbitrary (0 on the compacted paths).
+
+  Args:
+    s: float ``[B, N]`` scores, higher = closer (stop-gradient is applied).
+    neg_mask: bool ``[B, N]`` negatives.
+    pairs: bool ``[B, N]`` selected (anchor, positive) pairs.
+    sizes: ascending static sizes ``P`` to try.
+
+  Returns:
+    ``(idx, valid)``: int32 ``[B, N]``, bool ``[B, N]``.
+  """
+  s = _common.check_inputs(s, neg_mask, "neg_mask")
+  sizes = _common.compact_sizes(s.shape[1], sizes)
+  branches = [lambda s, neg, pairs, p=p: semihard_compacted(s, neg, pairs, size=p)
+              for p in sizes]
+  if sizes[-1] < s.shape[1]:
+    branches.append(lambda s, neg, pairs: negatives(s, neg, pairs, mode="semihard"))
+  count = jnp.max(jnp.sum(pairs, axis=1, dtype=jnp.int32))
+  return jax.lax.switch(_common.size_index(count, sizes), branches, s, neg_mask, pairs)
+
+
 def select(s: jax.Array, pos_mask: jax.Array, neg_mask: jax.Array, *, positive: str,
            negative: str, margin: float = 0.0, key: jax.Array | None = None,
            dim: int | None = None, cutoff: float = 0.5, nonzero_loss_cutoff: float = 1.4,
@@ -353,7 +428,9 @@ def select(s: jax.Array, pos_mask: jax.Array, neg_mask: jax.Array, *, positive: 
   uniform distributions for the random modes, drawn differently) and ``negative`` is that
   per-anchor index broadcast over the row; ``'distance_weighted'`` then draws one negative per
   anchor (same distribution as :func:`distance_weighted_negatives`, which draws one per
-  ``[B, N]`` entry). Otherwise :func:`negatives` (sorted rows).
+  ``[B, N]`` entry). ``positive='all'`` with ``'semihard'``: :func:`semihard_negatives` (the
+  same selection, sort-free when the batch has at most 64 positives per anchor; ``negative`` is
+  0 off ``valid`` there). Otherwise :func:`negatives` (sorted rows).
 
   Args:
     s: float ``[B, N]`` scores, higher = closer (stop-gradient is applied).
@@ -400,6 +477,8 @@ def select(s: jax.Array, pos_mask: jax.Array, neg_mask: jax.Array, *, positive: 
     hardest = jnp.argmax(jnp.where(neg_mask, sg, -jnp.inf), axis=1).astype(jnp.int32)
     idx = jnp.broadcast_to(hardest[:, None], s.shape)
     valid = pairs & jnp.any(neg_mask, axis=1)[:, None]
+  elif negative == "semihard":
+    idx, valid = semihard_negatives(s, neg_mask, pairs)
   else:
     idx, valid = negatives(s, neg_mask, pairs, mode=negative, margin=margin, key=kn, dim=dim,
                            cutoff=cutoff, nonzero_loss_cutoff=nonzero_loss_cutoff,

@@ -5,6 +5,12 @@ negatives), selected by ``mining.select`` on distance scores ``-d^2`` or ``-d`` 
 stop-gradient; hinge losses on distances ``d^2 = similarity.squared_distance(S)`` (``2 - 2S`` on
 the unit sphere) or ``d = sqrt(d^2)``. A term is *active* when a hinge is open (``L > 0``; else
 its gradient is exactly 0).
+
+``negative='all'`` sums the hinge over all of an anchor's negatives per term without a sort:
+each anchor's terms are compacted to ``[B, P]`` for the smallest static ``P`` in
+``COMPACT_SIZES`` that holds the batch (run-time ``lax.switch``) and every term's sum is one
+fused ``[B, P, N]`` pass (:func:`triplet_all_negatives`); batches with more terms per anchor
+take the sorted ``losses.triplet_all_negatives``.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from dml_jax import hparams
 from dml_jax import losses
 from dml_jax import mining
 from dml_jax import similarity as sim
+from dml_jax.mining import _common as mining_common
 from dml_jax.objectives import _common
 
 TRIPLET_SIMILARITIES = ("cosine", "neg_sq_euclidean")                 # kinds that define d^2
@@ -25,6 +32,103 @@ MARGIN_BETA_MODES = ("class", "global", "fixed")
 MARGIN_NEGATIVE_MODES = ("distance_weighted", "semihard", "semihard_random", "semihard_band",
                          "hard", "easy", "random")
 MARGIN_REDUCTIONS = ("nonzero", "mean")          # of losses.REDUCTIONS
+COMPACT_SIZES = mining_common.COMPACT_SIZES      # terms per anchor of the sort-free paths
+
+
+@jax.custom_vjp
+def _hinge_sums(x: jax.Array, dd: jax.Array) -> jax.Array:
+  """``t[a, k] = sum_n [x[a, k] - dd[a, n]]_+`` for ``x [B, P]``, ``dd [B, N]`` -> ``[B, P]``.
+
+  One fused ``[B, P, N]`` pass (``dd = +inf`` drops an entry). The gradient is that of the
+  sorted form ``c x - sum_{dd < x} dd`` (``c = #{n : dd_an < x}``): ``dt/dx = c`` and
+  ``dt/d dd_n = -[dd_n < x]``, 0 at ``dd_n = x`` (``jnp.maximum``'s own would be 1/2 there).
+  """
+  return jnp.sum(jnp.maximum(x[:, :, None] - dd[:, None, :], 0.0), axis=2)
+
+
+def _hinge_sums_fwd(x, dd):
+  return _hinge_sums(x, dd), (x, dd)
+
+
+def _hinge_sums_bwd(res, g):
+  x, dd = res
+  # c[a, k] = #{n : dd_an < x_ak}; sign(max(., 0)) keeps the reduction vectorised on XLA:CPU.
+  count = jnp.sum(jnp.sign(jnp.maximum(x[:, :, None] - dd[:, None, :], 0.0)), axis=2)
+  if x.shape[1] > max(COMPACT_SIZES):   # a reduction over P (slower on XLA:CPU)
+    g_dd = -jnp.sum(jnp.where(dd[:, None, :] < x[:, :, None], g[:, :, None], 0.0), axis=1)
+  else:                                 # P elementwise terms in one fused [B, N] pass
+    g_dd = jnp.zeros_like(dd)
+    for k in range(x.shape[1]):
+      g_dd = g_dd - jnp.where(dd < x[:, k:k + 1], g[:, k:k + 1], 0.0)
+  return g * count, g_dd
+
+
+_hinge_sums.defvjp(_hinge_sums_fwd, _hinge_sums_bwd)
+
+
+def triplet_all_negatives_compacted(d2: jax.Array, pairs: jax.Array, neg_mask: jax.Array, *,
+                                    margin: float, reduction: str, size: int) -> jax.Array:
+  """``losses.triplet_all_negatives(d2, d2, neg_mask)`` on the terms of ``pairs`` (at most
+  ``size`` per row), without a sort: each row's pairs are compacted to ``[B, P]``
+  (``mining._common.compact_rows``) and every term sums its hinges over all negatives in one
+  fused ``[B, P, N]`` pass (:func:`_hinge_sums`), ``O(B P N)`` time, ``O(B (N + P))`` memory.
+
+  ``L_ap = sum_{n in N_a} [d_ap^2 - d_an^2 + margin]_+`` (``'sum'``), divided by ``|N_a|``
+  (``'mean'``); 0 off ``pairs``.
+
+  Args:
+    d2: float ``[B, N]`` squared distances (or ``d`` for the euclidean hinge).
+    pairs: bool ``[B, N]`` the terms.
+    neg_mask: bool ``[B, N]`` the negatives ``N_a``.
+    margin: ``>= 0``.
+    reduction: ``'mean'`` or ``'sum'`` over the negatives.
+    size: static ``P``.
+
+  Returns:
+    float32 ``[B, N]`` per-term losses.
+  """
+  d2 = d2.astype(jnp.float32)
+  n = d2.shape[1]
+  pidx, ok = mining_common.compact_rows(pairs, size)                        # [B, P]
+  x = jnp.take_along_axis(d2, jnp.minimum(pidx, n - 1), axis=1) + margin    # [B, P]
+  dd = jnp.where(neg_mask, d2, jnp.inf)
+  total = _hinge_sums(x, dd)                                                # [B, P]
+  if reduction == "mean":
+    total = total / jnp.maximum(jnp.sum(neg_mask, axis=1, dtype=jnp.float32), 1.0)[:, None]
+  return mining_common.scatter_rows(jnp.where(ok, total, 0.0), pidx, ok, num=n)
+
+
+def triplet_all_negatives(d2: jax.Array, pairs: jax.Array, neg_mask: jax.Array, *,
+                          margin: float, reduction: str,
+                          sizes: tuple[int, ...] = COMPACT_SIZES) -> jax.Array:
+  """Per-term batch-all triplet losses (``losses.triplet_all_negatives``) on the terms of
+  ``pairs``, by the smallest size ``P`` of ``sizes`` that holds every row's pairs
+  (:func:`triplet_all_negatives_compacted`, ``O(B P N)``), chosen at run time
+  (``lax.switch``, one trace), or the sorted ``losses.triplet_all_negatives`` when none does.
+
+  Args:
+    d2: float ``[B, N]`` squared distances (or ``d``).
+    pairs: bool ``[B, N]`` the terms.
+    neg_mask: bool ``[B, N]`` the negatives.
+    margin: ``>= 0``.
+    reduction: ``'mean'`` or ``'sum'``.
+    sizes: ascending static sizes to try.
+
+  Returns:
+    float32 ``[B, N]``: the loss of every term of ``pairs``; 0 elsewhere on the compacted
+    paths (the sorted path's value of ``(a, n)`` as a term elsewhere).
+  """
+  hparams.mode("reduction", reduction, losses.TRIPLET_REDUCTIONS)
+  sizes = mining_common.compact_sizes(d2.shape[1], sizes)
+  branches = [lambda d2, pairs, neg, p=p: triplet_all_negatives_compacted(
+      d2, pairs, neg, margin=margin, reduction=reduction, size=p) for p in sizes]
+  if sizes[-1] < d2.shape[1]:
+    branches.append(lambda d2, pairs, neg: losses.triplet_all_negatives(
+        d2, d2, neg, margin=margin, reduction=reduction))
+  if len(branches) == 1:
+    return branches[0](d2, pairs, neg_mask)
+  count = jnp.max(jnp.sum(pairs, axis=1, dtype=jnp.int32))
+  return jax.lax.switch(mining_common.size_index(count, sizes), branches, d2, pairs, neg_mask)
 
 
 def _triplet_terms(embeddings, labels, key, *, positive: str, negative: str, margin: float,
@@ -60,8 +164,12 @@ def _triplet_terms(embeddings, labels, key, *, positive: str, negative: str, mar
   sel = mining.select(score, pos_mask, neg_mask, positive=positive,
                       negative=negative, margin=margin, key=key, dim=embeddings.shape[1])
   if negative == "all":
-    terms = losses.triplet_all_negatives(d, d, sel.negatives, margin=margin,
-                                         reduction=negative_reduction)
+    if positive == "all":
+      terms = triplet_all_negatives(d, sel.pairs, sel.negatives, margin=margin,
+                                    reduction=negative_reduction)
+    else:   # at most one term per anchor
+      terms = triplet_all_negatives_compacted(d, sel.pairs, sel.negatives, margin=margin,
+                                              reduction=negative_reduction, size=1)
     s_an = _common.row_mean(s, sel.negatives)[:, None]
   else:
     d_an = _common.negative_of_term(d, sel, positive=positive)

@@ -9,10 +9,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from oracles import LABELS, negative_candidates, np_similarity, oracle_positives, positives_of
+from oracles import LABELS, negative_candidates, negatives_of, np_similarity, oracle_positives
+from oracles import positives_of
 from oracles import random_batch as batch
 from dml_jax import mining
 from dml_jax import similarity as sim
+from dml_jax.mining import _common as mining_common
+from dml_jax.mining import triplets as mining_triplets
 
 B = len(LABELS)
 np_scores = functools.partial(np_similarity, kind="dot")
@@ -313,3 +316,58 @@ def test_per_anchor_random_negatives_draw_from_the_sorted_paths_set(negative, ma
       seen[a, p][0].add(int(sel.negative[t, a, p]))
       seen[a, p][1].add(int(idx[a, p]))
   assert seen and all(fast == general for fast, general in seen.values())
+
+
+# ------------------------------ compacted semi-hard negatives == sorted path (issue 17)
+
+
+def test_compact_rows_lists_each_rows_true_entries_in_index_order():
+  mask = np.random.default_rng(0).random((7, 11)) < 0.4
+  mask[0] = False                                   # an empty row
+  mask[1] = True                                    # a full row, cut to the size
+  idx, ok = jax.jit(mining_common.compact_rows, static_argnums=1)(jnp.asarray(mask), 5)
+  chex.assert_shape([idx, ok], (7, 5))
+  for a in range(7):
+    want = np.flatnonzero(mask[a])[:5]
+    np.testing.assert_array_equal(ok[a], np.arange(5) < len(want))
+    np.testing.assert_array_equal(np.asarray(idx[a])[:len(want)], want)
+  out = mining_common.scatter_rows(jnp.where(ok, idx + 1, 0), idx, ok, num=11)
+  np.testing.assert_array_equal(out, np.where(mask & (np.cumsum(mask, 1) <= 5),
+                                              np.arange(1, 12), 0))
+
+
+@functools.partial(jax.jit, static_argnames=("sizes",))
+def jit_semihard(s, labels, *, sizes):
+  pos, neg = sim.label_masks(labels)
+  return mining_triplets.semihard_negatives(s, neg, pos, sizes=sizes)
+
+
+# (2, 4): P_max > 4 for most label sets, the sorted fallback; (4, 16) and (8,): compacted.
+@pytest.mark.parametrize("sizes", [(2, 4), (4, 16), (8,), (2, 4, 8, 64)], ids=str)
+def test_compacted_semihard_equals_the_sorted_path_with_ties(sizes):
+  for seed in range(4):
+    s = tie_scores(seed, b=20)
+    labels = np.random.default_rng(seed).permutation(
+        np.repeat(np.arange(7), [7, 5, 3, 2, 1, 1, 1])).astype(np.int32)   # singletons too
+    labels = jnp.asarray(labels)
+    idx, valid = jit_semihard(s, labels, sizes=sizes)
+    pos, _ = sim.label_masks(labels)
+    want_idx, want_valid = jit_general(s, labels, pos, None, negative="semihard")
+    np.testing.assert_array_equal(valid, want_valid)
+    np.testing.assert_array_equal(np.where(valid, idx, -1), np.where(want_valid, want_idx, -1))
+    assert valid.any() and not valid.all()
+    # The numpy oracle (hardest s_an <= s_ap; ties: the last index).
+    s_np, lab = np.asarray(s), np.asarray(labels)
+    for a, p in zip(*np.nonzero(np.asarray(pos))):
+      cand = [n for n in negatives_of(lab, a) if s_np[a, n] <= s_np[a, p]]
+      assert bool(valid[a, p]) == bool(cand)
+      if cand:
+        best = max(s_np[a, n] for n in cand)
+        assert int(idx[a, p]) == max(n for n in cand if s_np[a, n] == best)
+
+
+def test_compacted_semihard_without_negatives_or_positives():
+  s = tie_scores(1, b=6)
+  for labels in (jnp.zeros((6,), jnp.int32), jnp.arange(6, dtype=jnp.int32)):
+    _, valid = jit_semihard(s, labels, sizes=(2, 4))
+    assert not valid.any()
