@@ -3,12 +3,12 @@
 ``nearest_neighbors(query, gallery, k=k)`` returns, for every query row, the ``k`` gallery rows
 of highest similarity ``S_ij`` (a kind of :func:`dml_jax.similarity.pairwise_similarity`),
 sorted by decreasing similarity. ``neighbor_relevance(query, query_labels, gallery,
-gallery_labels, k=k, num_columns=r)`` runs the same search and returns only what the retrieval
-metrics need (the rank of the first neighbour of the query's class and the relevance of the
-first ``r`` neighbours), so that nothing of size ``[Nq, k]`` is copied to the host.
+gallery_labels, k=k, num_columns=r)`` returns only what the retrieval metrics need (the rank
+of the first neighbour of the query's class and the relevance of the first ``r`` neighbours),
+so that nothing of size ``[Nq, k]`` is copied to the host.
 
-Memory. Queries are processed in blocks of ``block_size`` rows; the gallery is scanned in
-blocks of ``gallery_block_size`` rows with a running top-k merge:
+``nearest_neighbors``: queries are processed in blocks of ``block_size`` rows; the gallery is
+scanned in blocks of ``gallery_block_size`` rows with a running top-k merge:
 
   candidates = concat(best k so far, S[q_block, g_block]);  best = top_k(candidates, k)
 
@@ -20,6 +20,26 @@ block function compiles once per block shape, whatever the number of queries. Fo
 ``'cosine'`` the rows are L2-normalised once before the search and the blocks use the dot
 product (the same numbers as normalising inside every block, without re-normalising the gallery
 for every query block).
+
+``neighbor_relevance`` never sorts ``k`` (about 1000) items per query; it needs only
+``m = min(k, max(num_columns, MIN_SELECTED))`` neighbours and one rank:
+
+1. :func:`top_m_neighbors`: the exact ``m`` best neighbours of every query, from tiles
+   ``[row_tile, col_tile]`` of ``S`` (:func:`tile_sizes`). When the query set is its own
+   gallery (the usual protocol) ``S`` is symmetric: only the tiles ``(i, j >= i)`` are
+   computed and ``S_ij`` updates the queries of block ``i`` while ``S_ij^T`` updates those of
+   block ``j``, which halves the matrix products. Each merge reads only the ``m`` chunks of
+   ``CHUNK`` gallery items with the highest maximum (exact, see :func:`_merge_tile`), instead
+   of a ``top_k`` over the whole tile.
+2. A query with an item of its class among its ``m`` best has ``first`` and ``relevant`` from
+   them (``num_columns <= m``). The others (a few percent with a trained model) have
+   ``relevant`` all False, and ``first`` is counted on the whole row ``S_i`` (one matrix
+   product): the items ranked before the best item of the class, capped at ``k``
+   (:func:`_first_relevant_rank`).
+
+Both give exactly the answer of the top-k search (the tests compare them with a brute-force
+oracle, ties included). Memory: the embeddings once on the device, the ``[Nq, m]`` running
+best and a few tiles.
 
 Ties. Items of equal similarity are ranked by lower gallery index. ``jax.lax.top_k``
 documents this ("if two elements are equal, the lower-index element appears first"); the merge
@@ -47,6 +67,9 @@ DEFAULT_MEMORY_BYTES = 1 << 28  # 256 MiB of temporaries per query block.
 BYTES_PER_ENTRY = 16  # similarity + candidate value (float32) + candidate index (int32) + slack.
 MIN_QUERY_BLOCK = 256  # The whole gallery is scanned at once if this many queries fit.
 MAX_LISTED_ROWS = 10  # Rows named in the error for non-finite embeddings.
+MIN_SELECTED = 16  # Neighbours kept per query by neighbor_relevance (at least num_columns).
+TILE = 2048  # Default side of the similarity tiles of top_m_neighbors.
+CHUNK = 8  # Gallery items per chunk of the tile filter (see _merge_tile).
 
 
 def block_sizes(num_query: int, num_gallery: int, k: int, *,
@@ -124,8 +147,8 @@ def nearest_neighbors(query, gallery=None, *, k: int, similarity: str = "cosine"
                gallery_block_size=gallery_block_size, memory_bytes=memory_bytes)
 
   def block_fn(q, start):
-    return _block_top_k(q, start, plan.g_blocks, plan.num_gallery, k=k, kind=plan.kind,
-                        exclude_self=plan.exclude_self)
+    return _block_top_k(q, _self_index(start, q.shape[0], plan.exclude_self), plan.g_blocks,
+                        plan.num_gallery, k=k, kind=plan.kind)
 
   indices, sims = _run_blocks(plan, block_fn, show_progress=show_progress)
   return indices, sims
@@ -146,8 +169,10 @@ def neighbor_relevance(query, query_labels, gallery=None, gallery_labels=None, *
     query's class, or ``k`` when none of the ``k`` neighbours is;
   * ``relevant[i, :] = rel(1..num_columns)``.
 
-  Both are computed on the device block by block; only ``[Nq]`` and ``[Nq, num_columns]``
-  come back to the host.
+  Computed by the tiled top-m search and a rank count (see the module docstring), exactly as
+  from the top-k neighbours; only ``[Nq, m]`` indices (``m`` small) come back to the host.
+  ``block_size`` and ``gallery_block_size`` set the tile ``[block_size, gallery_block_size]``
+  (:func:`tile_sizes`; the symmetric search needs a square tile).
 
   Args:
     query: float ``[Nq, D]``.
@@ -175,30 +200,269 @@ def neighbor_relevance(query, query_labels, gallery=None, gallery_labels=None, *
                      f"{gallery_labels.shape}.")
   # Contiguous int32 codes shared by both sides; padding gets codes that match nothing.
   _, codes = np.unique(np.concatenate([query_labels, gallery_labels]), return_inverse=True)
-  codes = codes.astype(np.int32)
-  q_codes = _pad_values(codes[:plan.num_query], plan.q.shape[0], -1)
-  g_codes = jnp.asarray(_pad_values(codes[plan.num_query:], plan.g_blocks.shape[0] *
-                                    plan.g_blocks.shape[1], -2))
-
-  def block_fn(q, start):
-    return _block_relevance(q, start, q_codes[start:start + q.shape[0]], plan.g_blocks,
-                            g_codes, plan.num_gallery, k=k, num_columns=num_columns,
-                            kind=plan.kind, exclude_self=plan.exclude_self)
-
-  first, relevant = _run_blocks(plan, block_fn, show_progress=show_progress)
+  codes = codes.astype(np.int32).reshape(-1)
+  q_codes, g_codes = codes[:plan.num_query], codes[plan.num_query:]
+  # 1. The m >= num_columns best neighbours of every query (tiled, filtered selection).
+  m = min(k, max(num_columns, MIN_SELECTED))
+  row_tile, col_tile = tile_sizes(plan.num_query, int(plan.num_gallery),
+                                  memory_bytes=memory_bytes, block_size=block_size,
+                                  gallery_block_size=gallery_block_size)
+  index = top_m_neighbors(plan.q[:plan.num_query], None if plan.exclude_self else plan.g,
+                          m=m, kind=plan.kind, row_tile=row_tile, col_tile=col_tile,
+                          show_progress=show_progress)
+  rel = g_codes[index] == q_codes[:, None]
+  hit = rel.any(axis=1)
+  first = np.where(hit, rel.argmax(axis=1), k).astype(np.int32)
+  relevant = rel[:, :num_columns]
+  # 2. Queries without a neighbour of their class among the m (so relevant[i] is all False,
+  # as num_columns <= m): the rank of their first one, from whole similarity rows.
+  if m < k and not hit.all():
+    rows = np.flatnonzero(~hit)
+    first[rows] = _first_relevant_rank(plan, rows, q_codes, g_codes, k=k,
+                                       memory_bytes=memory_bytes, show_progress=show_progress)
   return first, relevant
 
 
-@dataclasses.dataclass(frozen=True)
+def tile_sizes(num_query: int, num_gallery: int, *,
+               memory_bytes: int = DEFAULT_MEMORY_BYTES, block_size: int | None = None,
+               gallery_block_size: int | None = None) -> tuple[int, int]:
+  """Tile ``[row_tile, col_tile]`` of the similarity matrix for :func:`top_m_neighbors`.
+
+  Unless given, each side is ``min(TILE, N rounded up to CHUNK, sqrt(memory_bytes /
+  BYTES_PER_ENTRY))`` rounded down to a multiple of ``CHUNK`` (at least ``CHUNK``), so that a
+  query set searched against itself gets square tiles (the symmetric search).
+
+  Returns:
+    ``(row_tile, col_tile)``.
+  """
+  for name, value in (("num_query", num_query), ("num_gallery", num_gallery),
+                      ("memory_bytes", memory_bytes)):
+    _check_positive_int(name, value)
+  side = min(TILE, int(np.sqrt(max(1, memory_bytes // BYTES_PER_ENTRY))))
+  side = max(CHUNK, side // CHUNK * CHUNK)
+
+  def one(given, n):
+    if given is not None:
+      _check_positive_int("block size", given)
+      return given
+    return min(side, -(-n // CHUNK) * CHUNK)
+
+  return one(block_size, num_query), one(gallery_block_size, num_gallery)
+
+
+def top_m_neighbors(query, gallery=None, *, m: int, kind: str = "dot", row_tile: int = TILE,
+                    col_tile: int = TILE, chunk: int = CHUNK,
+                    show_progress: bool = False) -> np.ndarray:
+  """Indices of the ``m`` most similar gallery items of every query (``m`` small), exact.
+
+  ``idx[i] = argsort_j(-S_ij)[:m]`` with ``S = pairwise_similarity(query, gallery, kind)``,
+  ties by lower gallery index, self excluded when ``gallery`` is ``None``. No normalisation
+  is done here (pass normalised rows and ``'dot'`` for cosine).
+
+  The similarity matrix is computed in tiles ``[row_tile, col_tile]``; each query keeps its
+  best ``m`` so far, merged with each tile by :func:`_merge_tile`. When the gallery is the
+  query set and the tiles are square, ``S`` is symmetric and only the tiles ``(i, j)`` with
+  ``j >= i`` are computed: tile ``S_ij`` updates the queries of block ``i`` and its transpose
+  those of block ``j`` (half the matrix products). Every query sees its gallery blocks in
+  increasing order, so the running best always holds lower gallery indices than the tile
+  (the tie order). Rows and columns are padded to whole tiles (masked with ``-inf``).
+
+  Args:
+    query: float32 ``[Nq, D]`` (numpy).
+    gallery: float32 ``[Ng, D]``; ``None`` means ``query`` with self excluded.
+    m: neighbours kept, ``1 <= m <= Ng`` (``Ng - 1`` when self is excluded).
+    kind: a kind of :func:`dml_jax.similarity.pairwise_similarity`.
+    row_tile, col_tile: the tile shape; the filter of :func:`_merge_tile` needs ``chunk``
+      to divide ``col_tile`` (and ``row_tile`` when symmetric), else it is off (chunk 1).
+    chunk: gallery items per chunk of the filter.
+    show_progress: a progress bar over the query blocks.
+
+  Returns:
+    int32 ``[Nq, m]``, each row by decreasing similarity.
+  """
+  exclude_self = gallery is None
+  q = np.asarray(query, np.float32)
+  g = q if exclude_self else np.asarray(gallery, np.float32)
+  num_query, num_gallery = q.shape[0], g.shape[0]
+  _check_positive_int("m", m)
+  if m > num_gallery - int(exclude_self):
+    raise ValueError(f"m={m} is larger than the {num_gallery - int(exclude_self)} gallery "
+                     "items available.")
+  symmetric = exclude_self and row_tile == col_tile
+  if col_tile % chunk or (symmetric and row_tile % chunk):
+    chunk = 1
+  q_blocks = _device_blocks(q, row_tile)
+  g_blocks = q_blocks if symmetric else _device_blocks(g, col_tile)
+  init = (jnp.full((row_tile, m), -jnp.inf, jnp.float32), jnp.full((row_tile, m), -1, jnp.int32))
+  best = [init] * len(q_blocks)
+  n = np.int32(num_gallery)
+  static = dict(m=m, chunk=chunk, kind=kind)
+  padded = len(g_blocks) * col_tile > num_gallery
+  for i in tqdm.tqdm(range(len(q_blocks)), disable=not show_progress, desc="kNN",
+                     unit="block", dynamic_ncols=True, mininterval=1.0):
+    row_start = np.int32(i * row_tile)
+    for j in range(i if symmetric else 0, len(g_blocks)):
+      col_start = np.int32(j * col_tile)
+      if symmetric and j > i:
+        best[i], best[j] = _tile_update_both(
+            q_blocks[i], g_blocks[j], row_start, col_start, n, best[i], best[j],
+            mask_padding=padded and j == len(g_blocks) - 1, **static)
+      else:
+        best[i] = _tile_update(q_blocks[i], g_blocks[j], row_start, col_start, n, best[i],
+                               exclude_self=exclude_self, **static)
+  return np.concatenate([np.asarray(b[1]) for b in best])[:num_query]
+
+
+def _device_blocks(x: np.ndarray, rows: int) -> list[jax.Array]:
+  """``x [N, D]`` zero-padded to whole blocks and split into device arrays ``[rows, D]``."""
+  x = _pad_rows(x, -(-x.shape[0] // rows) * rows)
+  return [jnp.asarray(x[start:start + rows]) for start in range(0, x.shape[0], rows)]
+
+
+def _tile_similarity(a, b, a_start, b_start, *, kind: str, exclude_self: bool):
+  """``S [ra, rb]`` of rows ``a [ra, D]`` (indices ``a_start + r``) and ``b [rb, D]``, and the
+  masks of padding / self: ``(s, a_index [ra], b_index [rb], self_pair [ra, rb] or None)``."""
+  s = _sanitize(pairwise_similarity(a, b, kind=kind))
+  a_index = a_start + jnp.arange(a.shape[0], dtype=jnp.int32)
+  b_index = b_start + jnp.arange(b.shape[0], dtype=jnp.int32)
+  self_pair = (a_index[:, None] == b_index[None, :]) if exclude_self else None
+  return s, a_index, b_index, self_pair
+
+
+@functools.partial(jax.jit, static_argnames=("m", "chunk", "kind", "exclude_self"))
+def _tile_update(a, b, a_start, b_start, num_items, best, *, m: int, chunk: int, kind: str,
+                 exclude_self: bool):
+  """The best ``(values [ra, m], indices [ra, m])`` of queries ``a [ra, D]`` merged with gallery
+  block ``b [rb, D]`` (gallery indices ``b_start + c``; those ``>= num_items`` are padding)."""
+  s, _, b_index, self_pair = _tile_similarity(a, b, a_start, b_start, kind=kind,
+                                              exclude_self=exclude_self)
+  invalid = b_index[None, :] >= num_items
+  if self_pair is not None:
+    invalid = invalid | self_pair
+  return _merge_tile(*best, jnp.where(invalid, -jnp.inf, s), b_index, m=m, chunk=chunk)
+
+
+@functools.partial(jax.jit, static_argnames=("m", "chunk", "kind", "mask_padding"))
+def _tile_update_both(a, b, a_start, b_start, num_items, best_a, best_b, *, m: int, chunk: int,
+                      kind: str, mask_padding: bool):
+  """An off-diagonal tile of the symmetric search: ``S [ra, rb]`` of two different blocks of
+  the query set updates the queries ``a`` (gallery ``b``) and ``S^T`` the queries ``b``
+  (gallery ``a``). No pair is a self pair and ``a`` (an earlier block) is never padding;
+  ``b``'s rows with index ``b_start + c >= num_items`` are, when ``mask_padding``.
+
+  Returns:
+    ``(best_a, best_b)``, each ``(values [r, m], indices [r, m])``.
+  """
+  # The barriers keep the product a plain matrix multiplication (not fused with the rest).
+  s = jax.lax.optimization_barrier(pairwise_similarity(a, b, kind=kind))
+  s = jax.lax.optimization_barrier(_sanitize(s))
+  a_index = a_start + jnp.arange(a.shape[0], dtype=jnp.int32)
+  b_index = b_start + jnp.arange(b.shape[0], dtype=jnp.int32)
+  s_a = jnp.where(b_index[None, :] >= num_items, -jnp.inf, s) if mask_padding else s
+  return (_merge_tile(*best_a, s_a, b_index, m=m, chunk=chunk),
+          _merge_tile(*best_b, s, a_index, m=m, chunk=chunk, transposed=True))
+
+
+def _merge_tile(best_values, best_index, s, g_index, *, m: int, chunk: int,
+                transposed: bool = False):
+  """Top-m of ``concat(best, tile)`` by (similarity, lower gallery index), exactly.
+
+  The tile is ``s [R, G]`` (query ``r``, gallery column ``c``), or ``s [G, R]`` read as its
+  transpose when ``transposed`` (the symmetric search; the transpose is never formed).
+  ``best_values, best_index [R, m]`` hold gallery indices below every ``g_index [G]`` (the
+  increasing gallery indices of the tile). Filter: with ``G / chunk`` chunks of ``chunk``
+  consecutive gallery items, only the ``m`` chunks of highest maximum (``lax.top_k``, ties by
+  lower chunk) are read. Exact: an item in another chunk has ``m`` chunks ranked above its
+  own, each holding an item ranked above it (a higher value, or an equal one at a lower
+  index), so it is not among the best ``m``. The chunks are re-sorted by index, so that the
+  candidates, like the tile, are in gallery-index order and ``top_k``'s lower-position tie
+  rule is the lower-index rule.
+
+  Returns:
+    ``(values float32 [R, m], indices int32 [R, m])``.
+  """
+  width, rows = s.shape if transposed else s.shape[::-1]
+  if m * chunk < width:
+    if transposed:
+      chunk_max = s.reshape(width // chunk, chunk, rows).max(axis=1).T
+    else:
+      chunk_max = s.reshape(rows, width // chunk, chunk).max(axis=2)
+    _, top_chunks = jax.lax.top_k(chunk_max, m)
+    cols = (jnp.sort(top_chunks, axis=1)[:, :, None] * chunk
+            + jnp.arange(chunk, dtype=top_chunks.dtype)).reshape(rows, m * chunk)
+    if transposed:
+      candidates = s[cols, jnp.arange(rows, dtype=cols.dtype)[:, None]]
+    else:
+      candidates = jnp.take_along_axis(s, cols, axis=1)
+    cand_index = g_index[cols]
+  else:
+    candidates = s.T if transposed else s
+    cand_index = jnp.broadcast_to(g_index, candidates.shape)
+  values, pos = jax.lax.top_k(jnp.concatenate([best_values, candidates], axis=1), m)
+  index = jnp.take_along_axis(jnp.concatenate([best_index, cand_index], axis=1), pos, axis=1)
+  return values, index
+
+
+def _first_relevant_rank(plan, rows: np.ndarray, q_codes: np.ndarray, g_codes: np.ndarray, *,
+                         k: int, memory_bytes: int, show_progress: bool) -> np.ndarray:
+  """``first`` (int32 ``[n]``) of the queries ``rows [n]``, from whole similarity rows.
+
+  With ``(s*, j*)`` the best item of the query's class (highest similarity, then lowest
+  index), ``first = min(#{j : S_ij > s* or (S_ij = s* and j < j*)}, k)``: the items ranked
+  before it; ``k`` when the class has no gallery item. Each block of queries gets its whole
+  row ``S [rb, Ng]`` at once (``rb`` from ``memory_bytes``), so ``s*`` and the count come from
+  the same numbers.
+  """
+  num_gallery = int(plan.num_gallery)
+  rb = int(min(max(1, memory_bytes // (BYTES_PER_ENTRY * num_gallery)), MIN_QUERY_BLOCK))
+  size = -(-rows.shape[0] // rb) * rb
+  q = _pad_rows(plan.q[rows], size)
+  q_index = _pad_values(rows.astype(np.int32) if plan.exclude_self
+                        else np.full(rows.shape, -1, np.int32), size, -1)
+  codes = _pad_values(q_codes[rows], size, -1)
+  g, g_codes = jnp.asarray(plan.g), jnp.asarray(g_codes)
+  outputs = []
+  for start in tqdm.tqdm(range(0, size, rb), disable=not show_progress, desc="kNN (rank)",
+                         unit="block", dynamic_ncols=True, mininterval=1.0):
+    stop = start + rb
+    outputs.append(_block_first_rank(q[start:stop], q_index[start:stop], codes[start:stop], g,
+                                     g_codes, k=k, kind=plan.kind))
+  return np.concatenate([np.asarray(o) for o in outputs])[:rows.shape[0]]
+
+
+@functools.partial(jax.jit, static_argnames=("k", "kind"))
+def _block_first_rank(q, q_index, q_codes, g, g_codes, *, k: int, kind: str) -> jax.Array:
+  """``first`` int32 ``[rb]`` of queries ``q [rb, D]`` (self index ``q_index [rb]`` or -1,
+  label codes ``q_codes [rb]``) against the whole gallery ``g [Ng, D]`` (codes ``g_codes``);
+  see :func:`_first_relevant_rank`."""
+  g_index = jnp.arange(g.shape[0], dtype=jnp.int32)
+  s = _sanitize(pairwise_similarity(q, g, kind=kind))
+  s = jnp.where(q_index[:, None] == g_index[None, :], -jnp.inf, s)
+  relevant = (g_codes[None, :] == q_codes[:, None]) & (q_index[:, None] != g_index[None, :])
+  best = jnp.max(jnp.where(relevant, s, -jnp.inf), axis=1, keepdims=True)
+  best_index = jnp.argmax(relevant & (s == best), axis=1)[:, None]
+  before = (s > best) | ((s == best) & (g_index[None, :] < best_index))
+  count = jnp.sum(before, axis=1, dtype=jnp.int32)
+  return jnp.where(relevant.any(axis=1), jnp.minimum(count, k), k).astype(jnp.int32)
+
+
+@dataclasses.dataclass
 class _Plan:
-  """A validated search: padded queries, gallery blocks, sizes and the block similarity."""
-  q: np.ndarray            # float32 [num_query_blocks * qb, D]
-  g_blocks: jax.Array      # float32 [nb, gb, D]
+  """A validated search: padded queries, the gallery, sizes and the block similarity."""
+  q: np.ndarray            # float32 [num_query_blocks * qb, D] (normalised for cosine)
+  g: np.ndarray            # float32 [Ng, D] (normalised for cosine)
   num_query: int
   num_gallery: np.int32
   qb: int
+  gb: int
   kind: str
   exclude_self: bool
+
+  @functools.cached_property
+  def g_blocks(self) -> jax.Array:
+    """The gallery padded to whole blocks on the device, float32 ``[nb, gb, D]``."""
+    num_blocks = -(-self.g.shape[0] // self.gb)
+    return jnp.asarray(_pad_rows(self.g, num_blocks * self.gb).reshape(num_blocks, self.gb, -1))
 
 
 def _plan(query, gallery, *, k: int, similarity: str, block_size: int | None,
@@ -224,10 +488,8 @@ def _plan(query, gallery, *, k: int, similarity: str, block_size: int | None,
     q = np.asarray(_normalize(q))
     g = q if exclude_self else np.asarray(_normalize(g))
     kind = "dot"
-  num_gallery_blocks = -(-num_gallery // gb)
-  g_blocks = _pad_rows(g, num_gallery_blocks * gb).reshape(num_gallery_blocks, gb, -1)
-  return _Plan(q=_pad_rows(q, -(-num_query // qb) * qb), g_blocks=jnp.asarray(g_blocks),
-               num_query=num_query, num_gallery=np.int32(num_gallery), qb=qb, kind=kind,
+  return _Plan(q=_pad_rows(q, -(-num_query // qb) * qb), g=g, num_query=num_query,
+               num_gallery=np.int32(num_gallery), qb=qb, gb=gb, kind=kind,
                exclude_self=exclude_self)
 
 
@@ -249,28 +511,33 @@ def _run_blocks(plan: _Plan, block_fn, *, show_progress: bool):
 _normalize = jax.jit(l2_normalize)
 
 
-@functools.partial(jax.jit, static_argnames=("k", "kind", "exclude_self"))
-def _block_top_k(q: jax.Array, q_start: jax.Array, g_blocks: jax.Array,
-                 num_gallery: jax.Array, *, k: int, kind: str,
-                 exclude_self: bool) -> tuple[jax.Array, jax.Array]:
+def _self_index(start, rows: int, exclude_self: bool) -> np.ndarray:
+  """int32 ``[rows]``: the gallery index of each query of the block starting at ``start`` when
+  the query set is the gallery, else ``-1`` (no gallery item is the query itself)."""
+  if not exclude_self:
+    return np.full(rows, -1, np.int32)
+  return np.arange(start, start + rows, dtype=np.int32)
+
+
+@functools.partial(jax.jit, static_argnames=("k", "kind"))
+def _block_top_k(q: jax.Array, q_index: jax.Array, g_blocks: jax.Array,
+                 num_gallery: jax.Array, *, k: int, kind: str) -> tuple[jax.Array, jax.Array]:
   """Top-k of one query block ``q [qb, D]`` over ``g_blocks [nb, gb, D]``.
 
-  Gallery rows with index ``>= num_gallery`` (padding) and, with ``exclude_self``, the row of
-  index ``q_start + i`` for query ``i`` get similarity ``-inf``.
+  Gallery rows with index ``>= num_gallery`` (padding) and, for query ``i``, the gallery row
+  ``q_index[i]`` (int32 ``[qb]``: the query itself, or ``-1`` for none) get similarity
+  ``-inf``.
 
   Returns:
     ``(indices int32 [qb, k], similarities float32 [qb, k])``.
   """
   qb = q.shape[0]
   num_blocks, gb, _ = g_blocks.shape
-  q_index = q_start + jnp.arange(qb, dtype=jnp.int32)
 
   def block_similarity(g, g_start):
     g_index = g_start + jnp.arange(gb, dtype=jnp.int32)
     s = _sanitize(pairwise_similarity(q, g, kind=kind))
-    invalid = jnp.broadcast_to(g_index[None, :] >= num_gallery, s.shape)
-    if exclude_self:
-      invalid = invalid | (q_index[:, None] == g_index[None, :])
+    invalid = (g_index[None, :] >= num_gallery) | (q_index[:, None] == g_index[None, :])
     return jnp.where(invalid, -jnp.inf, s), g_index
 
   if num_blocks == 1:
@@ -290,22 +557,6 @@ def _block_top_k(q: jax.Array, q_start: jax.Array, g_blocks: jax.Array,
   starts = jnp.arange(num_blocks, dtype=jnp.int32) * gb
   (values, index), _ = jax.lax.scan(step, init, (g_blocks, starts))
   return index, values
-
-
-@functools.partial(jax.jit, static_argnames=("k", "num_columns", "kind", "exclude_self"))
-def _block_relevance(q: jax.Array, q_start: jax.Array, q_codes: jax.Array,
-                     g_blocks: jax.Array, g_codes: jax.Array, num_gallery: jax.Array, *,
-                     k: int, num_columns: int, kind: str,
-                     exclude_self: bool) -> tuple[jax.Array, jax.Array]:
-  """``(first int32 [qb], relevant bool [qb, num_columns])`` of one query block.
-
-  ``q_codes [qb]`` and ``g_codes [nb * gb]`` are the label codes (padding never matches).
-  """
-  index, _ = _block_top_k(q, q_start, g_blocks, num_gallery, k=k, kind=kind,
-                          exclude_self=exclude_self)
-  relevant = g_codes[index] == q_codes[:, None]
-  first = jnp.where(relevant.any(axis=1), jnp.argmax(relevant, axis=1), k)
-  return first.astype(jnp.int32), relevant[:, :num_columns]
 
 
 def _sanitize(s: jax.Array) -> jax.Array:
