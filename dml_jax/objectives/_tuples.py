@@ -20,9 +20,11 @@ import jax.numpy as jnp
 from dml_jax import hparams
 from dml_jax import losses
 from dml_jax import similarity as sim
+from dml_jax.mining import _common as mining_common
 from dml_jax.objectives import _common
 
 TUPLET_MAX_COS = 1.0 - 1e-7   # arccos' gradient is infinite at 1: S_ap is clipped below it
+COMPACT_SIZES = mining_common.COMPACT_SIZES   # angular: positives per anchor of the O(B P N) path
 
 
 def _per_positive_pair(f_ap, g_an, pos, neg):
@@ -30,6 +32,89 @@ def _per_positive_pair(f_ap, g_an, pos, neg):
   elsewhere, for a term separable in ``p`` and ``n`` (``f_ap``, ``g_an``: float ``[B, N]``)."""
   lse_n, _ = losses.masked_logsumexp(g_an, neg, axis=1)                   # [B]
   return jnp.where(pos, jax.nn.softplus(f_ap + lse_n[:, None]), 0.0)
+
+
+# --- angular on compacted positive pairs (no reference set) ------------------------------
+#
+# Its per-pair sum ``sum_n w_an v_pn`` is a [B, N] x [N, N] matmul (O(B N^2)) when taken for
+# every (a, p); only the positive pairs need it, and an n-per-class batch has few per anchor.
+# On the positives compacted to [B, P] (``mining._common.compact_rows``) it is O(B P N): P row
+# gathers. Without a reference set the positive relation is symmetric, so the anchors whose
+# list holds p are p's own positives, which gives the gradient w.r.t. v the same form.
+
+
+GATHER_BLOCK_BYTES = 1 << 24   # the [rows, P, N] row gathers are made this many bytes at a time
+
+
+def _by_row_blocks(fn, num_rows: int, row_bytes: int, *args):
+  """``fn(*args)`` on blocks of the leading (row) axis of every ``args`` (``lax.map``), each
+  block's temporaries at most about ``GATHER_BLOCK_BYTES`` (``row_bytes`` per row): O(B N)
+  memory for an O(B P N) computation. Rows are padded to whole blocks (and cut off after)."""
+  rows = max(1, min(num_rows, GATHER_BLOCK_BYTES // max(row_bytes, 1)))
+  if rows == num_rows:
+    return fn(*args)
+  blocks = -(-num_rows // rows)
+  pad = blocks * rows - num_rows
+  padded = [jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1)) for a in args]
+  out = jax.lax.map(lambda xs: fn(*xs), [a.reshape(blocks, rows, *a.shape[1:])
+                                         for a in padded])
+  return out.reshape(blocks * rows, *out.shape[2:])[:num_rows]
+
+
+def _gathered_row_sums(m: jax.Array, idx: jax.Array, coef: jax.Array) -> jax.Array:
+  """``out[a, n] = sum_k coef[a, k] m[idx[a, k], n]``: ``m [N, N]``, ``idx``/``coef [B, P]``
+  -> float32 ``[B, N]`` (row gathers, by row blocks)."""
+  return _by_row_blocks(lambda i, c: jnp.einsum("bk,bkn->bn", c, m[i]), idx.shape[0],
+                        4 * idx.shape[1] * m.shape[1], idx, coef)
+
+
+@jax.custom_vjp
+def _pair_row_dots(w, v, pidx, ok, tidx):
+  """``t[a, k] = sum_n w[a, n] v[pidx[a, k], n]`` -> float32 ``[B, P]`` (``w``, ``v``
+  ``[B, B]``; ``pidx``, ``ok`` from ``compact_rows`` of a symmetric mask; ``tidx[p, q]`` the
+  slot of ``p`` in the list of anchor ``pidx[p, q]``), 0 where not ``ok``."""
+  total = _by_row_blocks(lambda w_, i: jnp.einsum("bn,bkn->bk", w_, v[i]), pidx.shape[0],
+                         4 * pidx.shape[1] * v.shape[1], w, pidx)
+  return jnp.where(ok, total, 0.0)
+
+
+def _pair_row_dots_fwd(w, v, pidx, ok, tidx):
+  return _pair_row_dots(w, v, pidx, ok, tidx), (w, v, pidx, ok, tidx)
+
+
+def _pair_row_dots_bwd(res, g):
+  w, v, pidx, ok, tidx = res
+  g = jnp.where(ok, g, 0.0)
+  dw = _gathered_row_sums(v, pidx, g)                       # sum_k g[a, k] v[p_ak, n]
+  # dv[p, n] = sum over the anchors a holding p (p's positives, slot tidx) of g[a, slot] w[a, n]
+  g_t = jnp.take_along_axis(g[pidx], tidx[..., None], axis=2)[..., 0]     # g[p_pq, tidx[p, q]]
+  dv = _gathered_row_sums(w, pidx, jnp.where(ok, g_t, 0.0))
+  return dw.astype(w.dtype), dv.astype(v.dtype), None, None, None
+
+
+_pair_row_dots.defvjp(_pair_row_dots_fwd, _pair_row_dots_bwd)
+
+
+def _angular_compacted(s, pos, neg, *, tan2: float, size: int):
+  """``angular``'s per-pair terms ``[B, B]`` (no reference set) on the positives compacted to
+  ``[B, size]`` (``size >=`` every anchor's positive count)."""
+  pidx, ok = mining_common.compact_rows(pos, size)                            # [B, P]
+  # The slot of p in the list of a = pidx[p, q] (both lists: their class's members in index
+  # order, without the list's owner): with r_p = #(p's positives below p), a's rank in the
+  # class is q (q < r_p: below p, so p's slot is r_p - 1) or q + 1 (above p: slot r_p).
+  # O(B P), no cumsum over [B, N] (which XLA:CPU runs as a quadratic reduce-window).
+  below = jnp.sum(ok & (pidx < jnp.arange(pidx.shape[0])[:, None]), axis=1, dtype=jnp.int32)
+  q = jnp.arange(size, dtype=jnp.int32)[None, :]
+  tidx = jnp.clip(jnp.where(q < below[:, None], below[:, None] - 1, below[:, None]), 0,
+                  size - 1)
+  v = jnp.exp(4.0 * tan2 * (s - 1.0))
+  w = jnp.where(neg, v, 0.0)
+  total = _pair_row_dots(w, v, pidx, ok, tidx)                                # [B, P]
+  s_ap = jnp.take_along_axis(s, pidx, axis=1)
+  good = ok & (total > 0)
+  lse = jnp.log(jnp.where(good, total, 1.0)) + 8.0 * tan2
+  t = jnp.where(good, jax.nn.softplus(lse - 2.0 * (1.0 + tan2) * s_ap), 0.0)
+  return mining_common.scatter_rows(t, pidx, ok, num=s.shape[1])
 
 
 def tuplet_margin(*, margin: float = 0.1, scale: float = 64.0):
@@ -97,12 +182,28 @@ def angular(*, alpha: float = 40.0):
     lse = jnp.log(jnp.where(ok, total, 1.0)) + 8.0 * tan2
     return jnp.where(ok, jax.nn.softplus(lse - 2.0 * (1.0 + tan2) * s), 0.0)
 
+  def batch_terms(s, pos, neg, sizes=COMPACT_SIZES):
+    # No reference set: the smallest static P that holds every anchor's positives (run-time
+    # switch, one trace), the dense form when none does.
+    sizes = mining_common.compact_sizes(s.shape[1], sizes)
+    branches = [lambda s, p=p: _angular_compacted(s, pos, neg, tan2=tan2, size=p)
+                for p in sizes]
+    if sizes[-1] < s.shape[1]:
+      branches.append(lambda s: terms(s, s, pos, neg))
+    if len(branches) == 1:
+      return branches[0](s)
+    count = jnp.max(jnp.sum(pos, axis=1, dtype=jnp.int32))
+    return jax.lax.switch(mining_common.size_index(count, sizes), branches, s)
+
   def apply(params, embeddings, labels, *, rng=None, references=None):
     del params, rng
     s, sg, pos, neg = _common.pair_batch(embeddings, labels, "cosine", references)
     r = s if references is None else sim.pairwise_similarity(jnp.asarray(references[0]),
                                                               kind="cosine")
-    term_fn = lambda x: terms(x, r if references is not None else x, pos, neg)
+    if references is None:
+      term_fn = lambda x: batch_terms(x, pos, neg)
+    else:
+      term_fn = lambda x: terms(x, r, pos, neg)
     loss = losses.reduce(term_fn(s), pos, "mean")
     return loss, _common.pair_aux(pos & jnp.any(neg, axis=1, keepdims=True), term_fn, sg,
                                   pos, neg)

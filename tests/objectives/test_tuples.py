@@ -87,3 +87,28 @@ def test_bf16_one_trace_and_no_nan_without_pairs(name):
   support.check_pair_bf16(name, rng=None)
   support.check_apply_traces_once_per_shape(name)
   support.check_pair_zero_loss_without_valid_anchor(name, rng=None)
+
+
+@pytest.mark.parametrize("class_sizes", [[8, 8, 8, 8, 8], [21, 5, 1, 9, 4]],
+                         ids=["bucket8", "bucket32-singleton"])
+def test_angular_compacted_positives_equal_the_dense_form(monkeypatch, class_sizes):
+  """The O(B P N) path on the positives compacted to [B, P] gives the dense [B, N] x [N, N]
+  form's loss and gradient (the dense form forced by offering only P = 1)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from dml_jax import objectives  # pylint: disable=import-outside-toplevel
+  from dml_jax.objectives import _tuples  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(3)
+  labels = rng.permutation(np.repeat(np.arange(len(class_sizes)), class_sizes)).astype(np.int32)
+  e = batch(5, b=len(labels), d=6, normalize=False)
+
+  def loss_and_grad():
+    f = jax.value_and_grad(lambda x: objectives.make("angular", alpha=45.0).apply(
+        {}, x, labels)[0])
+    return jax.jit(f)(e)
+
+  loss, grad = loss_and_grad()
+  monkeypatch.setattr(_tuples, "COMPACT_SIZES", (1,))
+  dense_loss, dense_grad = loss_and_grad()
+  np.testing.assert_allclose(float(loss), float(dense_loss), rtol=2e-6)
+  np.testing.assert_allclose(np.asarray(grad), np.asarray(dense_grad), rtol=1e-4,
+                             atol=1e-6 * float(np.max(np.abs(dense_grad))))
