@@ -207,7 +207,7 @@ def neighbor_relevance(query, query_labels, gallery=None, gallery_labels=None, *
   row_tile, col_tile = tile_sizes(plan.num_query, int(plan.num_gallery),
                                   memory_bytes=memory_bytes, block_size=block_size,
                                   gallery_block_size=gallery_block_size)
-  index = top_m_neighbors(plan.q[:plan.num_query], None if plan.exclude_self else plan.g,
+  index = top_m_neighbors(plan.q, None if plan.exclude_self else plan.g,
                           m=m, kind=plan.kind, row_tile=row_tile, col_tile=col_tile,
                           show_progress=show_progress)
   rel = g_codes[index] == q_codes[:, None]
@@ -314,9 +314,10 @@ def top_m_neighbors(query, gallery=None, *, m: int, kind: str = "dot", row_tile:
 
 
 def _device_blocks(x: np.ndarray, rows: int) -> list[jax.Array]:
-  """``x [N, D]`` zero-padded to whole blocks and split into device arrays ``[rows, D]``."""
-  x = _pad_rows(x, -(-x.shape[0] // rows) * rows)
-  return [jnp.asarray(x[start:start + rows]) for start in range(0, x.shape[0], rows)]
+  """``x [N, D]`` split into device arrays ``[rows, D]``, the last one zero-padded (no padded
+  copy of the whole of ``x``)."""
+  return [jnp.asarray(_pad_rows(x[start:start + rows], rows))
+          for start in range(0, x.shape[0], rows)]
 
 
 def _tile_similarity(a, b, a_start, b_start, *, kind: str, exclude_self: bool):
@@ -448,8 +449,8 @@ def _block_first_rank(q, q_index, q_codes, g, g_codes, *, k: int, kind: str) -> 
 
 @dataclasses.dataclass
 class _Plan:
-  """A validated search: padded queries, the gallery, sizes and the block similarity."""
-  q: np.ndarray            # float32 [num_query_blocks * qb, D] (normalised for cosine)
+  """A validated search: the queries, the gallery, sizes and the block similarity."""
+  q: np.ndarray            # float32 [Nq, D] (normalised for cosine; g itself when exclude_self)
   g: np.ndarray            # float32 [Ng, D] (normalised for cosine)
   num_query: int
   num_gallery: np.int32
@@ -488,19 +489,19 @@ def _plan(query, gallery, *, k: int, similarity: str, block_size: int | None,
     q = np.asarray(_normalize(q))
     g = q if exclude_self else np.asarray(_normalize(g))
     kind = "dot"
-  return _Plan(q=_pad_rows(q, -(-num_query // qb) * qb), g=g, num_query=num_query,
+  return _Plan(q=q, g=g, num_query=num_query,
                num_gallery=np.int32(num_gallery), qb=qb, gb=gb, kind=kind,
                exclude_self=exclude_self)
 
 
 def _run_blocks(plan: _Plan, block_fn, *, show_progress: bool):
-  """``block_fn(q_block [qb, D], start)`` over the query blocks; outputs concatenated along
-  the first axis and cut to ``Nq`` rows (numpy)."""
+  """``block_fn(q_block [qb, D], start)`` over the query blocks (the last one zero-padded);
+  outputs concatenated along the first axis and cut to ``Nq`` rows (numpy)."""
   starts = range(0, plan.num_query, plan.qb)
   outputs = []
   for start in tqdm.tqdm(starts, disable=not show_progress, desc="kNN", unit="block",
                          dynamic_ncols=True, mininterval=1.0):
-    out = block_fn(plan.q[start:start + plan.qb], np.int32(start))
+    out = block_fn(_pad_rows(plan.q[start:start + plan.qb], plan.qb), np.int32(start))
     if show_progress:
       jax.block_until_ready(out)
     outputs.append(out)
