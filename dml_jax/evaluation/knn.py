@@ -51,8 +51,10 @@ that masked items (self, padding; ``-inf``) are never returned.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import functools
+import os
 
 import jax
 import jax.numpy as jnp
@@ -70,6 +72,7 @@ MAX_LISTED_ROWS = 10  # Rows named in the error for non-finite embeddings.
 MIN_SELECTED = 16  # Neighbours kept per query by neighbor_relevance (at least num_columns).
 TILE = 2048  # Default side of the similarity tiles of top_m_neighbors.
 CHUNK = 8  # Gallery items per chunk of the tile filter (see _merge_tile).
+FEW_CHUNKS = 8  # Chunks read per query when no query of the tile has more entering ones.
 
 
 def block_sizes(num_query: int, num_gallery: int, k: int, *,
@@ -298,19 +301,66 @@ def top_m_neighbors(query, gallery=None, *, m: int, kind: str = "dot", row_tile:
   n = np.int32(num_gallery)
   static = dict(m=m, chunk=chunk, kind=kind)
   padded = len(g_blocks) * col_tile > num_gallery
-  for i in tqdm.tqdm(range(len(q_blocks)), disable=not show_progress, desc="kNN",
-                     unit="block", dynamic_ncols=True, mininterval=1.0):
-    row_start = np.int32(i * row_tile)
-    for j in range(i if symmetric else 0, len(g_blocks)):
-      col_start = np.int32(j * col_tile)
-      if symmetric and j > i:
-        best[i], best[j] = _tile_update_both(
-            q_blocks[i], g_blocks[j], row_start, col_start, n, best[i], best[j],
-            mask_padding=padded and j == len(g_blocks) - 1, **static)
-      else:
-        best[i] = _tile_update(q_blocks[i], g_blocks[j], row_start, col_start, n, best[i],
-                               exclude_self=exclude_self, **static)
+
+  def tile(i: int, j: int) -> None:
+    row_start, col_start = np.int32(i * row_tile), np.int32(j * col_tile)
+    if symmetric and j > i:
+      best[i], best[j] = jax.block_until_ready(_tile_update_both(
+          q_blocks[i], g_blocks[j], row_start, col_start, n, best[i], best[j],
+          mask_padding=padded and j == len(g_blocks) - 1, **static))
+    else:
+      best[i] = jax.block_until_ready(_tile_update(
+          q_blocks[i], g_blocks[j], row_start, col_start, n, best[i],
+          exclude_self=exclude_self, **static))
+
+  waves = tile_waves(len(q_blocks), len(g_blocks), symmetric=symmetric)
+  futures = {}
+
+  def after(i: int, j: int) -> None:
+    # A tile waits for its predecessors (tile_waves); they were submitted before it, and the
+    # pool starts tasks in submission order, so they are done or running: no deadlock.
+    for dep in ((i, j - 1), (i - 1, j)) if symmetric else ((i, j - 1),):
+      if dep in futures:
+        futures[dep].result()
+    tile(i, j)
+
+  with concurrent.futures.ThreadPoolExecutor(max_workers=_num_threads()) as pool, tqdm.tqdm(
+      total=sum(len(w) for w in waves), disable=not show_progress, desc="kNN", unit="tile",
+      dynamic_ncols=True, mininterval=1.0) as bar:
+    for wave in waves:
+      for i, j in wave:
+        futures[i, j] = pool.submit(after, i, j)
+    for done in futures.values():
+      done.result()
+      bar.update(1)
   return np.concatenate([np.asarray(b[1]) for b in best])[:num_query]
+
+
+def tile_waves(num_row_blocks: int, num_col_blocks: int, *,
+               symmetric: bool) -> list[list[tuple[int, int]]]:
+  """The tiles ``(i, j)`` of :func:`top_m_neighbors` in waves of independent tiles, in the
+  order they are started; a tile starts when its predecessors are done (the tiles of a wave
+  can run at once).
+
+  Every query block must merge its gallery blocks in increasing order (the tie rule), so
+  tile ``(i, j)`` comes after ``(i, j - 1)``, and in the symmetric search (tiles ``j >= i``;
+  ``(i, j)`` also updates block ``j`` with gallery block ``i``) after ``(i - 1, j)`` too. The
+  anti-diagonals ``i + j = d`` satisfy both, and two tiles of one anti-diagonal never update
+  the same block. Without symmetry the waves are the columns ``j``.
+  """
+  if symmetric:
+    return [[(i, d - i) for i in range(0, d // 2 + 1) if d - i < num_col_blocks]
+            for d in range(2 * num_col_blocks - 1)]
+  return [[(i, j) for i in range(num_row_blocks)] for j in range(num_col_blocks)]
+
+
+def _num_threads() -> int:
+  """Tiles run at once: the CPUs this process may use (XLA:CPU runs a tile's selection on one
+  thread, so two tiles keep two cores busy), at least 1."""
+  try:
+    return max(1, len(os.sched_getaffinity(0)))
+  except AttributeError:   # not Linux
+    return max(1, os.cpu_count() or 1)
 
 
 def _device_blocks(x: np.ndarray, rows: int) -> list[jax.Array]:
@@ -383,22 +433,37 @@ def _merge_tile(best_values, best_index, s, g_index, *, m: int, chunk: int,
     ``(values float32 [R, m], indices int32 [R, m])``.
   """
   width, rows = s.shape if transposed else s.shape[::-1]
-  if m * chunk < width:
-    if transposed:
-      chunk_max = s.reshape(width // chunk, chunk, rows).max(axis=1).T
-    else:
-      chunk_max = s.reshape(rows, width // chunk, chunk).max(axis=2)
-    _, top_chunks = jax.lax.top_k(chunk_max, m)
+  if m * chunk >= width:
+    candidates = s.T if transposed else s
+    cand_index = jnp.broadcast_to(g_index, candidates.shape)
+    return _merge_candidates(best_values, best_index, candidates, cand_index, m=m)
+  if transposed:
+    chunk_max = s.reshape(width // chunk, chunk, rows).max(axis=1).T
+  else:
+    chunk_max = s.reshape(rows, width // chunk, chunk).max(axis=2)
+
+  def merge_chunks(num_chunks: int):
+    _, top_chunks = jax.lax.top_k(chunk_max, num_chunks)
     cols = (jnp.sort(top_chunks, axis=1)[:, :, None] * chunk
-            + jnp.arange(chunk, dtype=top_chunks.dtype)).reshape(rows, m * chunk)
+            + jnp.arange(chunk, dtype=top_chunks.dtype)).reshape(rows, num_chunks * chunk)
     if transposed:
       candidates = s[cols, jnp.arange(rows, dtype=cols.dtype)[:, None]]
     else:
       candidates = jnp.take_along_axis(s, cols, axis=1)
-    cand_index = g_index[cols]
-  else:
-    candidates = s.T if transposed else s
-    cand_index = jnp.broadcast_to(g_index, candidates.shape)
+    return _merge_candidates(best_values, best_index, candidates, g_index[cols], m=m)
+
+  # Only a chunk whose maximum beats the m-th best so far can hold a new neighbour (an equal
+  # value in the tile has a higher gallery index and loses the tie). Once the running best is
+  # good, few do: then the top FEW_CHUNKS chunks hold all of them (a cheaper selection).
+  few = min(FEW_CHUNKS, m)
+  if few == m:
+    return merge_chunks(m)
+  entering = jnp.max(jnp.sum(chunk_max > best_values[:, m - 1:], axis=1))
+  return jax.lax.cond(entering <= few, lambda: merge_chunks(few), lambda: merge_chunks(m))
+
+
+def _merge_candidates(best_values, best_index, candidates, cand_index, *, m: int):
+  """Top-m of ``concat(best, candidates)`` (candidates after the best in gallery order)."""
   values, pos = jax.lax.top_k(jnp.concatenate([best_values, candidates], axis=1), m)
   index = jnp.take_along_axis(jnp.concatenate([best_index, cand_index], axis=1), pos, axis=1)
   return values, index

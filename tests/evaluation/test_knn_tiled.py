@@ -91,3 +91,29 @@ def test_tile_sizes():
   assert small == (96, 96)
   with pytest.raises(ValueError, match="block size"):
     knn.tile_sizes(10, 10, block_size=0)
+
+
+@pytest.mark.parametrize("dim", [2, 6])
+def test_top_m_few_entering_chunks_branch_matches_oracle(dim):
+  # m = 12 > FEW_CHUNKS with the chunk filter on (12 * 4 < 128): later tiles take the cheap
+  # branch (few chunks beat the running 12th best), ties included (integer points, dim 2).
+  x = integer_points(np.random.default_rng(dim), 700, dim=dim)
+  assert knn.FEW_CHUNKS < 12
+  idx = knn.top_m_neighbors(x, m=12, kind="dot", row_tile=128, col_tile=128, chunk=4)
+  np.testing.assert_array_equal(idx, oracle_indices(x, None, 12, "dot"))
+
+
+@pytest.mark.parametrize("rows,cols,symmetric", [(5, 5, True), (1, 1, True), (3, 4, False)])
+def test_tile_waves_cover_every_tile_once_after_its_predecessors(rows, cols, symmetric):
+  waves = knn.tile_waves(rows, cols, symmetric=symmetric)
+  order = [t for w in waves for t in w]
+  want = {(i, j) for i in range(rows) for j in range(cols) if not symmetric or j >= i}
+  assert sorted(order) == sorted(want) and len(order) == len(want)
+  position = {t: k for k, t in enumerate(order)}
+  for w in waves:   # no two tiles of a wave update the same query block
+    touched = [b for i, j in w for b in ({i, j} if symmetric else {i})]
+    assert len(touched) == len(set(touched))
+  for (i, j), k in position.items():
+    for dep in ((i, j - 1), (i - 1, j)) if symmetric else ((i, j - 1),):
+      if dep in position:
+        assert position[dep] < k
