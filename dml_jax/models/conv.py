@@ -189,7 +189,10 @@ def _conv_chunked_bwd(spec, residuals, g):
     xc, gc = xg
     p = _spec_patches(spec, xc)
     batch_dims = tuple(range(gc.ndim - 1))
-    dwt = dwt + dot(gc, p, ((batch_dims, batch_dims), ((), ())),
+    # float32 operands: XLA:CPU has no bf16 x bf16 -> f32 dot, and the sum over the batch
+    # should accumulate in float32 anyway
+    dwt = dwt + dot(gc.astype(jnp.float32), p.astype(jnp.float32),
+                    ((batch_dims, batch_dims), ((), ())),
                     preferred_element_type=jnp.float32)  # [O, K C]
     dp = dot(gc, w, (((gc.ndim - 1,), (1,)), ((), ())),
              preferred_element_type=spec.preferred_element_type)  # [c, *S', K C]

@@ -82,6 +82,27 @@ def test_conv_matches_lax_values_and_gradients(name):
       np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * scale, err_msg=f"{impl} {what}")
 
 
+@pytest.mark.parametrize("name", ["3x3_same", "3x3_stride2_pad1"])
+def test_bf16_gradients_match_float32_math(name):
+  """bf16 operands (a bf16 model on the CPU): the matmul form's values and gradients equal
+  the float32 convolution of the same bf16 numbers to bf16 precision (its weight gradient
+  once asked XLA:CPU for a bf16 x bf16 -> f32 dot, which it cannot run)."""
+  x_shape, w_shape, kwargs = CONV_CASES[name]
+  rng = np.random.default_rng(2)
+  x, w = (jnp.asarray(rng.standard_normal(s), jnp.bfloat16) for s in (x_shape, w_shape))
+  y_shape = jax.eval_shape(
+      lambda: lax.conv_general_dilated(x, w, dimension_numbers=NHWC, **kwargs)).shape
+  ct = jnp.asarray(rng.standard_normal(y_shape), jnp.bfloat16)
+  for impl in ("matmul", "matmul_chunked"):
+    got = jax.jit(_conv_and_vjp(impl, kwargs))(x, w, ct)
+    want = _conv_and_vjp("reference", kwargs)(*(a.astype(jnp.float32) for a in (x, w, ct)))
+    for a, b, what in zip(got, want, ("y", "dx", "dw")):
+      assert a.dtype == jnp.bfloat16, (impl, what)
+      scale = float(jnp.max(jnp.abs(b)))
+      np.testing.assert_allclose(np.asarray(a, np.float32), b, atol=2e-2 * scale,
+                                 err_msg=f"{impl} {what}")
+
+
 def test_conv_matmul_other_dimension_numbers():
   rng = np.random.default_rng(1)
   x = jnp.asarray(rng.standard_normal((2, 4, 7, 6)), jnp.float32)  # NCHW
