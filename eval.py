@@ -85,9 +85,10 @@ def main(argv):
   if len(argv) > 1:
     cli.fail(PROGRAM, f"unexpected arguments: {' '.join(argv[1:])}")
   cli.quiet_logs()
-  cli.enable_compilation_cache(FLAGS.compilation_cache)
+  cache = cli.enable_compilation_cache(FLAGS.compilation_cache)
   try:
     check_flags()
+    print(cli.describe_cache(cache), flush=True)
     overrides.import_user_modules(FLAGS.module)
     if FLAGS.workdirs is not None:
       out = checkpoints.evaluate_workdirs(FLAGS.workdirs, step=FLAGS.step, output=FLAGS.output,

@@ -51,7 +51,7 @@ def main(argv):
   if len(argv) > 1:
     cli.fail(PROGRAM, f"unexpected arguments: {' '.join(argv[1:])}")
   cli.quiet_logs()
-  cli.enable_compilation_cache(FLAGS.compilation_cache)
+  cache = cli.enable_compilation_cache(FLAGS.compilation_cache)
   try:
     config = cli.resolved_config(FLAGS["config"], modules=FLAGS.module)
     if FLAGS.distributed or FLAGS.coordinator_address:
@@ -59,6 +59,8 @@ def main(argv):
                                  num_processes=FLAGS.num_processes, process_id=FLAGS.process_id)
     logging.info("Process %d of %d; devices: %s", jax.process_index(), jax.process_count(),
                  jax.devices())
+    if workdir_lib.is_main_process():
+      print(cli.describe_cache(cache), flush=True)
     with signals.stop_on_signals() as stop:
       results = training.train_and_evaluate(config, FLAGS.workdir, show_progress=FLAGS.progress,
                                             overwrite=FLAGS.overwrite, stop=stop)

@@ -51,7 +51,7 @@ from the sampler, ``global_batch``, ``step_key``, the asynchronous dispatch of t
 log step's sync.
 
 ``--startup`` instead measures start-up, cold against warm compilation cache: each of
-:data:`STARTUP_RUNS` (the main job's smoke config; ResNet-50 at 224 px, batch 16, on the digits
+:data:`STARTUP_RUNS` (the main job, its smoke config; ResNet-50 at 224 px, batch 16, on the digits
 written as PNG files) runs ``train.py`` twice with a fresh ``--compilation_cache`` directory
 (cold, then warm; a new workdir each time) and records the seconds from launching the process
 to the log line of step 1 (``--config.log_every_steps=1 --noprogress``) and to its exit
@@ -504,6 +504,7 @@ def print_profile(profiles: dict) -> None:
 
 
 STARTUP_RUNS = {
+    "digits_evenodd_eps": ["--config=configs/digits_evenodd_eps.py"],
     "digits_evenodd_eps:smoke": ["--config=configs/digits_evenodd_eps.py:smoke"],
     "resnet50_224": ["--config=configs/digits_image_folder.py:smoke",
                      "--config.model.name=resnet50", "--config.data.image_size=224",

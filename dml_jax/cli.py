@@ -86,6 +86,14 @@ def define_cache_flag() -> None:
       f"variable {CACHE_ENV} sets the default).")
 
 
+def describe_cache(path: str | None) -> str:
+  """The line the binaries print once: where compiled programs are cached, how to change it."""
+  if path is None:
+    return "JAX compilation cache: off (--compilation_cache=DIR turns it on)"
+  return (f"JAX compilation cache: {path} (--compilation_cache=DIR moves it, "
+          "--compilation_cache= turns it off)")
+
+
 def enable_compilation_cache(path: str) -> str | None:
   """Points JAX's persistent compilation cache at ``path`` (every program, however quick to
   compile, is cached); ``''`` leaves it off. Returns the absolute path or ``None``."""

@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pytest
 
+from dml_jax import cli
 from dml_jax import training
 from dml_jax import workdir as workdir_lib
 from dml_jax import writers
@@ -162,8 +163,11 @@ def test_sigint_saves_the_current_step_and_a_rerun_resumes(tmp_path):
          and proc.poll() is None):
     time.sleep(0.05)
   proc.send_signal(signal.SIGINT)
-  _, stderr = proc.communicate(timeout=120)
+  stdout, stderr = proc.communicate(timeout=120)
   assert proc.returncode == 128 + signal.SIGINT, stderr[-3000:]
+  # the compilation cache (the tests' shared one, from the environment) is named once
+  cache = os.path.abspath(os.environ[cli.CACHE_ENV])
+  assert stdout.count(cli.describe_cache(cache)) == 1
   assert "Traceback" not in stderr
   line = stderr.strip().splitlines()[-1]
   match = re.fullmatch(r"train.py: interrupted at step (\d+); rerun the same command to resume",
