@@ -487,13 +487,18 @@ def _first_relevant_rank(plan, rows: np.ndarray, q_codes: np.ndarray, g_codes: n
                         else np.full(rows.shape, -1, np.int32), size, -1)
   codes = _pad_values(q_codes[rows], size, -1)
   g, g_codes = jnp.asarray(plan.g), jnp.asarray(g_codes)
-  outputs = []
-  for start in tqdm.tqdm(range(0, size, rb), disable=not show_progress, desc="kNN (rank)",
-                         unit="block", dynamic_ncols=True, mininterval=1.0):
+
+  def block(start: int) -> np.ndarray:
     stop = start + rb
-    outputs.append(_block_first_rank(q[start:stop], q_index[start:stop], codes[start:stop], g,
-                                     g_codes, k=k, kind=plan.kind))
-  return np.concatenate([np.asarray(o) for o in outputs])[:rows.shape[0]]
+    return np.asarray(_block_first_rank(q[start:stop], q_index[start:stop], codes[start:stop],
+                                        g, g_codes, k=k, kind=plan.kind))
+
+  # independent blocks, as many at once as CPUs (their reductions run on one thread each)
+  with concurrent.futures.ThreadPoolExecutor(max_workers=_num_threads()) as pool:
+    outputs = list(tqdm.tqdm(pool.map(block, range(0, size, rb)), total=size // rb,
+                             disable=not show_progress, desc="kNN (rank)", unit="block",
+                             dynamic_ncols=True, mininterval=1.0))
+  return np.concatenate(outputs)[:rows.shape[0]]
 
 
 @functools.partial(jax.jit, static_argnames=("k", "kind"))
