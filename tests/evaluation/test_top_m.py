@@ -1,9 +1,11 @@
-"""The tiled top-m search and the retrieval fast path: exact against the brute-force oracle."""
+"""The tiled top-m search (evaluation/top_m.py) and the retrieval fast path of knn: exact against
+the brute-force oracle."""
 
 import numpy as np
 import pytest
 
 from dml_jax.evaluation import knn
+from dml_jax.evaluation import top_m
 from oracles import ranked_gallery
 
 
@@ -30,7 +32,7 @@ def integer_points(rng, n, dim=2):
 def test_top_m_self_matches_oracle_with_ties(kind, row_tile, col_tile, chunk):
   x = integer_points(np.random.default_rng(0), 70)
   for m in (1, 3, 9):
-    idx = knn.top_m_neighbors(x, m=m, kind=kind, row_tile=row_tile, col_tile=col_tile,
+    idx = top_m.top_m_neighbors(x, m=m, kind=kind, row_tile=row_tile, col_tile=col_tile,
                               chunk=chunk)
     np.testing.assert_array_equal(idx, oracle_indices(x, None, m, kind))
     assert not np.any(idx == np.arange(70)[:, None]), "self must be excluded"
@@ -40,7 +42,7 @@ def test_top_m_all_equal_points_rank_by_index():
   # Every similarity ties: the neighbours are the other indices in increasing order, across
   # both the S_ij and the S_ij^T updates.
   x = np.ones((40, 3), np.float32)
-  idx = knn.top_m_neighbors(x, m=4, row_tile=16, col_tile=16, chunk=2)
+  idx = top_m.top_m_neighbors(x, m=4, row_tile=16, col_tile=16, chunk=2)
   want = np.array([[j for j in range(40) if j != i][:4] for i in range(40)])
   np.testing.assert_array_equal(idx, want)
 
@@ -49,14 +51,14 @@ def test_top_m_all_equal_points_rank_by_index():
 def test_top_m_separate_gallery_matches_oracle(row_tile, col_tile):
   rng = np.random.default_rng(1)
   q, g = rng.normal(size=(30, 5)).astype(np.float32), rng.normal(size=(53, 5)).astype(np.float32)
-  idx = knn.top_m_neighbors(q, g, m=4, kind="dot", row_tile=row_tile, col_tile=col_tile,
+  idx = top_m.top_m_neighbors(q, g, m=4, kind="dot", row_tile=row_tile, col_tile=col_tile,
                             chunk=4)
   np.testing.assert_array_equal(idx, oracle_indices(q, g, 4, "dot"))
 
 
 def test_top_m_rejects_too_many_neighbours():
   with pytest.raises(ValueError, match="m=5 is larger than the 4"):
-    knn.top_m_neighbors(np.zeros((5, 2), np.float32), m=5)
+    top_m.top_m_neighbors(np.zeros((5, 2), np.float32), m=5)
 
 
 @pytest.mark.parametrize("min_selected", [1, 3, 100])
@@ -84,13 +86,13 @@ def test_neighbor_relevance_fast_path_and_rank_fallback(monkeypatch, min_selecte
 
 
 def test_tile_sizes():
-  assert knn.tile_sizes(100_000, 100_000) == (knn.TILE, knn.TILE)
-  assert knn.tile_sizes(13, 100) == (16, 104)  # rounded up to whole chunks of 8
-  assert knn.tile_sizes(10, 20, block_size=4, gallery_block_size=7) == (4, 7)
-  small = knn.tile_sizes(10_000, 10_000, memory_bytes=16 * 100 * 100)
+  assert top_m.tile_sizes(100_000, 100_000) == (top_m.TILE, top_m.TILE)
+  assert top_m.tile_sizes(13, 100) == (16, 104)  # rounded up to whole chunks of 8
+  assert top_m.tile_sizes(10, 20, block_size=4, gallery_block_size=7) == (4, 7)
+  small = top_m.tile_sizes(10_000, 10_000, memory_bytes=16 * 100 * 100)
   assert small == (96, 96)
   with pytest.raises(ValueError, match="block size"):
-    knn.tile_sizes(10, 10, block_size=0)
+    top_m.tile_sizes(10, 10, block_size=0)
 
 
 @pytest.mark.parametrize("dim", [2, 6])
@@ -98,14 +100,14 @@ def test_top_m_few_entering_chunks_branch_matches_oracle(dim):
   # m = 12 > FEW_CHUNKS with the chunk filter on (12 * 4 < 128): later tiles take the cheap
   # branch (few chunks beat the running 12th best), ties included (integer points, dim 2).
   x = integer_points(np.random.default_rng(dim), 700, dim=dim)
-  assert knn.FEW_CHUNKS < 12
-  idx = knn.top_m_neighbors(x, m=12, kind="dot", row_tile=128, col_tile=128, chunk=4)
+  assert top_m.FEW_CHUNKS < 12
+  idx = top_m.top_m_neighbors(x, m=12, kind="dot", row_tile=128, col_tile=128, chunk=4)
   np.testing.assert_array_equal(idx, oracle_indices(x, None, 12, "dot"))
 
 
 @pytest.mark.parametrize("rows,cols,symmetric", [(5, 5, True), (1, 1, True), (3, 4, False)])
 def test_tile_waves_cover_every_tile_once_after_its_predecessors(rows, cols, symmetric):
-  waves = knn.tile_waves(rows, cols, symmetric=symmetric)
+  waves = top_m.tile_waves(rows, cols, symmetric=symmetric)
   order = [t for w in waves for t in w]
   want = {(i, j) for i in range(rows) for j in range(cols) if not symmetric or j >= i}
   assert sorted(order) == sorted(want) and len(order) == len(want)

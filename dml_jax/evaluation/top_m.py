@@ -1,0 +1,301 @@
+"""The exact top-m search of ``knn.neighbor_relevance`` (``m`` small, about 16): tiled,
+symmetric, filtered, on several threads. Higher similarity = closer.
+
+:func:`top_m_neighbors` computes the similarity matrix in tiles ``[row_tile, col_tile]``
+(:func:`tile_sizes`) and merges each into every query's running best ``m``
+(:func:`_merge_tile`):
+
+* When the query set is its own gallery, ``S`` is symmetric: only the tiles ``(i, j >= i)``
+  are computed and ``S_ij`` updates the queries of block ``i`` while ``S_ij^T`` (never formed)
+  updates those of block ``j``: half the matrix products.
+* A merge reads only the ``m`` chunks of ``CHUNK`` gallery items with the highest maximum
+  (no other item can be among the best ``m``), and only the best ``FEW_CHUNKS`` chunks when no
+  query of the tile has more chunks above its running ``m``-th best.
+* XLA:CPU runs a tile's selection (``lax.top_k``) on one thread, so tiles run on as many
+  Python threads as CPUs, each started once its predecessors in gallery order are done
+  (:func:`tile_waves`).
+
+Ties. Every query merges its gallery blocks in increasing gallery order and ``top_k`` puts the
+lower position first, so items of equal similarity are ranked by lower gallery index.
+``-0.0`` is made ``+0.0`` and non-finite similarities are clipped to the finite float32 range
+(:func:`sanitize`), so that masked items (self, padding; ``-inf``) are never returned.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tqdm
+
+from dml_jax.similarity import pairwise_similarity
+
+DEFAULT_MEMORY_BYTES = 1 << 28  # 256 MiB of temporaries per query block.
+BYTES_PER_ENTRY = 16  # similarity + candidate value (float32) + candidate index (int32) + slack.
+TILE = 2048  # Default side of the similarity tiles of top_m_neighbors.
+CHUNK = 8  # Gallery items per chunk of the tile filter (see _merge_tile).
+FEW_CHUNKS = 8  # Chunks read per query when no query of the tile has more entering ones.
+
+
+def tile_sizes(num_query: int, num_gallery: int, *,
+               memory_bytes: int = DEFAULT_MEMORY_BYTES, block_size: int | None = None,
+               gallery_block_size: int | None = None) -> tuple[int, int]:
+  """Tile ``[row_tile, col_tile]`` of the similarity matrix for :func:`top_m_neighbors`.
+
+  Unless given, each side is ``min(TILE, N rounded up to CHUNK, sqrt(memory_bytes /
+  BYTES_PER_ENTRY))`` rounded down to a multiple of ``CHUNK`` (at least ``CHUNK``), so that a
+  query set searched against itself gets square tiles (the symmetric search).
+
+  Returns:
+    ``(row_tile, col_tile)``.
+  """
+  for name, value in (("num_query", num_query), ("num_gallery", num_gallery),
+                      ("memory_bytes", memory_bytes)):
+    check_positive_int(name, value)
+  side = min(TILE, int(np.sqrt(max(1, memory_bytes // BYTES_PER_ENTRY))))
+  side = max(CHUNK, side // CHUNK * CHUNK)
+
+  def one(given, n):
+    if given is not None:
+      check_positive_int("block size", given)
+      return given
+    return min(side, -(-n // CHUNK) * CHUNK)
+
+  return one(block_size, num_query), one(gallery_block_size, num_gallery)
+
+
+def top_m_neighbors(query, gallery=None, *, m: int, kind: str = "dot", row_tile: int = TILE,
+                    col_tile: int = TILE, chunk: int = CHUNK,
+                    show_progress: bool = False) -> np.ndarray:
+  """Indices of the ``m`` most similar gallery items of every query (``m`` small), exact.
+
+  ``idx[i] = argsort_j(-S_ij)[:m]`` with ``S = pairwise_similarity(query, gallery, kind)``,
+  ties by lower gallery index, self excluded when ``gallery`` is ``None``. No normalisation
+  is done here (pass normalised rows and ``'dot'`` for cosine).
+
+  The similarity matrix is computed in tiles ``[row_tile, col_tile]``; each query keeps its
+  best ``m`` so far, merged with each tile by :func:`_merge_tile`. When the gallery is the
+  query set and the tiles are square, ``S`` is symmetric and only the tiles ``(i, j)`` with
+  ``j >= i`` are computed: tile ``S_ij`` updates the queries of block ``i`` and its transpose
+  those of block ``j`` (half the matrix products). Every query sees its gallery blocks in
+  increasing order, so the running best always holds lower gallery indices than the tile
+  (the tie order). Rows and columns are padded to whole tiles (masked with ``-inf``).
+
+  Args:
+    query: float32 ``[Nq, D]`` (numpy).
+    gallery: float32 ``[Ng, D]``; ``None`` means ``query`` with self excluded.
+    m: neighbours kept, ``1 <= m <= Ng`` (``Ng - 1`` when self is excluded).
+    kind: a kind of :func:`dml_jax.similarity.pairwise_similarity`.
+    row_tile, col_tile: the tile shape; the filter of :func:`_merge_tile` needs ``chunk``
+      to divide ``col_tile`` (and ``row_tile`` when symmetric), else it is off (chunk 1).
+    chunk: gallery items per chunk of the filter.
+    show_progress: a progress bar over the query blocks.
+
+  Returns:
+    int32 ``[Nq, m]``, each row by decreasing similarity.
+  """
+  exclude_self = gallery is None
+  q = np.asarray(query, np.float32)
+  g = q if exclude_self else np.asarray(gallery, np.float32)
+  num_query, num_gallery = q.shape[0], g.shape[0]
+  check_positive_int("m", m)
+  if m > num_gallery - int(exclude_self):
+    raise ValueError(f"m={m} is larger than the {num_gallery - int(exclude_self)} gallery "
+                     "items available.")
+  symmetric = exclude_self and row_tile == col_tile
+  if col_tile % chunk or (symmetric and row_tile % chunk):
+    chunk = 1
+  q_blocks = _device_blocks(q, row_tile)
+  g_blocks = q_blocks if symmetric else _device_blocks(g, col_tile)
+  init = (jnp.full((row_tile, m), -jnp.inf, jnp.float32), jnp.full((row_tile, m), -1, jnp.int32))
+  best = [init] * len(q_blocks)
+  n = np.int32(num_gallery)
+  static = dict(m=m, chunk=chunk, kind=kind)
+  padded = len(g_blocks) * col_tile > num_gallery
+
+  def tile(i: int, j: int) -> None:
+    row_start, col_start = np.int32(i * row_tile), np.int32(j * col_tile)
+    if symmetric and j > i:
+      best[i], best[j] = jax.block_until_ready(_tile_update_both(
+          q_blocks[i], g_blocks[j], row_start, col_start, n, best[i], best[j],
+          mask_padding=padded and j == len(g_blocks) - 1, **static))
+    else:
+      best[i] = jax.block_until_ready(_tile_update(
+          q_blocks[i], g_blocks[j], row_start, col_start, n, best[i],
+          exclude_self=exclude_self, **static))
+
+  waves = tile_waves(len(q_blocks), len(g_blocks), symmetric=symmetric)
+  futures = {}
+
+  def after(i: int, j: int) -> None:
+    # A tile waits for its predecessors (tile_waves); they were submitted before it, and the
+    # pool starts tasks in submission order, so they are done or running: no deadlock.
+    for dep in ((i, j - 1), (i - 1, j)) if symmetric else ((i, j - 1),):
+      if dep in futures:
+        futures[dep].result()
+    tile(i, j)
+
+  with concurrent.futures.ThreadPoolExecutor(max_workers=num_threads()) as pool, tqdm.tqdm(
+      total=sum(len(w) for w in waves), disable=not show_progress, desc="kNN", unit="tile",
+      dynamic_ncols=True, mininterval=1.0) as bar:
+    for wave in waves:
+      for i, j in wave:
+        futures[i, j] = pool.submit(after, i, j)
+    for done in futures.values():
+      done.result()
+      bar.update(1)
+  return np.concatenate([np.asarray(b[1]) for b in best])[:num_query]
+
+
+def tile_waves(num_row_blocks: int, num_col_blocks: int, *,
+               symmetric: bool) -> list[list[tuple[int, int]]]:
+  """The tiles ``(i, j)`` of :func:`top_m_neighbors` in waves of independent tiles, in the
+  order they are started; a tile starts when its predecessors are done (the tiles of a wave
+  can run at once).
+
+  Every query block must merge its gallery blocks in increasing order (the tie rule), so
+  tile ``(i, j)`` comes after ``(i, j - 1)``, and in the symmetric search (tiles ``j >= i``;
+  ``(i, j)`` also updates block ``j`` with gallery block ``i``) after ``(i - 1, j)`` too. The
+  anti-diagonals ``i + j = d`` satisfy both, and two tiles of one anti-diagonal never update
+  the same block. Without symmetry the waves are the columns ``j``.
+  """
+  if symmetric:
+    return [[(i, d - i) for i in range(0, d // 2 + 1) if d - i < num_col_blocks]
+            for d in range(2 * num_col_blocks - 1)]
+  return [[(i, j) for i in range(num_row_blocks)] for j in range(num_col_blocks)]
+
+
+def num_threads() -> int:
+  """Tiles run at once: the CPUs this process may use (XLA:CPU runs a tile's selection on one
+  thread, so two tiles keep two cores busy), at least 1."""
+  try:
+    return max(1, len(os.sched_getaffinity(0)))
+  except AttributeError:   # not Linux
+    return max(1, os.cpu_count() or 1)
+
+
+def _device_blocks(x: np.ndarray, rows: int) -> list[jax.Array]:
+  """``x [N, D]`` split into device arrays ``[rows, D]``, the last one zero-padded (no padded
+  copy of the whole of ``x``)."""
+  return [jnp.asarray(pad_rows(x[start:start + rows], rows))
+          for start in range(0, x.shape[0], rows)]
+
+
+def _tile_similarity(a, b, a_start, b_start, *, kind: str, exclude_self: bool):
+  """``S [ra, rb]`` of rows ``a [ra, D]`` (indices ``a_start + r``) and ``b [rb, D]``, and the
+  masks of padding / self: ``(s, a_index [ra], b_index [rb], self_pair [ra, rb] or None)``."""
+  s = sanitize(pairwise_similarity(a, b, kind=kind))
+  a_index = a_start + jnp.arange(a.shape[0], dtype=jnp.int32)
+  b_index = b_start + jnp.arange(b.shape[0], dtype=jnp.int32)
+  self_pair = (a_index[:, None] == b_index[None, :]) if exclude_self else None
+  return s, a_index, b_index, self_pair
+
+
+@functools.partial(jax.jit, static_argnames=("m", "chunk", "kind", "exclude_self"))
+def _tile_update(a, b, a_start, b_start, num_items, best, *, m: int, chunk: int, kind: str,
+                 exclude_self: bool):
+  """The best ``(values [ra, m], indices [ra, m])`` of queries ``a [ra, D]`` merged with gallery
+  block ``b [rb, D]`` (gallery indices ``b_start + c``; those ``>= num_items`` are padding)."""
+  s, _, b_index, self_pair = _tile_similarity(a, b, a_start, b_start, kind=kind,
+                                              exclude_self=exclude_self)
+  invalid = b_index[None, :] >= num_items
+  if self_pair is not None:
+    invalid = invalid | self_pair
+  return _merge_tile(*best, jnp.where(invalid, -jnp.inf, s), b_index, m=m, chunk=chunk)
+
+
+@functools.partial(jax.jit, static_argnames=("m", "chunk", "kind", "mask_padding"))
+def _tile_update_both(a, b, a_start, b_start, num_items, best_a, best_b, *, m: int, chunk: int,
+                      kind: str, mask_padding: bool):
+  """An off-diagonal tile of the symmetric search: ``S [ra, rb]`` of two different blocks of
+  the query set updates the queries ``a`` (gallery ``b``) and ``S^T`` the queries ``b``
+  (gallery ``a``). No pair is a self pair and ``a`` (an earlier block) is never padding;
+  ``b``'s rows with index ``b_start + c >= num_items`` are, when ``mask_padding``.
+
+  Returns:
+    ``(best_a, best_b)``, each ``(values [r, m], indices [r, m])``.
+  """
+  # The barriers keep the product a plain matrix multiplication (not fused with the rest).
+  s = jax.lax.optimization_barrier(pairwise_similarity(a, b, kind=kind))
+  s = jax.lax.optimization_barrier(sanitize(s))
+  a_index = a_start + jnp.arange(a.shape[0], dtype=jnp.int32)
+  b_index = b_start + jnp.arange(b.shape[0], dtype=jnp.int32)
+  s_a = jnp.where(b_index[None, :] >= num_items, -jnp.inf, s) if mask_padding else s
+  return (_merge_tile(*best_a, s_a, b_index, m=m, chunk=chunk),
+          _merge_tile(*best_b, s, a_index, m=m, chunk=chunk, transposed=True))
+
+
+def _merge_tile(best_values, best_index, s, g_index, *, m: int, chunk: int,
+                transposed: bool = False):
+  """Top-m of ``concat(best, tile)`` by (similarity, lower gallery index), exactly.
+
+  The tile is ``s [R, G]`` (query ``r``, gallery column ``c``), or ``s [G, R]`` read as its
+  transpose when ``transposed`` (the symmetric search; the transpose is never formed).
+  ``best_values, best_index [R, m]`` hold gallery indices below every ``g_index [G]`` (the
+  increasing gallery indices of the tile). Filter: with ``G / chunk`` chunks of ``chunk``
+  consecutive gallery items, only the ``m`` chunks of highest maximum (``lax.top_k``, ties by
+  lower chunk) are read. Exact: an item in another chunk has ``m`` chunks ranked above its
+  own, each holding an item ranked above it (a higher value, or an equal one at a lower
+  index), so it is not among the best ``m``. The chunks are re-sorted by index, so that the
+  candidates, like the tile, are in gallery-index order and ``top_k``'s lower-position tie
+  rule is the lower-index rule.
+
+  Returns:
+    ``(values float32 [R, m], indices int32 [R, m])``.
+  """
+  width, rows = s.shape if transposed else s.shape[::-1]
+  if m * chunk >= width:
+    candidates = s.T if transposed else s
+    cand_index = jnp.broadcast_to(g_index, candidates.shape)
+    return _merge_candidates(best_values, best_index, candidates, cand_index, m=m)
+  if transposed:
+    chunk_max = s.reshape(width // chunk, chunk, rows).max(axis=1).T
+  else:
+    chunk_max = s.reshape(rows, width // chunk, chunk).max(axis=2)
+
+  def merge_chunks(num_chunks: int):
+    _, top_chunks = jax.lax.top_k(chunk_max, num_chunks)
+    cols = (jnp.sort(top_chunks, axis=1)[:, :, None] * chunk
+            + jnp.arange(chunk, dtype=top_chunks.dtype)).reshape(rows, num_chunks * chunk)
+    if transposed:
+      candidates = s[cols, jnp.arange(rows, dtype=cols.dtype)[:, None]]
+    else:
+      candidates = jnp.take_along_axis(s, cols, axis=1)
+    return _merge_candidates(best_values, best_index, candidates, g_index[cols], m=m)
+
+  # Only a chunk whose maximum beats the m-th best so far can hold a new neighbour (an equal
+  # value in the tile has a higher gallery index and loses the tie). Once the running best is
+  # good, few do: then the top FEW_CHUNKS chunks hold all of them (a cheaper selection).
+  few = min(FEW_CHUNKS, m)
+  if few == m:
+    return merge_chunks(m)
+  entering = jnp.max(jnp.sum(chunk_max > best_values[:, m - 1:], axis=1))
+  return jax.lax.cond(entering <= few, lambda: merge_chunks(few), lambda: merge_chunks(m))
+
+
+def _merge_candidates(best_values, best_index, candidates, cand_index, *, m: int):
+  """Top-m of ``concat(best, candidates)`` (candidates after the best in gallery order)."""
+  values, pos = jax.lax.top_k(jnp.concatenate([best_values, candidates], axis=1), m)
+  index = jnp.take_along_axis(jnp.concatenate([best_index, cand_index], axis=1), pos, axis=1)
+  return values, index
+
+
+def sanitize(s: jax.Array) -> jax.Array:
+  """Maps ``-0.0`` to ``+0.0`` and NaN / +-inf into the finite float32 range."""
+  info = jnp.finfo(s.dtype)
+  s = jnp.nan_to_num(s, nan=info.min, posinf=info.max, neginf=info.min)
+  return jnp.where(s == 0.0, jnp.zeros_like(s), s)
+
+
+def pad_rows(x: np.ndarray, rows: int) -> np.ndarray:
+  """``x [N, D]`` padded with zero rows to ``[rows, D]``."""
+  return x if rows == x.shape[0] else np.pad(x, ((0, rows - x.shape[0]), (0, 0)))
+
+
+def check_positive_int(name: str, value) -> None:
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+    raise ValueError(f"{name} must be a positive integer, got {value!r}.")
