@@ -36,13 +36,12 @@ markdown table and writes JSON (``--out``).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -225,47 +224,16 @@ def worker(side: str, threads: int) -> None:
     out.flush()
 
 
-def default_torch_python() -> str | None:
-  """This Python if it imports torch, else ``.venv-bench/bin/python`` if that does."""
-  for python in (sys.executable, os.path.join(REPO, ".venv-bench", "bin", "python")):
-    if os.path.exists(python) and subprocess.run(
-        [python, "-c", "import torch"], capture_output=True).returncode == 0:
-      return python
-  return None
-
-
-class Worker:
-  """A worker process of this file for one side."""
-
-  def __init__(self, side: str, python: str, *, threads: int, env: dict):
-    self.stderr = tempfile.TemporaryFile("w+")
-    cpus = sorted(os.sched_getaffinity(0))
-    restrict = None
-    if threads < len(cpus):  # XLA:CPU sizes its pool by the CPUs it may use
-      restrict = lambda: os.sched_setaffinity(0, cpus[:threads])  # noqa: E731
-    self.proc = subprocess.Popen(
-        [python, os.path.abspath(__file__), f"--worker={side}", f"--threads={threads}"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True,
-        env=env, cwd=REPO, preexec_fn=restrict)
-    self.hello = self._read()
-
-  def _read(self) -> dict:
-    line = self.proc.stdout.readline()
-    if not line:
-      self.proc.wait(timeout=60)
-      self.stderr.seek(0)
-      return {"ready": False, "error": f"worker exited: {self.stderr.read()[-2000:]}"}
-    return json.loads(line)
-
-  def request(self, **request) -> dict:
-    self.proc.stdin.write(json.dumps(request) + "\n")
-    self.proc.stdin.flush()
-    return self._read()
-
-  def close(self) -> None:
-    if self.proc.poll() is None:
-      self.proc.stdin.close()
-      self.proc.wait(timeout=60)
+def _train_step_bench():
+  """``benchmarks/train_step.py`` (its worker-process protocol), loaded by path."""
+  name = "dml_jax_bench_train_step"
+  if name not in sys.modules:
+    spec = importlib.util.spec_from_file_location(
+        name, os.path.join(os.path.dirname(os.path.abspath(__file__)), "train_step.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+  return sys.modules[name]
 
 
 def summarize(case: dict, side: str, dtype: str, runs: list[dict]) -> dict:
@@ -353,12 +321,12 @@ def main(argv: list[str] | None = None) -> int:
   for side in sides:
     python = sys.executable
     if side == "torch":
-      python = args.torch_python or default_torch_python()
+      python = args.torch_python or _train_step_bench().default_torch_python("torch")
       if python is None:
         print("torch side skipped: no Python with torch (pass --torch_python, or install "
               "torch + torchvision into .venv-bench; see requirements-bench.txt)")
         continue
-    w = Worker(side, python, threads=threads, env=env)
+    w = _train_step_bench().Worker(side, python, threads=threads, env=env, script=__file__)
     if not w.hello.get("ready"):
       print(f"{side} side skipped: {w.hello.get('error')}")
       w.close()

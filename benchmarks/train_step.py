@@ -401,21 +401,22 @@ def export_data(case: dict, path: str) -> dict:
   return {"path": path, "shape": list(np.shape(train.images))}
 
 
-def default_torch_python() -> str | None:
-  """This Python if it imports torch + PML, else ``.venv-bench/bin/python``."""
+def default_torch_python(modules: str = "torch, pytorch_metric_learning") -> str | None:
+  """This Python if it imports ``modules``, else ``.venv-bench/bin/python`` if that does."""
   candidates = [sys.executable, os.path.join(REPO, ".venv-bench", "bin", "python")]
   for python in candidates:
     if os.path.exists(python) and subprocess.run(
-        [python, "-c", "import torch, pytorch_metric_learning"],
-        capture_output=True).returncode == 0:
+        [python, "-c", f"import {modules}"], capture_output=True).returncode == 0:
       return python
   return None
 
 
 class Worker:
-  """A worker process of this file for one side."""
+  """A worker process (``script --worker=side --threads=n``, by default this file) for one
+  side, answering one JSON line per request; restricted to ``threads`` CPUs."""
 
-  def __init__(self, side: str, python: str, *, threads: int, env: dict):
+  def __init__(self, side: str, python: str, *, threads: int, env: dict,
+               script: str = __file__):
     self.side = side
     self.stderr = tempfile.TemporaryFile("w+")
     cpus = sorted(os.sched_getaffinity(0))
@@ -423,7 +424,7 @@ class Worker:
     if threads < len(cpus):  # XLA:CPU sizes its pool by the CPUs it may use
       restrict = lambda: os.sched_setaffinity(0, cpus[:threads])  # noqa: E731
     self.proc = subprocess.Popen(
-        [python, os.path.abspath(__file__), f"--worker={side}", f"--threads={threads}"],
+        [python, os.path.abspath(script), f"--worker={side}", f"--threads={threads}"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True,
         env=env, cwd=REPO, preexec_fn=restrict)
     self.hello = self._read()

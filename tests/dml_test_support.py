@@ -2,7 +2,9 @@
 on sys.path); fake datasets: fake_datasets.py, mocked TFDS: tfds_mock.py, numpy references:
 oracles.py, objective helpers: objective_support.py."""
 
+import importlib.util
 import os
+import sys
 
 import jax
 import numpy as np
@@ -47,3 +49,14 @@ def restore_state(workdir, step=None):
     return checkpointing.restore(manager, setup.init_state, step=step)
   finally:
     manager.close()
+
+
+def load_benchmark(name: str):
+  """``benchmarks/<name>.py`` as a module ``bench_<name>``, loaded by path (benchmarks/ is not
+  a package); registered in ``sys.modules`` (dataclasses resolve annotations through it)."""
+  spec = importlib.util.spec_from_file_location(f"bench_{name}",
+                                                os.path.join(ROOT, "benchmarks", f"{name}.py"))
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = module
+  spec.loader.exec_module(module)
+  return module

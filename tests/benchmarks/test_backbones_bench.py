@@ -1,26 +1,14 @@
 """benchmarks/backbones.py: the workers run a tiny case, the table/JSON and ratio code works;
 no timings are checked."""
 
-import importlib.util
 import json
-import os
-import sys
 
 import pytest
 
-from dml_test_support import ROOT
+from dml_test_support import load_benchmark
 
 
-def _load_bench():
-  path = os.path.join(ROOT, "benchmarks", "backbones.py")
-  spec = importlib.util.spec_from_file_location("bench_backbones", path)
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = module
-  spec.loader.exec_module(module)
-  return module
-
-
-bench = _load_bench()
+bench = load_benchmark("backbones")
 
 
 def test_tiny_run_writes_json_for_both_conv_formulations(tmp_path):

@@ -1,29 +1,16 @@
 """benchmarks/objectives.py: the smoke mode runs in-process and writes the JSON it documents."""
 
-import importlib.util
 import json
 import math
-import os
-import sys
 import time
 
 import numpy as np
 import pytest
 
-from dml_test_support import ROOT
+from dml_test_support import load_benchmark
 
 
-def _load_bench():
-  """The benchmark module, loaded by path (benchmarks/ is not a package)."""
-  path = os.path.join(ROOT, "benchmarks", "objectives.py")
-  spec = importlib.util.spec_from_file_location("bench_objectives", path)
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = module   # dataclasses resolve annotations through sys.modules
-  spec.loader.exec_module(module)
-  return module
-
-
-bench = _load_bench()
+bench = load_benchmark("objectives")
 
 TIMING_KEYS = {"median_ms", "q25_ms", "q75_ms", "iqr_ms", "min_ms", "repeats", "capped"}
 MEMORY_KEYS = {"temp_bytes", "argument_bytes", "output_bytes", "alias_bytes", "peak_bytes"}

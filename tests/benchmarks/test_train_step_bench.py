@@ -1,27 +1,15 @@
 """benchmarks/train_step.py: the dml_jax side (the real loop pieces)
 runs at a trivial size and the table/JSON code works; no timings are checked."""
 
-import importlib.util
-import os
-import sys
 
 import jax
 import numpy as np
 import pytest
 
-from dml_test_support import ROOT
+from dml_test_support import load_benchmark
 
 
-def _load_bench():
-  path = os.path.join(ROOT, "benchmarks", "train_step.py")
-  spec = importlib.util.spec_from_file_location("bench_train_step", path)
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = module
-  spec.loader.exec_module(module)
-  return module
-
-
-bench = _load_bench()
+bench = load_benchmark("train_step")
 CASE = {"image_size": 8, "batch_size": 16}
 
 

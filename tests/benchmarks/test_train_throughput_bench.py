@@ -2,27 +2,15 @@
 real input pipeline, on the test session's 8 fake CPU devices (data parallel); no timings are
 checked."""
 
-import importlib.util
 import json
-import os
-import sys
 
 import jax
 import pytest
 
-from dml_test_support import ROOT
+from dml_test_support import load_benchmark
 
 
-def _load_bench():
-  path = os.path.join(ROOT, "benchmarks", "train_throughput.py")
-  spec = importlib.util.spec_from_file_location("bench_train_throughput", path)
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = module
-  spec.loader.exec_module(module)
-  return module
-
-
-bench = _load_bench()
+bench = load_benchmark("train_throughput")
 
 
 def test_smoke_run_on_all_devices_writes_json(tmp_path):

@@ -1,28 +1,16 @@
 """benchmarks/xbm.py: the smoke run times every memory case, writes its JSON, and (with PML)
 gives PML's CrossBatchMemory loss on the same batch and memory."""
 
-import importlib.util
 import json
-import os
-import sys
 
 import numpy as np
 import pytest
 
 from dml_jax import objectives
-from dml_test_support import ROOT
+from dml_test_support import load_benchmark
 
 
-def _load_bench():
-  path = os.path.join(ROOT, "benchmarks", "xbm.py")
-  spec = importlib.util.spec_from_file_location("bench_xbm", path)
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = module
-  spec.loader.exec_module(module)
-  return module
-
-
-bench = _load_bench()
+bench = load_benchmark("xbm")
 
 
 def _smoke(tmp_path, *, pml):
