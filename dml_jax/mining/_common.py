@@ -77,6 +77,21 @@ def size_index(count_max: jax.Array, sizes: tuple[int, ...]) -> jax.Array:
   return jnp.sum(count_max > jnp.asarray(sizes, jnp.int32), dtype=jnp.int32)
 
 
+def by_row_count(mask: jax.Array, compacted, general, *operands,
+                 sizes: tuple[int, ...] = COMPACT_SIZES):
+  """``compacted(P, *operands)`` for the smallest ``P`` of ``compact_sizes(N, sizes)`` that
+  holds every row's True count of ``mask [B, N]``, else ``general(*operands)``: chosen at run
+  time (``lax.switch``, one trace; every branch is compiled, one runs)."""
+  sizes = compact_sizes(mask.shape[1], sizes)
+  branches = [lambda *ops, p=p: compacted(p, *ops) for p in sizes]
+  if sizes[-1] < mask.shape[1]:
+    branches.append(general)
+  if len(branches) == 1:
+    return branches[0](*operands)
+  count = jnp.max(jnp.sum(mask, axis=1, dtype=jnp.int32))
+  return jax.lax.switch(size_index(count, sizes), branches, *operands)
+
+
 def compact_rows(mask: jax.Array, size: int) -> tuple[jax.Array, jax.Array]:
   """The first ``size`` True entries of each row of ``mask``, in index order.
 

@@ -404,13 +404,10 @@ def semihard_negatives(s: jax.Array, neg_mask: jax.Array, pairs: jax.Array, *,
     ``(idx, valid)``: int32 ``[B, N]``, bool ``[B, N]``.
   """
   s = _common.check_inputs(s, neg_mask, "neg_mask")
-  sizes = _common.compact_sizes(s.shape[1], sizes)
-  branches = [lambda s, neg, pairs, p=p: semihard_compacted(s, neg, pairs, size=p)
-              for p in sizes]
-  if sizes[-1] < s.shape[1]:
-    branches.append(lambda s, neg, pairs: negatives(s, neg, pairs, mode="semihard"))
-  count = jnp.max(jnp.sum(pairs, axis=1, dtype=jnp.int32))
-  return jax.lax.switch(_common.size_index(count, sizes), branches, s, neg_mask, pairs)
+  return _common.by_row_count(
+      pairs, lambda p, s, neg, pairs: semihard_compacted(s, neg, pairs, size=p),
+      lambda s, neg, pairs: negatives(s, neg, pairs, mode="semihard"), s, neg_mask, pairs,
+      sizes=sizes)
 
 
 def select(s: jax.Array, pos_mask: jax.Array, neg_mask: jax.Array, *, positive: str,

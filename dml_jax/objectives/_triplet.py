@@ -119,16 +119,12 @@ def triplet_all_negatives(d2: jax.Array, pairs: jax.Array, neg_mask: jax.Array, 
     paths (the sorted path's value of ``(a, n)`` as a term elsewhere).
   """
   hparams.mode("reduction", reduction, losses.TRIPLET_REDUCTIONS)
-  sizes = mining_common.compact_sizes(d2.shape[1], sizes)
-  branches = [lambda d2, pairs, neg, p=p: triplet_all_negatives_compacted(
-      d2, pairs, neg, margin=margin, reduction=reduction, size=p) for p in sizes]
-  if sizes[-1] < d2.shape[1]:
-    branches.append(lambda d2, pairs, neg: losses.triplet_all_negatives(
-        d2, d2, neg, margin=margin, reduction=reduction))
-  if len(branches) == 1:
-    return branches[0](d2, pairs, neg_mask)
-  count = jnp.max(jnp.sum(pairs, axis=1, dtype=jnp.int32))
-  return jax.lax.switch(mining_common.size_index(count, sizes), branches, d2, pairs, neg_mask)
+  return mining_common.by_row_count(
+      pairs, lambda p, d2, pairs, neg: triplet_all_negatives_compacted(
+          d2, pairs, neg, margin=margin, reduction=reduction, size=p),
+      lambda d2, pairs, neg: losses.triplet_all_negatives(
+          d2, d2, neg, margin=margin, reduction=reduction),
+      d2, pairs, neg_mask, sizes=sizes)
 
 
 def _triplet_terms(embeddings, labels, key, *, positive: str, negative: str, margin: float,

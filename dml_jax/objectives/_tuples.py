@@ -185,15 +185,9 @@ def angular(*, alpha: float = 40.0):
   def batch_terms(s, pos, neg, sizes=COMPACT_SIZES):
     # No reference set: the smallest static P that holds every anchor's positives (run-time
     # switch, one trace), the dense form when none does.
-    sizes = mining_common.compact_sizes(s.shape[1], sizes)
-    branches = [lambda s, p=p: _angular_compacted(s, pos, neg, tan2=tan2, size=p)
-                for p in sizes]
-    if sizes[-1] < s.shape[1]:
-      branches.append(lambda s: terms(s, s, pos, neg))
-    if len(branches) == 1:
-      return branches[0](s)
-    count = jnp.max(jnp.sum(pos, axis=1, dtype=jnp.int32))
-    return jax.lax.switch(mining_common.size_index(count, sizes), branches, s)
+    return mining_common.by_row_count(
+        pos, lambda p, s: _angular_compacted(s, pos, neg, tan2=tan2, size=p),
+        lambda s: terms(s, s, pos, neg), s, sizes=sizes)
 
   def apply(params, embeddings, labels, *, rng=None, references=None):
     del params, rng
