@@ -21,8 +21,9 @@ steps (compilation):
   steps, ended by fetching the guard flag (as the loop does at a log step);
 * ``synthetic``: the same step on one batch already on the devices, ``--steps`` steps: the
   compute alone;
-* ``input only``: ``--steps`` batches of a freshly started pipeline with no step: what the
-  input side can deliver.
+* ``input only``: ``--steps`` batches of a freshly started pipeline with no step, timed from
+  its first batch (the time to that batch is ``input_first_batch_s``): what the input side
+  can deliver.
 
 Images/s = steps x global batch / seconds. If ``real`` is well below ``synthetic`` while
 ``input only`` is near ``real``, the input pipeline limits (raise ``data.num_threads`` /
@@ -92,6 +93,8 @@ def make_config(args, *, root: str, dtype: str):
     c.data.group_size = args.group_size
   if args.num_threads:
     c.data.num_threads = args.num_threads
+  if args.num_workers >= 0:
+    c.data.num_workers = args.num_workers
   c.num_train_steps = 10 ** 9
   return c
 
@@ -141,12 +144,15 @@ def measure(config, *, inputs: list[str], steps: int, warmup: int) -> dict:
       state, halted, metrics = step_fn(state, halted, images, labels, key)
     int(jax.device_get(halted))
     out["synthetic"] = steps * b / (time.perf_counter() - t0)
-  if "input_only" in inputs:   # a fresh pipeline: nothing decoded ahead yet
+  if "input_only" in inputs:   # a fresh pipeline, timed from its first batch on
     t0 = time.perf_counter()
     fresh = batches(start=warmup + 2 * steps)
+    next(fresh)
+    t1 = time.perf_counter()
     for _ in range(steps):
       next(fresh)
-    out["input_only"] = steps * b / (time.perf_counter() - t0)
+    out["input_only"] = steps * b / (time.perf_counter() - t1)
+    out["input_first_batch_s"] = t1 - t0
   return out
 
 
@@ -158,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--batch_size", type=int, default=0, help="global; default: the config's")
   parser.add_argument("--group_size", type=int, default=0, help="default: the config's")
   parser.add_argument("--num_threads", type=int, default=0, help="data.num_threads")
+  parser.add_argument("--num_workers", type=int, default=-1,
+                      help="data.num_workers (grain processes; default: the config's)")
   parser.add_argument("--dtypes", default="float32,bfloat16")
   parser.add_argument("--inputs", default=",".join(INPUTS))
   parser.add_argument("--steps", type=int, default=10)

@@ -12,7 +12,9 @@ back to steps, so:
 * on a multi-host run each process passes its ``rows`` (``parallel.process_slice``) and
   decodes only its share of every global batch;
 * decoding runs in ``num_threads`` threads of this process (Pillow releases the GIL) or, with
-  ``num_workers > 0``, in grain worker processes (``mp_prefetch``), each with its own threads.
+  ``num_workers > 0``, in grain worker processes (``mp_prefetch``), each with its own threads;
+* memory stays bounded: threads decode at most ``prefetch`` batches ahead of the consumer;
+  each worker holds ``num_threads`` batches in decoding and ``prefetch`` finished ones.
 
 In-memory datasets (numpy image arrays, e.g. the embedded digits) skip grain: rows are
 gathered directly and ``augmentation`` must be ``'none'``.
@@ -118,13 +120,20 @@ def _grain_batches(images, labels, sampler, rows, *, seed, start_step, num_steps
     return
   fn = _Example(images, labels, sampler, rows=rows, seed=seed, augmentation=augmentation,
                 transform_kwargs=transform_kwargs)
-  ds = grain.MapDataset.range(start_step * b, num_steps * b).map(fn).batch(b)
-  ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads,
-                                            prefetch_buffer_size=max(1, prefetch) * b))
-  if num_workers > 0:
+  ds = grain.MapDataset.range(start_step * b, num_steps * b).map(fn)
+  if num_workers == 0:
+    # Threads decode examples; at most `prefetch` batches of examples are decoded ahead.
+    ds = ds.to_iter_dataset(grain.ReadOptions(
+        num_threads=num_threads, prefetch_buffer_size=max(1, prefetch) * b,
+    )).batch(b)
+  else:
+    # A worker's slice of the dataset must hold whole steps, so the elements are batches:
+    # each worker's threads decode `num_threads` batches at a time and keep `prefetch` ready.
     from absl import flags  # pylint: disable=import-outside-toplevel
     if not flags.FLAGS.is_parsed():  # grain reads its absl flags; outside absl.app (notebooks,
       flags.FLAGS.mark_as_parsed()   # tests) they would be unparsed
+    ds = ds.batch(b).to_iter_dataset(grain.ReadOptions(
+        num_threads=num_threads, prefetch_buffer_size=num_threads))
     ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers,
                                                      per_worker_buffer_size=max(1, prefetch)))
   for batch in ds:

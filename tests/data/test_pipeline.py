@@ -1,6 +1,9 @@
 """The training input pipeline: batch composition, determinism, resumption, per-process rows,
 threads and worker processes, on image files and on mocked TFDS data."""
 
+import threading
+import time
+
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
@@ -83,6 +86,30 @@ def test_different_seeds_and_steps_augment_differently(inshop_train):
   b = pipeline.train_batches(inshop_train.images, inshop_train.labels, sampler, seed=2,
                              start_step=0, num_steps=1, augmentation="random_resized_crop")
   assert not np.array_equal(next(iter(a))[1], next(iter(b))[1])
+
+
+def test_threads_decode_at_most_prefetch_batches_ahead(inshop_train, monkeypatch):
+  """A long run keeps a bounded number of decoded images in memory (``prefetch`` batches
+  ahead of the consumer), not hundreds of batches (at 224 px, 150 MB each at b = 256)."""
+  decoded, lock = [0], threading.Lock()
+  record = LazyImages.record
+
+  def counting_record(self, i):
+    with lock:
+      decoded[0] += 1
+    return record(self, i)
+
+  monkeypatch.setattr(LazyImages, "record", counting_record)
+  sampler = make_sampler(inshop_train)
+  it = pipeline.train_batches(inshop_train.images, inshop_train.labels, sampler, seed=3,
+                              start_step=0, num_steps=10 ** 6, augmentation="resize_crop",
+                              num_threads=2, prefetch=2)
+  next(it)
+  last, deadline = -1, time.monotonic() + 20
+  while decoded[0] != last and time.monotonic() < deadline:  # until the threads idle
+    last = decoded[0]
+    time.sleep(0.5)
+  assert 8 < decoded[0] <= (1 + 2) * 8 + 2, decoded[0]
 
 
 @pytest.mark.slow
