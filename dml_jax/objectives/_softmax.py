@@ -18,6 +18,7 @@ weight / mean cosine to the others.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -31,24 +32,27 @@ SOFTMAX_ACTIVE_WEIGHT = 1e-3   # active: 1 - p(true class) above this
 ARCFACE_MIN_SIN_SQ = 1e-12     # sin^2(theta) floor: finite gradient at cos = +-1
 
 
-def max_over_centers(cos: jax.Array, per_class: int) -> jax.Array:
-  """``[B, C * K]`` -> ``[B, C]``: each class's most similar of its ``K`` centres."""
+def max_over_centers(embeddings: jax.Array, proxies: jax.Array, per_class: int) -> jax.Array:
+  """Each class's most similar of its ``K`` centres: ``[B, D]``, ``[C * K, D]`` (rows
+  ``c * K + k``) -> cosine ``[B, C]``."""
+  cos = sim.pairwise_similarity(embeddings, proxies, kind="cosine")     # float32 [B, C * K]
+  if per_class == 1:
+    return cos
   return jnp.max(cos.reshape(cos.shape[0], -1, per_class), axis=2)
 
 
 def _softmax_objective(name: str, target_fn, scale: float, *, per_class: int = 1,
                        class_cos=max_over_centers):
   """``apply`` of a margin softmax: ``target_fn(cos_true [B]) -> logit of the true class``
-  (before ``scale``); ``class_cos(cos [B, C * K], K) -> [B, C]`` pools the centres of a class."""
+  (before ``scale``); ``class_cos(embeddings [B, D], proxies [C * K, D], K) -> [B, C]`` is
+  the class similarity (the centres of a class pooled)."""
 
   def apply(params, embeddings, labels, *, rng=None, references=None):
     del rng
     embeddings, labels, proxies, ok = _common.class_batch(params, embeddings, labels, references,
                                                           name=name, per_class=per_class)
     num = proxies.shape[0] // per_class
-    cos = sim.pairwise_similarity(embeddings, proxies, kind="cosine")   # float32 [B, C * K]
-    if per_class > 1:
-      cos = class_cos(cos, per_class)                                  # [B, C]
+    cos = class_cos(embeddings, proxies, per_class)                     # float32 [B, C]
     true = labels[:, None] == jnp.arange(num)[None, :]                  # [B, C]
     cos_true = jnp.sum(jnp.where(true, cos, 0.0), axis=1)
     logits = scale * jnp.where(true, target_fn(cos_true)[:, None], cos)
@@ -187,9 +191,54 @@ def softtriple(*, centers_per_class: int = 10, la: float = 20.0, gamma: float = 
   gamma = hparams.number("gamma", gamma, positive=True)
   margin = hparams.real("margin", margin)
 
-  def soft_max(cos, k):
-    c = cos.reshape(cos.shape[0], -1, k)
-    return jnp.sum(jax.nn.softmax(c / gamma, axis=2) * c, axis=2)
-
   return _softmax_objective("softtriple", lambda c: c - margin, la,
-                            per_class=centers_per_class, class_cos=soft_max)
+                            per_class=centers_per_class,
+                            class_cos=functools.partial(soft_class_similarity, gamma=gamma))
+
+
+def soft_class_similarity(embeddings: jax.Array, proxies: jax.Array, per_class: int, *,
+                          gamma: float) -> jax.Array:
+  """SoftTriple's class similarity ``S'_c = sum_k softmax_k(S_ck / gamma) S_ck`` (paper eq. 7)
+  of cosines ``S_ck`` to the centres: ``[B, D]``, ``[C * K, D]`` (rows ``c * K + k``) ->
+  ``[B, C]``.
+
+  The cosines are computed against the centres reordered ``k``-major, so the pooling runs
+  over ``[B, K, C]``'s middle axis (contiguous rows of ``C``, not strided groups of ``K``),
+  with a custom VJP ``dS_ck = g_c p_ck (1 + (S_ck - S'_c) / gamma)`` from the stored
+  exponentials; the softmax is shifted by the cosine's bound 1 when ``2 / gamma`` leaves
+  ``exp`` far from underflow, by the row maximum otherwise.
+  """
+  k = per_class
+  c = proxies.shape[0] // k
+  by_center = proxies.reshape(c, k, -1).transpose(1, 0, 2).reshape(c * k, -1)
+  cos = sim.pairwise_similarity(embeddings, by_center, kind="cosine")
+  return _soft_pool(cos.reshape(cos.shape[0], k, c), gamma)
+
+
+SOFT_POOL_MAX_SPAN = 60.0   # (max - min) / gamma below which the fixed shift cannot underflow
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _soft_pool(cos: jax.Array, gamma: float) -> jax.Array:
+  """``[B, K, C]`` -> ``[B, C]``: ``sum_k softmax_k(cos / gamma) cos``."""
+  return _soft_pool_fwd(cos, gamma)[0]
+
+
+def _soft_pool_fwd(cos, gamma):
+  if 2.0 / gamma <= SOFT_POOL_MAX_SPAN:   # cos in [-1, 1]: exponents in [-2 / gamma, 0]
+    shift = 1.0
+  else:
+    shift = jnp.max(cos, axis=1, keepdims=True)
+  e = jnp.exp((cos - shift) / gamma)
+  z = jnp.sum(e, axis=1)
+  pooled = jnp.sum(e * cos, axis=1) / z
+  return pooled, (cos, e, z, pooled)
+
+
+def _soft_pool_bwd(gamma, residuals, g):
+  cos, e, z, pooled = residuals
+  w = (g / z)[:, None, :]
+  return (w * e * (1.0 + (cos - pooled[:, None, :]) / gamma),)
+
+
+_soft_pool.defvjp(_soft_pool_fwd, _soft_pool_bwd)

@@ -66,7 +66,9 @@ CASES = [("normalized_softmax", {"temperature": 0.05}), ("normalized_softmax", {
          ("subcenter_arcface", {"margin": 0.5, "scale": 64.0, "sub_centers": 3}),
          ("subcenter_arcface", {"margin": 0.2, "scale": 4.0, "sub_centers": 2}),
          ("softtriple", {"centers_per_class": 10, "la": 20.0, "gamma": 0.1, "margin": 0.01}),
-         ("softtriple", {"centers_per_class": 3, "la": 4.0, "gamma": 0.5, "margin": 0.2})]
+         ("softtriple", {"centers_per_class": 3, "la": 4.0, "gamma": 0.5, "margin": 0.2}),
+         # 2 / gamma = 100: the softmax over centres is shifted by its maximum, not by 1.
+         ("softtriple", {"centers_per_class": 4, "la": 10.0, "gamma": 0.02, "margin": 0.05})]
 
 
 @pytest.mark.parametrize("name,hp", CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CASES)])
