@@ -39,8 +39,11 @@ import numpy as np
 from jax import lax
 
 CONV_IMPLS = ("auto", "lax", "matmul")
-# Largest patch matrix made at once (bytes): larger ones are made batch chunk by batch chunk.
+# Largest patch matrix made at once (bytes): larger ones are made batch chunk by batch chunk,
+# in at most MAX_CHUNKS chunks (each chunk is a loop iteration of a dozen small ops, whose
+# fixed cost outweighs the cache misses of larger chunks beyond that).
 MAX_PATCH_BYTES = 1 << 20
+MAX_CHUNKS = 32
 
 
 def _pads(padding, in_spatial: Sequence[int], window: Sequence[int],
@@ -116,15 +119,19 @@ def _to_channels_last(dimension_numbers, lhs_shape, rhs_shape):
   return tuple(None if p == identity else p for p in (lhs_perm, rhs_perm, out_perm))
 
 
-def batch_chunks(batch: int, bytes_per_example: int, max_bytes: int | None) -> int:
+def batch_chunks(batch: int, bytes_per_example: int, max_bytes: int | None,
+                 max_chunks: int | None = None) -> int:
   """The number ``n`` of equal batch chunks (``n`` divides ``batch``) so that one chunk's
-  patches take at most ``max_bytes`` (one example per chunk at the least); 1 if they all fit
-  or ``max_bytes`` is None."""
+  patches take at most ``max_bytes`` (one example per chunk at the least), with at most
+  ``max_chunks`` chunks (which wins over ``max_bytes``; None: no limit); 1 if they all fit or
+  ``max_bytes`` is None."""
   if max_bytes is None or batch * bytes_per_example <= max_bytes:
     return 1
   size = max(1, min(batch, max_bytes // max(bytes_per_example, 1)))
-  while batch % size:
-    size -= 1
+  smallest = 1 if max_chunks is None else -(-batch // max(1, max_chunks))
+  divisors = [d for d in range(1, batch + 1) if batch % d == 0]
+  fitting = [d for d in divisors if smallest <= d <= size]
+  size = fitting[-1] if fitting else min(d for d in divisors if d >= smallest)
   return batch // size
 
 
@@ -230,13 +237,15 @@ def conv_matmul(lhs: jax.Array, rhs: jax.Array, window_strides: Sequence[int], p
                 rhs_dilation: Sequence[int] | None = None, dimension_numbers=None,
                 feature_group_count: int = 1, batch_group_count: int = 1, precision=None,
                 preferred_element_type=None, out_sharding=None, *,
-                max_patch_bytes: int | None = MAX_PATCH_BYTES) -> jax.Array:
+                max_patch_bytes: int | None = MAX_PATCH_BYTES,
+                max_chunks: int | None = MAX_CHUNKS) -> jax.Array:
   """``lax.conv_general_dilated`` as im2col (``patches``) times one matmul; same arguments,
   same result up to float32 rounding.
 
   Without groups: ``y = P(x) W`` with ``W [K C, O]``, made ``batch_chunks`` examples at a
   time when the patches of the whole batch would exceed ``max_patch_bytes`` (None: never), so
-  that each chunk's patches stay in the CPU's cache, forward and backward (``_conv_chunked``).
+  that each chunk's patches stay in the CPU's cache, forward and backward (``_conv_chunked``),
+  in at most ``max_chunks`` chunks (None: no limit).
   With ``G = feature_group_count`` groups the input channels ``C = G C_g`` and outputs
   ``O = G O_g`` split into groups and ``y_g = P_g W_g`` per group (one batched matmul;
   depthwise is ``C_g = 1``), the whole batch at once, gradient by autodiff (as with an
@@ -269,7 +278,7 @@ def conv_matmul(lhs: jax.Array, rhs: jax.Array, window_strides: Sequence[int], p
                              jax.ShapeDtypeStruct((1, *x.shape[1:]), x.dtype))
     taps = int(np.prod(spec.window))
     n = batch_chunks(x.shape[0], example.size * x.dtype.itemsize,
-                     max_patch_bytes if taps > 1 else None)
+                     max_patch_bytes if taps > 1 else None, max_chunks)
     y = _conv_chunked(x, w.reshape(-1, w.shape[-1]), spec._replace(chunks=n))
   else:
     y = _conv_grouped(x, w, spec, groups=g, out_sharding=out_sharding)

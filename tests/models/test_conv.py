@@ -119,6 +119,16 @@ def test_batch_chunks(batch, per_example, max_bytes, chunks):
   assert conv.batch_chunks(batch, per_example, max_bytes) == chunks
 
 
+@pytest.mark.parametrize("batch,per_example,max_bytes,max_chunks,chunks", [
+    (128, 100, 1, 32, 32),      # one example per chunk would be 128 chunks
+    (128, 100, 1000, 32, 16),   # the byte bound already gives few chunks
+    (128, 100, 1000, 8, 8),
+    (7, 100, 300, 3, 1),        # no divisor of 7 between 3 and 3: the next one up
+    (128, 100, 12800, 4, 1)])
+def test_batch_chunks_at_most_max_chunks(batch, per_example, max_bytes, max_chunks, chunks):
+  assert conv.batch_chunks(batch, per_example, max_bytes, max_chunks) == chunks
+
+
 def test_patches_layout_and_identity():
   x = jnp.arange(2 * 3 * 4 * 2, dtype=jnp.float32).reshape(2, 3, 4, 2)
   p = conv.patches(x, (3, 3), strides=(1, 1), padding="SAME")
