@@ -93,7 +93,7 @@ def make_config(args, *, root: str, dtype: str):
     c.data.group_size = args.group_size
   if args.num_threads:
     c.data.num_threads = args.num_threads
-  if args.num_workers >= 0:
+  if args.num_workers is not None:
     c.data.num_workers = args.num_workers
   c.num_train_steps = 10 ** 9
   return c
@@ -109,15 +109,17 @@ def measure(config, *, inputs: list[str], steps: int, warmup: int) -> dict:
   state = jax.tree.map(jnp.copy, setup.init_state)
   halted = parallel.replicate(setup.mesh, jnp.zeros((), jnp.int32))
 
+  workers, threads = training.input_workers(config)
+
   def batches(start: int = 0):
     return pipeline.train_batches(
         train.images, train.labels, setup.sampler, seed=config.seed, start_step=start,
         num_steps=config.num_train_steps, rows=parallel.process_slice(b),
         augmentation=config.data.augmentation, flip=config.data.flip, pad=config.data.pad,
-        num_threads=config.data.num_threads, num_workers=config.data.num_workers,
-        prefetch=config.data.prefetch)
+        num_threads=threads, num_workers=workers, prefetch=config.data.prefetch)
 
-  out = {"batch_size": b, "devices": jax.device_count(), "steps": steps}
+  out = {"batch_size": b, "devices": jax.device_count(), "steps": steps,
+         "num_workers": workers, "num_threads": threads}
   it = batches()
   t0 = time.perf_counter()
   for _ in range(warmup):
@@ -164,8 +166,8 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--batch_size", type=int, default=0, help="global; default: the config's")
   parser.add_argument("--group_size", type=int, default=0, help="default: the config's")
   parser.add_argument("--num_threads", type=int, default=0, help="data.num_threads")
-  parser.add_argument("--num_workers", type=int, default=-1,
-                      help="data.num_workers (grain processes; default: the config's)")
+  parser.add_argument("--num_workers", type=int, default=None,
+                      help="data.num_workers (grain processes; -1 auto; default: the config's)")
   parser.add_argument("--dtypes", default="float32,bfloat16")
   parser.add_argument("--inputs", default=",".join(INPUTS))
   parser.add_argument("--steps", type=int, default=10)

@@ -39,7 +39,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.data.flip = True              # random horizontal flip in training augmentation
   c.data.pad = 10                 # 'pad_crop' padding
   c.data.num_threads = 8          # decoding threads (per worker process)
-  c.data.num_workers = 0          # grain worker processes (0: threads of the trainer only)
+  c.data.num_workers = -1         # grain worker processes (0: threads of the trainer only;
+                                  # -1: 0 on the CPU, up to 8 on an accelerator)
   c.data.prefetch = 2             # batches decoded ahead
   c.data.label_noise = 0.0        # rate p of uniform label noise on the train split (eq. 6)
   c.data.clean_fraction = 1.0     # < 1: the clean 'topline', a random subset of the train split

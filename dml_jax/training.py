@@ -71,6 +71,8 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
       raise ValueError(f"config.{key} must be a positive integer, got {value!r}.")
   if config.eval_every_steps < 0:
     raise ValueError(f"config.eval_every_steps must be >= 0, got {config.eval_every_steps}.")
+  pipeline.resolve_workers(config.data.num_workers, config.data.num_threads, platform="cpu",
+                           cpus=1)   # only checks the value
   if not 1 <= config.data.group_size <= config.batch_size:
     raise ValueError(f"data.group_size={config.data.group_size} must be between 1 and "
                      f"batch_size={config.batch_size} (examples per class in a batch).")
@@ -276,6 +278,15 @@ def _train_step_fn(setup: Setup) -> Callable:
   return train_step
 
 
+def input_workers(config: ml_collections.ConfigDict) -> tuple[int, int]:
+  """``(num_workers, num_threads)`` of the training input pipeline for this process:
+  ``data.num_workers`` resolved for the default backend and the CPUs this process may use
+  (``pipeline.resolve_workers``)."""
+  return pipeline.resolve_workers(config.data.num_workers, config.data.num_threads,
+                                  platform=jax.default_backend(),
+                                  cpus=len(os.sched_getaffinity(0)))
+
+
 def make_train_step(setup: Setup) -> Callable:
   """``train_step(state, images [B,H,W,C], labels [B], key) -> (state, metrics)``, jitted.
 
@@ -451,6 +462,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   if workdir_lib.is_main_process():
     print(f"dml_jax: {parallel.describe(setup.mesh, config.batch_size)}; outputs: "
           f"{writers.describe(workdir, writer.backends)}", flush=True)
+    if config.data.name in data_lib.IMAGE_DATASETS:
+      workers, threads = input_workers(config)
+      print(f"dml_jax: decoding in {workers} worker process(es) x {threads} threads"
+            if workers else f"dml_jax: decoding in {threads} threads of the trainer "
+            "(data.num_workers, data.num_threads)", flush=True)
   # Every process computes the histograms (a collective program); process 0 writes them.
   batch_similarity = (make_batch_similarity_fn(setup) if writers.config_backends(config)
                       else None)
@@ -460,11 +476,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   train = setup.splits["train"]
   total = setup.num_train_steps
   local_rows = parallel.process_slice(config.batch_size)
+  num_workers, num_threads = input_workers(config)
   batches = pipeline.train_batches(
       train.images, train.labels, setup.sampler, seed=config.seed, start_step=start,
       num_steps=total, rows=local_rows, augmentation=config.data.augmentation,
-      flip=config.data.flip, pad=config.data.pad, num_threads=config.data.num_threads,
-      num_workers=config.data.num_workers, prefetch=config.data.prefetch)
+      flip=config.data.flip, pad=config.data.pad, num_threads=num_threads,
+      num_workers=num_workers, prefetch=config.data.prefetch)
   bar = tqdm.tqdm(total=total, initial=start, unit="step", dynamic_ncols=True,
                   mininterval=0.5, disable=not (show_progress and workdir_lib.is_main_process()))
   window_t, window_n = time.perf_counter(), 0

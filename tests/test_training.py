@@ -138,6 +138,7 @@ def test_train_step_keeps_state_on_nan():
     ("num_train_steps", 0, "num_train_steps"),
     ("data.image_size", 32, "image_size"),
     ("model.pretrained", "w.msgpack", "pretrained"),
+    ("data.num_workers", -2, r"num_workers=-2; allowed: -1 \(auto\)"),
 ])
 def test_bad_config_values(key, value, match):
   with pytest.raises((ValueError, NotImplementedError, FileNotFoundError), match=match):

@@ -34,7 +34,7 @@ print("conv_auto on", jax.default_backend(), "-> convolution ops:", hlo.count("c
 PY
   ;;
 bf16)
-  timeout 200 $TP --num_threads=16 --steps=30 --warmup=3 --out="$OUT/throughput_bf16.json" \
+  timeout 200 $TP --num_workers=0 --num_threads=16 --steps=30 --warmup=3 --out="$OUT/throughput_bf16.json" \
     2>&1 | tee "$OUT/throughput_bf16.log" | tail -4 ;;
 f32)
   timeout 120 $TP --dtypes=float32 --num_threads=16 --steps=20 --warmup=2 --inputs=synthetic \

@@ -151,6 +151,23 @@ def test_bad_pipeline_arguments(inshop_train):
     batches(inshop_train, sampler, rows=slice(8, 8))
 
 
+@pytest.mark.parametrize("workers,threads,platform,cpus,expected", [
+    (-1, 8, "cpu", 16, (0, 8)),     # auto on the CPU: the trainer's threads
+    (-1, 8, "gpu", 16, (8, 2)),     # auto on a GPU: the measured best of 16 cores
+    (-1, 8, "gpu", 64, (8, 8)),
+    (-1, 8, "tpu", 2, (1, 2)),
+    (-1, 1, "gpu", 16, (8, 1)),
+    (0, 8, "gpu", 16, (0, 8)),      # explicit values are kept
+    (3, 2, "cpu", 16, (3, 2))])
+def test_resolve_workers(workers, threads, platform, cpus, expected):
+  assert pipeline.resolve_workers(workers, threads, platform=platform, cpus=cpus) == expected
+
+
+def test_resolve_workers_rejects_other_negative_values():
+  with pytest.raises(ValueError, match=r"num_workers=-3; allowed: -1 \(auto\)"):
+    pipeline.resolve_workers(-3, 8, platform="cpu", cpus=2)
+
+
 def test_lazy_images_view_is_used_by_augment(inshop_train):
   assert isinstance(inshop_train.images, LazyImages)
   assert augment.decode(inshop_train.images.record(0)).shape == (16, 20, 3)
