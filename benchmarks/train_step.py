@@ -17,7 +17,7 @@ Sides, each in its own worker process (own thread pool, compiled once), taking t
 case for ``--rounds`` rounds so that a change in the machine's load hits every side:
 
 * ``dml_jax``: the training loop's pieces as ``training.train_and_evaluate`` feeds them, on
-  the state built by ``training.build``: ``pipeline.train_batches`` (the n-per-class sampler's
+  the state built by ``training.build``: ``training.train_batches`` (the n-per-class sampler's
   batches), ``parallel.global_batch``, ``training.make_step_key_fn``,
   ``training.make_guarded_step`` (the train state donated);
   every ``--chunk_steps`` steps the log step's host sync (``halted`` and the metrics fetched,
@@ -148,22 +148,15 @@ class JaxLoop:
     import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
     import numpy as np  # pylint: disable=import-outside-toplevel
     from dml_jax import parallel, training  # pylint: disable=import-outside-toplevel
-    from dml_jax.data import pipeline  # pylint: disable=import-outside-toplevel
     self.jax, self.np, self.parallel, self.training = jax, np, parallel, training
     self.config = c = jax_config(case)
     self.setup = setup = training.build(c)
-    train = setup.splits["train"]
     self.train_step = training.make_guarded_step(setup)
     self.step_key = training.make_step_key_fn(c.seed)
     # a copy: the step donates its input state, and setup.init_state must stay valid
     self.state = jax.tree.map(jnp.copy, setup.init_state)
     self.halted = parallel.replicate(setup.mesh, jnp.zeros((), jnp.int32))
-    self.batches = pipeline.train_batches(
-        train.images, train.labels, setup.sampler, seed=c.seed, start_step=0,
-        num_steps=c.num_train_steps, rows=parallel.process_slice(c.batch_size),
-        augmentation=c.data.augmentation, flip=c.data.flip, pad=c.data.pad,
-        num_threads=c.data.num_threads, num_workers=c.data.num_workers,
-        prefetch=c.data.prefetch)
+    self.batches = training.train_batches(setup)
     self.examples = c.batch_size
 
   def chunk(self, steps: int) -> dict:

@@ -50,7 +50,6 @@ import numpy as np  # noqa: E402
 
 from dml_jax import parallel  # noqa: E402
 from dml_jax import training  # noqa: E402
-from dml_jax.data import pipeline  # noqa: E402
 
 INPUTS = ("real", "synthetic", "input_only")
 
@@ -102,7 +101,6 @@ def make_config(args, *, root: str, dtype: str):
 def measure(config, *, inputs: list[str], steps: int, warmup: int) -> dict:
   """Images/s of each of ``inputs`` for ``config`` (module docstring)."""
   setup = training.build(config)
-  train = setup.splits["train"]
   b = config.batch_size
   step_fn = training.make_guarded_step(setup)
   key_fn = training.make_step_key_fn(config.seed)
@@ -110,13 +108,7 @@ def measure(config, *, inputs: list[str], steps: int, warmup: int) -> dict:
   halted = parallel.replicate(setup.mesh, jnp.zeros((), jnp.int32))
 
   workers, threads = training.input_workers(config)
-
-  def batches(start: int = 0):
-    return pipeline.train_batches(
-        train.images, train.labels, setup.sampler, seed=config.seed, start_step=start,
-        num_steps=config.num_train_steps, rows=parallel.process_slice(b),
-        augmentation=config.data.augmentation, flip=config.data.flip, pad=config.data.pad,
-        num_threads=threads, num_workers=workers, prefetch=config.data.prefetch)
+  batches = lambda start=0: training.train_batches(setup, start_step=start)
 
   out = {"batch_size": b, "devices": jax.device_count(), "steps": steps,
          "num_workers": workers, "num_threads": threads}

@@ -287,6 +287,19 @@ def input_workers(config: ml_collections.ConfigDict) -> tuple[int, int]:
                                   cpus=len(os.sched_getaffinity(0)))
 
 
+def train_batches(setup: Setup, *, start_step: int = 0):
+  """The training loop's batches ``(step, images, labels)`` from ``start_step`` on:
+  ``pipeline.train_batches`` with the config's data options, this process's rows of every
+  global batch and ``data.num_workers`` resolved by :func:`input_workers`."""
+  c, train = setup.config, setup.splits["train"]
+  num_workers, num_threads = input_workers(c)
+  return pipeline.train_batches(
+      train.images, train.labels, setup.sampler, seed=c.seed, start_step=start_step,
+      num_steps=setup.num_train_steps, rows=parallel.process_slice(c.batch_size),
+      augmentation=c.data.augmentation, flip=c.data.flip, pad=c.data.pad,
+      num_threads=num_threads, num_workers=num_workers, prefetch=c.data.prefetch)
+
+
 def make_train_step(setup: Setup) -> Callable:
   """``train_step(state, images [B,H,W,C], labels [B], key) -> (state, metrics)``, jitted.
 
@@ -473,15 +486,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   train_step = make_guarded_step(setup)
   key_fn = make_step_key_fn(config.seed)
   embed_fn = make_embed_fn(setup)
-  train = setup.splits["train"]
   total = setup.num_train_steps
-  local_rows = parallel.process_slice(config.batch_size)
-  num_workers, num_threads = input_workers(config)
-  batches = pipeline.train_batches(
-      train.images, train.labels, setup.sampler, seed=config.seed, start_step=start,
-      num_steps=total, rows=local_rows, augmentation=config.data.augmentation,
-      flip=config.data.flip, pad=config.data.pad, num_threads=num_threads,
-      num_workers=num_workers, prefetch=config.data.prefetch)
+  batches = train_batches(setup, start_step=start)
   bar = tqdm.tqdm(total=total, initial=start, unit="step", dynamic_ncols=True,
                   mininterval=0.5, disable=not (show_progress and workdir_lib.is_main_process()))
   window_t, window_n = time.perf_counter(), 0
