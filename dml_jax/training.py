@@ -279,9 +279,8 @@ def _train_step_fn(setup: Setup) -> Callable:
 
 
 def input_workers(config: ml_collections.ConfigDict) -> tuple[int, int]:
-  """``(num_workers, num_threads)`` of the training input pipeline for this process:
-  ``data.num_workers`` resolved for the default backend and the CPUs this process may use
-  (``pipeline.resolve_workers``)."""
+  """``(num_workers, num_threads)``: ``data.num_workers`` resolved for the default backend and
+  the CPUs this process may use (``pipeline.resolve_workers``)."""
   return pipeline.resolve_workers(config.data.num_workers, config.data.num_threads,
                                   platform=jax.default_backend(),
                                   cpus=len(os.sched_getaffinity(0)))
@@ -476,10 +475,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     print(f"dml_jax: {parallel.describe(setup.mesh, config.batch_size)}; outputs: "
           f"{writers.describe(workdir, writer.backends)}", flush=True)
     if config.data.name in data_lib.IMAGE_DATASETS:
-      workers, threads = input_workers(config)
-      print(f"dml_jax: decoding in {workers} worker process(es) x {threads} threads"
-            if workers else f"dml_jax: decoding in {threads} threads of the trainer "
-            "(data.num_workers, data.num_threads)", flush=True)
+      print(f"dml_jax: {pipeline.describe_workers(*input_workers(config))}", flush=True)
   # Every process computes the histograms (a collective program); process 0 writes them.
   batch_similarity = (make_batch_similarity_fn(setup) if writers.config_backends(config)
                       else None)

@@ -90,6 +90,13 @@ def resolve_workers(num_workers: int, num_threads: int, *, platform: str,
   return workers, max(1, min(num_threads, cpus // workers))
 
 
+def describe_workers(num_workers: int, num_threads: int) -> str:
+  """Where decoding runs, for the start-up line of ``train.py``."""
+  where = (f"{num_workers} worker process(es) x {num_threads} threads" if num_workers
+           else f"{num_threads} threads of the trainer")
+  return f"decoding in {where} (data.num_workers, data.num_threads)"
+
+
 def train_batches(images, labels, sampler, *, seed: int, start_step: int, num_steps: int,
                   rows: slice = slice(None), augmentation: str = "none", flip: bool = True,
                   pad: int = 10, num_threads: int = 8, num_workers: int = 0,

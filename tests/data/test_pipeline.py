@@ -163,6 +163,11 @@ def test_resolve_workers(workers, threads, platform, cpus, expected):
   assert pipeline.resolve_workers(workers, threads, platform=platform, cpus=cpus) == expected
 
 
+def test_describe_workers_names_processes_or_threads():
+  assert pipeline.describe_workers(8, 2).startswith("decoding in 8 worker process(es) x 2 ")
+  assert pipeline.describe_workers(0, 8).startswith("decoding in 8 threads of the trainer")
+
+
 def test_resolve_workers_rejects_other_negative_values():
   with pytest.raises(ValueError, match=r"num_workers=-3; allowed: -1 \(auto\)"):
     pipeline.resolve_workers(-3, 8, platform="cpu", cpus=2)
