@@ -121,3 +121,37 @@ def test_bf16_one_trace_and_finite_without_pairs(name):
   for labels in (np.arange(12, dtype=np.int32), np.zeros(12, np.int32)):
     loss, _, grad = run(name, batch(14), labels)
     assert np.isfinite(float(loss)) and np.all(np.isfinite(np.asarray(grad)))
+
+
+@pytest.mark.parametrize("num_bins", [10, 3])
+def test_fastap_soft_histograms_equal_the_kernel_form(num_bins):
+  """The two-kernel histograms and their custom VJP equal the triangular kernels over all
+  ``L + 1`` bins and autodiff of them, at distances inside bins, at 0, at 4 and just above 4
+  (a cosine rounded below -1)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from dml_jax.objectives import _ranking  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(num_bins)
+  d2 = rng.uniform(0.0, 4.0, (6, 9)).astype(np.float32)
+  d2[0, :3] = [0.0, 4.0, 4.0 + 2e-6]
+  first, second = rng.random((6, 9)) < 0.4, rng.random((6, 9)) < 0.8
+  gf, gs = (jnp.asarray(rng.standard_normal((6, num_bins + 1)), jnp.float32) for _ in range(2))
+  centers = jnp.linspace(0.0, 4.0, num_bins + 1)
+
+  def kernel_form(d):
+    pulse = jax.nn.relu(1.0 - jnp.abs(d[..., None] - centers) / (4.0 / num_bins))
+    return tuple(jnp.sum(jnp.where(m[..., None], pulse, 0.0), axis=1) for m in (first, second))
+
+  def two_kernel(d):
+    return _ranking.soft_histograms(d, jnp.asarray(first), jnp.asarray(second), num_bins)
+
+  for a, b in zip(two_kernel(jnp.asarray(d2)), kernel_form(jnp.asarray(d2))):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+  weigh = lambda f: lambda d: sum(jnp.sum(g * h) for g, h in zip((gf, gs), f(d)))
+  offset = np.asarray(d2, np.float64) % (4.0 / num_bins)
+  kinks = np.isclose(offset, 0.0, atol=1e-7) | np.isclose(offset, 4.0 / num_bins, atol=1e-7)
+  kinks[0, :2] = True   # d2 = 0 and 4: the kernel form's gradient there is a convention
+  assert not kinks[0, 2]   # just above 4: compared
+  np.testing.assert_allclose(np.where(kinks, 0.0, jax.grad(weigh(two_kernel))(jnp.asarray(d2))),
+                             np.where(kinks, 0.0, jax.grad(weigh(kernel_form))(jnp.asarray(d2))),
+                             rtol=1e-5, atol=1e-5)
