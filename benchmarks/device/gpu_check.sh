@@ -4,7 +4,7 @@
 #   bf16       ResNet-50 224 px training throughput, bfloat16, real / synthetic / input only
 #   f32        the same step in float32, synthetic input
 #   workers    bf16 real input with grain worker processes (data.num_workers) instead of threads
-#              (WORKERS="8:2 14:1": workers:threads pairs)
+#              (WORKERS="8:2 15:1": workers:threads pairs)
 #   retrieval  SOP-scale exact retrieval (N = 60,000, D = 512)
 # (default: versions bf16 f32 retrieval). Logs and JSON go to $OUT (or runs/gpu_check). The
 # machine's image lacks ml_collections, tensorboardX, grain, array-record and portpicker: put
@@ -40,7 +40,7 @@ f32)
   timeout 120 $TP --dtypes=float32 --num_threads=16 --steps=20 --warmup=2 --inputs=synthetic \
     --out="$OUT/throughput_f32.json" 2>&1 | tee "$OUT/throughput_f32.log" | tail -4 ;;
 workers)
-  for wt in ${WORKERS:-8:2 14:1}; do
+  for wt in ${WORKERS:-8:2 15:1}; do
     timeout 150 $TP --num_workers=${wt%:*} --num_threads=${wt#*:} --steps=30 --warmup=3 \
       --inputs=real,input_only --out="$OUT/throughput_bf16_w${wt%:*}.json" \
       2>&1 | tee "$OUT/throughput_bf16_w${wt%:*}.log" | tail -2
