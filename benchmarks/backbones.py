@@ -36,7 +36,6 @@ markdown table and writes JSON (``--out``).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
@@ -225,15 +224,11 @@ def worker(side: str, threads: int) -> None:
 
 
 def _train_step_bench():
-  """``benchmarks/train_step.py`` (its worker-process protocol), loaded by path."""
-  name = "dml_jax_bench_train_step"
-  if name not in sys.modules:
-    spec = importlib.util.spec_from_file_location(
-        name, os.path.join(os.path.dirname(os.path.abspath(__file__)), "train_step.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-  return sys.modules[name]
+  """``benchmarks/train_step.py`` (its worker-process protocol)."""
+  if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+  from benchmarks import train_step  # pylint: disable=import-outside-toplevel
+  return train_step
 
 
 def summarize(case: dict, side: str, dtype: str, runs: list[dict]) -> dict:

@@ -30,7 +30,6 @@ everything written as JSON to ``--out``.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 import time
@@ -45,19 +44,8 @@ from dml_jax import memory as memory_lib  # pylint: disable=g-import-not-at-top,
 from dml_jax import objectives  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
-def _objectives_bench():
-  """``benchmarks/objectives.py`` (timing, memory analysis, PML import), loaded by path."""
-  name = "dml_jax_bench_objectives"
-  if name not in sys.modules:
-    spec = importlib.util.spec_from_file_location(
-        name, os.path.join(os.path.dirname(os.path.abspath(__file__)), "objectives.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module   # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-  return sys.modules[name]
-
-
-common = _objectives_bench()
+# timing, memory analysis, PML import
+from benchmarks import objectives as common  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 DEFAULT_MEMORY_SIZES = (0, 4096, 16384)
 SMOKE_MEMORY_SIZES = (0, 64)

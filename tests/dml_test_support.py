@@ -2,7 +2,7 @@
 on sys.path); fake datasets: fake_datasets.py, mocked TFDS: tfds_mock.py, numpy references:
 oracles.py, objective helpers: objective_support.py."""
 
-import importlib.util
+import importlib
 import os
 import sys
 
@@ -52,11 +52,7 @@ def restore_state(workdir, step=None):
 
 
 def load_benchmark(name: str):
-  """``benchmarks/<name>.py`` as a module ``bench_<name>``, loaded by path (benchmarks/ is not
-  a package); registered in ``sys.modules`` (dataclasses resolve annotations through it)."""
-  spec = importlib.util.spec_from_file_location(f"bench_{name}",
-                                                os.path.join(ROOT, "benchmarks", f"{name}.py"))
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = module
-  spec.loader.exec_module(module)
-  return module
+  """The module ``benchmarks.<name>`` (``benchmarks/<name>.py``), imported once."""
+  if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+  return importlib.import_module(f"benchmarks.{name}")
