@@ -1,22 +1,26 @@
 """The exact top-m search of ``knn.neighbor_relevance`` (``m`` small, about 16): tiled,
-symmetric, filtered, on several threads. Higher similarity = closer.
+symmetric, one pass per tile, on several threads. Higher similarity = closer.
 
 :func:`top_m_neighbors` computes the similarity matrix in tiles ``[row_tile, col_tile]``
-(:func:`tile_sizes`) and merges each into every query's running best ``m``
-(:func:`_merge_tile`):
+(:func:`tile_sizes`) and merges each into every query's running best ``m``:
 
 * When the query set is its own gallery, ``S`` is symmetric: only the tiles ``(i, j >= i)``
   are computed and ``S_ij`` updates the queries of block ``i`` while ``S_ij^T`` (never formed)
   updates those of block ``j``: half the matrix products.
-* A merge reads only the ``m`` chunks of ``CHUNK`` gallery items with the highest maximum
-  (no other item can be among the best ``m``), and only the best ``FEW_CHUNKS`` chunks when no
-  query of the tile has more chunks above its running ``m``-th best.
-* XLA:CPU runs a tile's selection (``lax.top_k``) on one thread, so tiles run on as many
-  Python threads as CPUs, each started once its predecessors in gallery order are done
-  (:func:`tile_waves`).
+* The merge (``selection='auto'``) is a C++ kernel called from the jitted tile
+  (``dml_jax/kernels/top_m.cc``, :func:`merge_tile_kernel`): one pass over the tile that
+  compares 8 similarities at a time with the rows' and the columns' running ``m``-th best and
+  inserts the few that beat it. Where the kernel cannot be built (no C++ compiler) or with
+  ``selection='xla'``, :func:`_merge_tile` does it with XLA: it reads only the ``m`` chunks of
+  ``CHUNK`` gallery items with the highest maximum (no other item can be among the best
+  ``m``), and only the best ``FEW_CHUNKS`` chunks when no query of the tile has more chunks
+  above its running ``m``-th best.
+* XLA:CPU runs a tile's selection on one thread, so tiles run on as many Python threads as
+  CPUs, each started once its predecessors in gallery order are done (:func:`tile_waves`).
 
-Ties. Every query merges its gallery blocks in increasing gallery order and ``top_k`` puts the
-lower position first, so items of equal similarity are ranked by lower gallery index.
+Ties. Every query merges its gallery blocks in increasing gallery order and both merges put
+the earlier item first (``top_k``'s lower position; the kernel inserts an item only above
+strictly lower values), so items of equal similarity are ranked by lower gallery index.
 ``-0.0`` is made ``+0.0`` and non-finite similarities are clipped to the finite float32 range
 (:func:`sanitize`), so that masked items (self, padding; ``-inf``) are never returned.
 """
@@ -32,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
+from dml_jax import kernels
 from dml_jax.similarity import pairwise_similarity
 
 DEFAULT_MEMORY_BYTES = 1 << 28  # 256 MiB of temporaries per query block.
@@ -69,7 +74,7 @@ def tile_sizes(num_query: int, num_gallery: int, *,
 
 
 def top_m_neighbors(query, gallery=None, *, m: int, kind: str = "dot", row_tile: int = TILE,
-                    col_tile: int = TILE, chunk: int = CHUNK,
+                    col_tile: int = TILE, chunk: int = CHUNK, selection: str = "auto",
                     show_progress: bool = False) -> np.ndarray:
   """Indices of the ``m`` most similar gallery items of every query (``m`` small), exact.
 
@@ -93,12 +98,17 @@ def top_m_neighbors(query, gallery=None, *, m: int, kind: str = "dot", row_tile:
     row_tile, col_tile: the tile shape; the filter of :func:`_merge_tile` needs ``chunk``
       to divide ``col_tile`` (and ``row_tile`` when symmetric), else it is off (chunk 1).
     chunk: gallery items per chunk of the filter.
+    selection: how a tile is merged: ``'kernel'``, the C++ merge of ``dml_jax/kernels/top_m.cc``
+      (one pass over the tile, see :mod:`dml_jax.kernels`); ``'xla'``, the filtered
+      ``lax.top_k`` of :func:`_merge_tile`; ``'auto'`` (default), the kernel where it is
+      available (a CPU with a C++ compiler), else XLA. Same results.
     show_progress: a progress bar over the query blocks.
 
   Returns:
     int32 ``[Nq, m]``, each row by decreasing similarity.
   """
   exclude_self = gallery is None
+  targets = selection_targets(selection)
   q = np.asarray(query, np.float32)
   g = q if exclude_self else np.asarray(gallery, np.float32)
   num_query, num_gallery = q.shape[0], g.shape[0]
@@ -119,7 +129,15 @@ def top_m_neighbors(query, gallery=None, *, m: int, kind: str = "dot", row_tile:
 
   def tile(i: int, j: int) -> None:
     row_start, col_start = np.int32(i * row_tile), np.int32(j * col_tile)
-    if symmetric and j > i:
+    if targets is not None:
+      starts = np.array([row_start, col_start, n], np.int32)
+      if symmetric and j > i:
+        best[i], best[j] = jax.block_until_ready(_tile_update_both_kernel(
+            q_blocks[i], g_blocks[j], starts, best[i], best[j], kind=kind))
+      else:
+        best[i] = jax.block_until_ready(_tile_update_kernel(
+            q_blocks[i], g_blocks[j], starts, best[i], kind=kind, exclude_self=exclude_self))
+    elif symmetric and j > i:
       best[i], best[j] = jax.block_until_ready(_tile_update_both(
           q_blocks[i], g_blocks[j], row_start, col_start, n, best[i], best[j],
           mask_padding=padded and j == len(g_blocks) - 1, **static))
@@ -149,6 +167,24 @@ def top_m_neighbors(query, gallery=None, *, m: int, kind: str = "dot", row_tile:
       done.result()
       bar.update(1)
   return np.concatenate([np.asarray(b[1]) for b in best])[:num_query]
+
+
+SELECTIONS = ("auto", "kernel", "xla")
+
+
+def selection_targets(selection: str) -> dict[str, str] | None:
+  """The custom-call targets of the C++ tile merge for ``selection`` (see
+  :func:`top_m_neighbors`), or ``None`` for the XLA merge."""
+  if selection not in SELECTIONS:
+    raise ValueError(f"selection must be one of {SELECTIONS}, got {selection!r}.")
+  if selection == "xla":
+    return None
+  targets = kernels.load("top_m.cc")
+  if targets is None and selection == "kernel":
+    raise RuntimeError("selection='kernel': the C++ tile merge is not available (it needs "
+                       f"the CPU backend, a C++ compiler and {kernels.SWITCH_ENV} unset or "
+                       "1); use selection='auto' or 'xla'.")
+  return targets
 
 
 def tile_waves(num_row_blocks: int, num_col_blocks: int, *,
@@ -227,6 +263,57 @@ def _tile_update_both(a, b, a_start, b_start, num_items, best_a, best_b, *, m: i
   s_a = jnp.where(b_index[None, :] >= num_items, -jnp.inf, s) if mask_padding else s
   return (_merge_tile(*best_a, s_a, b_index, m=m, chunk=chunk),
           _merge_tile(*best_b, s, a_index, m=m, chunk=chunk, transposed=True))
+
+
+@functools.partial(jax.jit, static_argnames=("kind", "exclude_self"))
+def _tile_update_kernel(a, b, starts, best, *, kind: str, exclude_self: bool):
+  """:func:`_tile_update` with the C++ merge; ``starts`` is int32 ``[3]`` = (first query index,
+  first gallery index, number of items)."""
+  return merge_tile_kernel(pairwise_similarity(a, b, kind=kind), starts, best,
+                           exclude_self=exclude_self)[0]
+
+
+@functools.partial(jax.jit, static_argnames=("kind",))
+def _tile_update_both_kernel(a, b, starts, best_a, best_b, *, kind: str):
+  """:func:`_tile_update_both` with the C++ merge (rows into ``best_a``, columns into
+  ``best_b``, in one pass over the tile)."""
+  return merge_tile_kernel(pairwise_similarity(a, b, kind=kind), starts, best_a, best_b)
+
+
+def merge_tile_kernel(s, starts, best_a, best_b=None, *, exclude_self: bool = False,
+                      vectorized: bool = True):
+  """The C++ tile merge (``dml_jax/kernels/top_m.cc``): :func:`_merge_tile` of the rows of
+  ``s [R, G]`` into ``best_a`` and, given ``best_b``, of its columns into ``best_b``.
+
+  Args:
+    s: float32 ``[R, G]``, raw similarities (sanitised by the kernel as :func:`sanitize`).
+    starts: int32 ``[3]``: the index of row 0, of column 0, and the number of items (an index
+      at or above it is padding and never enters).
+    best_a: ``(values float32 [R, m], indices int32 [R, m])`` of the rows.
+    best_b: the same ``[G, m]`` of the columns, or ``None`` (rows only).
+    exclude_self: rows only: a row and a column of equal index never pair.
+    vectorized: ``False`` runs the kernel's scalar form (what CPUs without AVX2 get).
+
+  Returns:
+    ``(best_a, best_b)`` merged (``best_b`` ``None`` when not given).
+  """
+  targets = kernels.load("top_m.cc")
+  if targets is None:
+    raise RuntimeError("the C++ tile merge is not available (see dml_jax.kernels).")
+  flags = dict(vectorized=np.int32(vectorized))
+  if best_b is None:
+    out = jax.ffi.ffi_call(targets["merge_rows"], (_like(best_a[0]), _like(best_a[1])),
+                           input_output_aliases={1: 0, 2: 1})(
+        s, *best_a, starts, exclude_self=np.int32(exclude_self), **flags)
+    return (out[0], out[1]), None
+  out = jax.ffi.ffi_call(targets["merge_both"], tuple(map(_like, (*best_a, *best_b))),
+                         input_output_aliases={1: 0, 2: 1, 3: 2, 4: 3})(
+      s, *best_a, *best_b, starts, **flags)
+  return (out[0], out[1]), (out[2], out[3])
+
+
+def _like(x) -> jax.ShapeDtypeStruct:
+  return jax.ShapeDtypeStruct(x.shape, x.dtype)
 
 
 def _merge_tile(best_values, best_index, s, g_index, *, m: int, chunk: int,

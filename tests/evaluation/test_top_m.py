@@ -22,6 +22,10 @@ def integer_points(rng, n, dim=2):
   return x
 
 
+SELECTIONS = ["kernel", "xla"]  # the C++ merge and XLA's filtered top_k
+
+
+@pytest.mark.parametrize("selection", SELECTIONS)
 @pytest.mark.parametrize("kind", ["dot", "neg_sq_euclidean"])
 @pytest.mark.parametrize("row_tile,col_tile,chunk", [
     (32, 32, 8),   # symmetric (S_ij and S_ij^T), chunk filter on (3 * 8 < 32), padded.
@@ -29,30 +33,35 @@ def integer_points(rng, n, dim=2):
     (16, 24, 8),   # rectangular tiles: the plain (non-symmetric) sweep with the filter.
     (7, 5, 8),     # chunk does not divide the tile: no filter.
 ])
-def test_top_m_self_matches_oracle_with_ties(kind, row_tile, col_tile, chunk):
+def test_top_m_self_matches_oracle_with_ties(kind, row_tile, col_tile, chunk, selection):
   x = integer_points(np.random.default_rng(0), 70)
   for m in (1, 3, 9):
     idx = top_m.top_m_neighbors(x, m=m, kind=kind, row_tile=row_tile, col_tile=col_tile,
-                              chunk=chunk)
+                                chunk=chunk, selection=selection)
     np.testing.assert_array_equal(idx, oracle_indices(x, None, m, kind))
     assert not np.any(idx == np.arange(70)[:, None]), "self must be excluded"
 
 
-def test_top_m_all_equal_points_rank_by_index():
+@pytest.mark.parametrize("selection", SELECTIONS)
+def test_top_m_all_equal_points_rank_by_index(selection):
   # Every similarity ties: the neighbours are the other indices in increasing order, across
   # both the S_ij and the S_ij^T updates.
   x = np.ones((40, 3), np.float32)
-  idx = top_m.top_m_neighbors(x, m=4, row_tile=16, col_tile=16, chunk=2)
+  idx = top_m.top_m_neighbors(x, m=4, row_tile=16, col_tile=16, chunk=2, selection=selection)
   want = np.array([[j for j in range(40) if j != i][:4] for i in range(40)])
   np.testing.assert_array_equal(idx, want)
 
 
+@pytest.mark.parametrize("selection", SELECTIONS)
 @pytest.mark.parametrize("row_tile,col_tile", [(16, 16), (8, 24)])
-def test_top_m_separate_gallery_matches_oracle(row_tile, col_tile):
+@pytest.mark.parametrize("num_query,num_gallery", [(30, 53), (53, 30)])
+def test_top_m_separate_gallery_matches_oracle(row_tile, col_tile, num_query, num_gallery,
+                                               selection):
   rng = np.random.default_rng(1)
-  q, g = rng.normal(size=(30, 5)).astype(np.float32), rng.normal(size=(53, 5)).astype(np.float32)
+  q = rng.normal(size=(num_query, 5)).astype(np.float32)
+  g = rng.normal(size=(num_gallery, 5)).astype(np.float32)
   idx = top_m.top_m_neighbors(q, g, m=4, kind="dot", row_tile=row_tile, col_tile=col_tile,
-                            chunk=4)
+                              chunk=4, selection=selection)
   np.testing.assert_array_equal(idx, oracle_indices(q, g, 4, "dot"))
 
 
@@ -101,7 +110,8 @@ def test_top_m_few_entering_chunks_branch_matches_oracle(dim):
   # branch (few chunks beat the running 12th best), ties included (integer points, dim 2).
   x = integer_points(np.random.default_rng(dim), 700, dim=dim)
   assert top_m.FEW_CHUNKS < 12
-  idx = top_m.top_m_neighbors(x, m=12, kind="dot", row_tile=128, col_tile=128, chunk=4)
+  idx = top_m.top_m_neighbors(x, m=12, kind="dot", row_tile=128, col_tile=128, chunk=4,
+                              selection="xla")
   np.testing.assert_array_equal(idx, oracle_indices(x, None, 12, "dot"))
 
 
@@ -119,3 +129,95 @@ def test_tile_waves_cover_every_tile_once_after_its_predecessors(rows, cols, sym
     for dep in ((i, j - 1), (i - 1, j)) if symmetric else ((i, j - 1),):
       if dep in position:
         assert position[dep] < k
+
+
+def merge_oracle(values, indices, candidates, m):
+  """One running best list merged with ``candidates [(value, index), ...]`` by
+  (-value, index), as explicit Python tuples; unfilled places are (-inf, -1)."""
+  items = [(v, i) for v, i in zip(values, indices) if i != -1] + candidates
+  items = sorted(items, key=lambda t: (-t[0], t[1]))[:m]
+  items += [(-np.inf, -1)] * (m - len(items))
+  return [v for v, _ in items], [i for _, i in items]
+
+
+def sanitize_oracle(x):
+  big = float(np.finfo(np.float32).max)
+  return -big if np.isnan(x) or x == -np.inf else (big if x == np.inf else float(x))
+
+
+def awkward_tile(rng, rows, cols):
+  """Small integers (ties everywhere), -0.0, NaN and +-inf."""
+  s = rng.integers(-2, 3, size=(rows, cols)).astype(np.float32)
+  s[s == 0] = np.where(rng.random(np.sum(s == 0)) < 0.5, 0.0, -0.0)
+  special = rng.random((rows, cols))
+  s[special < 0.05] = np.nan
+  s[(special >= 0.05) & (special < 0.08)] = np.inf
+  s[(special >= 0.08) & (special < 0.11)] = -np.inf
+  return s
+
+
+@pytest.mark.parametrize("vectorized", [True, False])
+@pytest.mark.parametrize("both", [False, True])
+@pytest.mark.parametrize("rows,cols,m", [(11, 13, 1), (16, 24, 4), (9, 40, 6)])
+def test_merge_kernel_matches_loop_oracle(rows, cols, m, both, vectorized):
+  # Two tiles in gallery order into the same lists (the second merges into what the first
+  # left), padding cut by num_items, self pairs excluded in the rows-only form; both the AVX2
+  # and the scalar forms of the kernel.
+  rng = np.random.default_rng(rows * cols + m)
+  if both:   # blocks a (rows) and b (columns) of the symmetric search, a before b
+    a_starts, b_starts = [0, rows], [2 * rows, 2 * rows + cols]
+  else:      # one query block against two gallery blocks, overlapping it (self pairs)
+    a_starts, b_starts = [3, 3], [0, cols]
+  num_items = max(b_starts) + cols - 3   # the last columns are padding
+  if not both:
+    num_items = min(num_items, a_starts[0] + rows - 2)  # fewer items than queries: the
+    # query rows at or above num_items are still merged (a separate gallery)
+  exclude_self = not both
+  best_a = [[[-np.inf] * m, [-1] * m] for _ in range(rows)]
+  best_b = [[[-np.inf] * m, [-1] * m] for _ in range(cols)]
+  got_a = (np.full((rows, m), -np.inf, np.float32), np.full((rows, m), -1, np.int32))
+  got_b = (np.full((cols, m), -np.inf, np.float32), np.full((cols, m), -1, np.int32))
+  for a_start, b_start in zip(a_starts, b_starts):
+    s = awkward_tile(rng, rows, cols)
+    starts = np.array([a_start, b_start, num_items], np.int32)
+    got_a, new_b = top_m.merge_tile_kernel(s, starts, got_a, got_b if both else None,
+                                           exclude_self=exclude_self, vectorized=vectorized)
+    if both:
+      got_b = new_b
+    for r in range(rows):
+      if both and a_start + r >= num_items:
+        continue   # a padded item of the query set
+      cands = [(sanitize_oracle(s[r, c]), b_start + c) for c in range(cols)
+               if b_start + c < num_items and not (exclude_self and a_start + r == b_start + c)]
+      best_a[r] = merge_oracle(*best_a[r], cands, m)
+    for c in range(cols) if both else ():
+      cands = [(sanitize_oracle(s[r, c]), a_start + r) for r in range(rows)
+               if a_start + r < num_items]
+      if b_start + c < num_items:
+        best_b[c] = merge_oracle(*best_b[c], cands, m)
+  np.testing.assert_array_equal(np.asarray(got_a[1]), [b[1] for b in best_a])
+  np.testing.assert_array_equal(np.asarray(got_a[0]), [b[0] for b in best_a])
+  if both:
+    np.testing.assert_array_equal(np.asarray(got_b[1]), [b[1] for b in best_b])
+    np.testing.assert_array_equal(np.asarray(got_b[0]), [b[0] for b in best_b])
+
+
+@pytest.mark.parametrize("selection", SELECTIONS)
+def test_top_m_overflowing_similarities_match_oracle(selection):
+  # Each point is +-2^64 or +-2^60 on one axis, so a dot product has one non-zero term (the
+  # same in any summation order, FMA included): +-2^128 overflows to +-inf, +-2^124 and
+  # +-2^120 are finite. Sanitised, the infinities are the highest / lowest finite float32
+  # (ties by index among them), never dropped.
+  rng = np.random.default_rng(5)
+  axis, sign = rng.integers(0, 3, size=40), rng.choice([-1.0, 1.0], size=40)
+  scale = np.where(rng.random(40) < 0.6, 2.0**64, 2.0**60)
+  x = np.zeros((40, 3))
+  x[np.arange(40), axis] = sign * scale
+  exact = x @ x.T   # float64: exact
+  big = float(np.finfo(np.float32).max)
+  s = np.clip(exact, -big, big)
+  want = [[j for _, j in sorted((-s[i, j], j) for j in range(40) if j != i)[:5]]
+          for i in range(40)]
+  idx = top_m.top_m_neighbors(x.astype(np.float32), m=5, kind="dot", row_tile=16,
+                              col_tile=16, selection=selection)
+  np.testing.assert_array_equal(idx, want)

@@ -1,0 +1,121 @@
+"""CPU kernels in C++, called from jitted code as XLA FFI custom calls.
+
+XLA:CPU lacks a few fast primitives (its ``top_k`` costs 10-20 ns an element on one thread);
+where one of them bounds a benchmark, a small C++ handler does that step. The sources are
+beside this file (``*.cc``). :func:`load` compiles a source once per machine with the system
+C++ compiler (``$CXX``, else ``c++``) against JAX's FFI headers, caches the shared library
+(``~/.cache/dml_jax/kernels``, or ``$DML_JAX_KERNEL_CACHE``; keyed by the source, the flags,
+the compiler and jaxlib versions), and registers its handlers with XLA for the CPU.
+
+Each user keeps the pure-XLA path it had and takes the kernel only when :func:`load` returns
+its handler names: ``None`` when there is no C++ compiler, the build fails (one warning says
+why), the platform is not the CPU, or ``DML_JAX_CPU_KERNELS=0``. Both paths give the same
+results (tested).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import warnings
+
+import jax
+
+CACHE_ENV = "DML_JAX_KERNEL_CACHE"
+SWITCH_ENV = "DML_JAX_CPU_KERNELS"
+DEFAULT_CACHE = os.path.join("~", ".cache", "dml_jax", "kernels")
+FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC")
+SOURCES = {
+    # source -> {python name: exported handler symbol}
+    "top_m.cc": {"merge_rows": "DmlJaxTopMMergeRows", "merge_both": "DmlJaxTopMMergeBoth"},
+}
+BUILD_TIMEOUT_S = 300
+
+
+def enabled() -> bool:
+  """Whether the kernels may be used: the default backend is the CPU and
+  ``DML_JAX_CPU_KERNELS`` is not ``0``."""
+  return os.environ.get(SWITCH_ENV, "1") != "0" and jax.default_backend() == "cpu"
+
+
+def load(source: str) -> dict[str, str] | None:
+  """The XLA custom-call targets of ``source`` (``{name: target}``, e.g. ``{'merge_rows':
+  'dml_jax_top_m_merge_rows'}``), built and registered on first use; ``None`` when the
+  kernels are not available (see the module docstring)."""
+  if source not in SOURCES:
+    raise ValueError(f"unknown kernel source {source!r}; known: {sorted(SOURCES)}.")
+  if not enabled():
+    return None
+  return _load(source)
+
+
+@functools.cache
+def _load(source: str) -> dict[str, str] | None:
+  try:
+    library = ctypes.cdll.LoadLibrary(build(source))
+  except (OSError, subprocess.SubprocessError) as e:
+    warnings.warn(f"dml_jax: the C++ kernel {source} is not available ({e}); using the "
+                  f"slower pure-XLA path. Set {SWITCH_ENV}=0 to silence this.", stacklevel=3)
+    return None
+  targets = {}
+  for name, symbol in SOURCES[source].items():
+    target = f"dml_jax_{source.removesuffix('.cc')}_{name}"
+    jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(library, symbol)),
+                                platform="cpu")
+    targets[name] = target
+  return targets
+
+
+def source_path(source: str) -> str:
+  return os.path.join(os.path.dirname(os.path.abspath(__file__)), source)
+
+
+def compiler() -> str:
+  """The C++ compiler command (``$CXX`` or ``c++``); ``OSError`` when there is none."""
+  name = os.environ.get("CXX", "c++")
+  path = shutil.which(name)
+  if path is None:
+    raise OSError(f"no C++ compiler {name!r} on PATH (install g++ or set CXX)")
+  return path
+
+
+def build(source: str) -> str:
+  """The path of the shared library of ``source``, compiled now unless already cached.
+
+  Raises ``OSError`` (no compiler, a failed compile with its message) or
+  ``subprocess.TimeoutExpired``.
+  """
+  cxx = compiler()
+  version = subprocess.run([cxx, "--version"], capture_output=True, text=True,
+                           timeout=60).stdout.splitlines()[:1]
+  with open(source_path(source), "rb") as f:
+    code = f.read()
+  include = jax.ffi.include_dir()
+  key = hashlib.sha256(repr((code, FLAGS, version, jax.__version__, jax.lib.__version__,
+                             sys.platform)).encode()).hexdigest()[:16]
+  cache = os.path.expanduser(os.environ.get(CACHE_ENV) or DEFAULT_CACHE)
+  os.makedirs(cache, exist_ok=True)
+  path = os.path.join(cache, f"{source.removesuffix('.cc')}-{key}.so")
+  if os.path.exists(path):
+    return path
+  # Compile beside the target and rename: concurrent builds (test workers) never see a
+  # partial file.
+  fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache)
+  os.close(fd)
+  try:
+    done = subprocess.run([cxx, *FLAGS, "-I", include, source_path(source), "-o", tmp],
+                          capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    if done.returncode != 0:
+      raise OSError(f"{os.path.basename(cxx)} failed on {source}: "
+                    f"{done.stderr.strip()[-2000:]}")
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+  return path

@@ -1,0 +1,264 @@
+// The tile merge of dml_jax.evaluation.top_m as one pass over the tile (an XLA FFI handler).
+//
+// Every query keeps its best m gallery items so far, values float32 [rows, m] by decreasing
+// similarity and gallery indices int32 [rows, m]; unfilled places hold (-inf, -1). A tile
+// S [R, G] of similarities (query r of block a, gallery column c of block b) is merged into
+// the best of its rows ("rows") and, for the symmetric search, read as its transpose into
+// the best of its columns ("both": column c is a query of block b, row r its gallery item).
+//
+// Exact, with the tie rule of the search: the tile's items come after the running best in
+// gallery order, so an item enters only when its value is strictly above the m-th best, and
+// it is placed after the items of equal value (they have lower gallery indices). Within a
+// tile the items are visited in increasing gallery index for both directions.
+//
+// Values are sanitised as top_m.sanitize does for the XLA path: NaN and -inf become the
+// lowest finite float32, +inf the highest (so the oracle's clipping holds), and pairs masked
+// out (padding: an index >= num_items; self: equal indices when exclude_self) never enter.
+// -0.0 and +0.0 compare equal, which is the lower-index rule again.
+
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#define DML_JAX_X86 1
+#endif
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+inline float Sanitize(float x) {
+  if (!(x >= -FLT_MAX)) return -FLT_MAX;  // NaN, -inf
+  return x > FLT_MAX ? FLT_MAX : x;
+}
+
+// Inserts (x, index) into the sorted list (values, indices)[0:m], x > values[m - 1].
+inline void Insert(float* values, int32_t* indices, int64_t m, float x, int32_t index) {
+  int64_t p = m - 1;
+  while (p > 0 && values[p - 1] < x) {
+    values[p] = values[p - 1];
+    indices[p] = indices[p - 1];
+    --p;
+  }
+  values[p] = x;
+  indices[p] = index;
+}
+
+struct Tile {
+  const float* s;     // [rows, cols]
+  int64_t rows, cols, m;
+  int64_t valid_rows, valid_cols;  // rows merged; columns below num_items
+  int64_t self_offset;             // column of row r's self pair is r + self_offset; or none
+  bool exclude_self;
+  int32_t a_start, b_start;
+  float* row_values;               // [rows, m]
+  int32_t* row_indices;
+  float* col_values;               // [cols, m] or null ("rows" only)
+  int32_t* col_indices;
+};
+
+// One row r, items [c0, c1): the scalar form of the merge (the tail, and CPUs without AVX2).
+inline void MergeScalar(const Tile& t, int64_t r, int64_t c0, int64_t c1, float* col_thr) {
+  const float* row = t.s + r * t.cols;
+  float* rv = t.row_values + r * t.m;
+  int32_t* ri = t.row_indices + r * t.m;
+  const int64_t self_col = t.exclude_self ? r + t.self_offset : -1;
+  for (int64_t c = c0; c < c1; ++c) {
+    if (c == self_col) continue;
+    const float x = Sanitize(row[c]);
+    if (x > rv[t.m - 1]) Insert(rv, ri, t.m, x, t.b_start + static_cast<int32_t>(c));
+    if (t.col_values != nullptr && x > col_thr[c]) {
+      float* cv = t.col_values + c * t.m;
+      Insert(cv, t.col_indices + c * t.m, t.m, x, t.a_start + static_cast<int32_t>(r));
+      col_thr[c] = cv[t.m - 1];
+    }
+  }
+}
+
+void MergeGeneric(const Tile& t, float* col_thr) {
+  for (int64_t r = 0; r < t.valid_rows; ++r) MergeScalar(t, r, 0, t.valid_cols, col_thr);
+}
+
+#ifdef DML_JAX_X86
+__attribute__((target("avx2"))) void MergeAvx2(const Tile& t, float* col_thr) {
+  const __m256 lowest = _mm256_set1_ps(-FLT_MAX), highest = _mm256_set1_ps(FLT_MAX);
+  const int64_t full = t.valid_cols / 8 * 8;
+  const bool both = t.col_values != nullptr;
+  alignas(32) float x[8];
+  for (int64_t r = 0; r < t.valid_rows; ++r) {
+    const float* row = t.s + r * t.cols;
+    float* rv = t.row_values + r * t.m;
+    int32_t* ri = t.row_indices + r * t.m;
+    const int64_t self_col = t.exclude_self ? r + t.self_offset : -1;
+    for (int64_t c = 0; c < full; c += 8) {
+      // max(v, lowest) maps NaN (and -inf) to lowest: the second operand is returned on NaN.
+      __m256 v = _mm256_min_ps(_mm256_max_ps(_mm256_loadu_ps(row + c), lowest), highest);
+      unsigned row_bits = static_cast<unsigned>(_mm256_movemask_ps(
+          _mm256_cmp_ps(v, _mm256_set1_ps(rv[t.m - 1]), _CMP_GT_OQ)));
+      unsigned col_bits = both ? static_cast<unsigned>(_mm256_movemask_ps(
+          _mm256_cmp_ps(v, _mm256_loadu_ps(col_thr + c), _CMP_GT_OQ))) : 0u;
+      if ((row_bits | col_bits) == 0) continue;
+      _mm256_store_ps(x, v);
+      for (unsigned bits = row_bits; bits != 0; bits &= bits - 1) {
+        const int lane = __builtin_ctz(bits);
+        const int64_t col = c + lane;
+        // the threshold rises as this row's items enter, so it is tested again
+        if (col != self_col && x[lane] > rv[t.m - 1]) {
+          Insert(rv, ri, t.m, x[lane], t.b_start + static_cast<int32_t>(col));
+        }
+      }
+      for (unsigned bits = col_bits; bits != 0; bits &= bits - 1) {
+        const int lane = __builtin_ctz(bits);
+        const int64_t col = c + lane;
+        if (col == self_col) continue;
+        float* cv = t.col_values + col * t.m;
+        Insert(cv, t.col_indices + col * t.m, t.m, x[lane], t.a_start + static_cast<int32_t>(r));
+        col_thr[col] = cv[t.m - 1];
+      }
+    }
+    MergeScalar(t, r, full, t.valid_cols, col_thr);
+  }
+}
+#endif
+
+// vectorized = 0 takes the scalar form on any CPU (tests compare the two).
+void Merge(const Tile& t, bool vectorized) {
+  std::vector<float> col_thr;
+  if (t.col_values != nullptr) {
+    col_thr.resize(static_cast<size_t>(t.cols));
+    for (int64_t c = 0; c < t.cols; ++c) col_thr[c] = t.col_values[c * t.m + t.m - 1];
+  }
+#ifdef DML_JAX_X86
+  if (vectorized && __builtin_cpu_supports("avx2")) {
+    MergeAvx2(t, col_thr.data());
+    return;
+  }
+#endif
+  MergeGeneric(t, col_thr.data());
+}
+
+int64_t Clamp(int64_t x, int64_t hi) { return x < 0 ? 0 : (x > hi ? hi : x); }
+
+template <typename T, ffi::DataType D>
+void CopyIfNotAliased(const ffi::Buffer<D>& in, ffi::ResultBuffer<D>& out) {
+  if (out->untyped_data() != in.untyped_data()) {
+    std::memcpy(out->untyped_data(), in.untyped_data(), in.size_bytes());
+  }
+}
+
+ffi::Error CheckBest(const ffi::Buffer<ffi::F32>& values, const ffi::Buffer<ffi::S32>& indices,
+                     int64_t rows) {
+  auto v = values.dimensions(), i = indices.dimensions();
+  if (v.size() != 2 || i.size() != 2 || v[0] != rows || i[0] != rows || v[1] != i[1] ||
+      v[1] < 1) {
+    return ffi::Error::InvalidArgument("top_m merge: best values / indices must be [n, m], "
+                                       "n matching the tile");
+  }
+  return ffi::Error::Success();
+}
+
+// The rows are queries; in the "both" form they are also gallery items (of the same set), so
+// rows at or above num_items are padding there. A padded query row of the "rows" form is
+// merged like any other (its result is discarded).
+Tile MakeTile(const ffi::Buffer<ffi::F32>& s, int64_t m, int32_t a_start, int32_t b_start,
+              int32_t num_items, bool exclude_self, bool rows_are_items) {
+  auto d = s.dimensions();
+  Tile t{};
+  t.s = s.typed_data();
+  t.rows = d[0];
+  t.cols = d[1];
+  t.m = m;
+  t.a_start = a_start;
+  t.b_start = b_start;
+  t.valid_rows = rows_are_items ? Clamp(static_cast<int64_t>(num_items) - a_start, t.rows)
+                                : t.rows;
+  t.valid_cols = Clamp(static_cast<int64_t>(num_items) - b_start, t.cols);
+  t.exclude_self = exclude_self;
+  t.self_offset = static_cast<int64_t>(a_start) - b_start;
+  return t;
+}
+
+ffi::Error MergeRowsImpl(ffi::Buffer<ffi::F32> s, ffi::Buffer<ffi::F32> values,
+                         ffi::Buffer<ffi::S32> indices, ffi::Buffer<ffi::S32> starts,
+                         int32_t exclude_self, int32_t vectorized,
+                         ffi::ResultBuffer<ffi::F32> out_values,
+                         ffi::ResultBuffer<ffi::S32> out_indices) {
+  if (s.dimensions().size() != 2 || starts.element_count() != 3) {
+    return ffi::Error::InvalidArgument("top_m merge: s must be [R, G], starts [3]");
+  }
+  if (auto e = CheckBest(values, indices, s.dimensions()[0]); e.failure()) return e;
+  CopyIfNotAliased<float>(values, out_values);
+  CopyIfNotAliased<int32_t>(indices, out_indices);
+  const int32_t* st = starts.typed_data();
+  Tile t = MakeTile(s, values.dimensions()[1], st[0], st[1], st[2], exclude_self != 0, false);
+  t.row_values = out_values->typed_data();
+  t.row_indices = out_indices->typed_data();
+  Merge(t, vectorized != 0);
+  return ffi::Error::Success();
+}
+
+ffi::Error MergeBothImpl(ffi::Buffer<ffi::F32> s, ffi::Buffer<ffi::F32> a_values,
+                         ffi::Buffer<ffi::S32> a_indices, ffi::Buffer<ffi::F32> b_values,
+                         ffi::Buffer<ffi::S32> b_indices, ffi::Buffer<ffi::S32> starts,
+                         int32_t vectorized, ffi::ResultBuffer<ffi::F32> out_a_values,
+                         ffi::ResultBuffer<ffi::S32> out_a_indices,
+                         ffi::ResultBuffer<ffi::F32> out_b_values,
+                         ffi::ResultBuffer<ffi::S32> out_b_indices) {
+  if (s.dimensions().size() != 2 || starts.element_count() != 3) {
+    return ffi::Error::InvalidArgument("top_m merge: s must be [R, G], starts [3]");
+  }
+  if (auto e = CheckBest(a_values, a_indices, s.dimensions()[0]); e.failure()) return e;
+  if (auto e = CheckBest(b_values, b_indices, s.dimensions()[1]); e.failure()) return e;
+  if (a_values.dimensions()[1] != b_values.dimensions()[1]) {
+    return ffi::Error::InvalidArgument("top_m merge: both sides must keep the same m");
+  }
+  CopyIfNotAliased<float>(a_values, out_a_values);
+  CopyIfNotAliased<int32_t>(a_indices, out_a_indices);
+  CopyIfNotAliased<float>(b_values, out_b_values);
+  CopyIfNotAliased<int32_t>(b_indices, out_b_indices);
+  const int32_t* st = starts.typed_data();
+  Tile t = MakeTile(s, a_values.dimensions()[1], st[0], st[1], st[2], false, true);
+  t.row_values = out_a_values->typed_data();
+  t.row_indices = out_a_indices->typed_data();
+  t.col_values = out_b_values->typed_data();
+  t.col_indices = out_b_indices->typed_data();
+  Merge(t, vectorized != 0);
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+// s [R, G], best (values, indices) [R, m], starts int32 [3] = (a_start, b_start, num_items);
+// attributes exclude_self and vectorized (0 or 1).
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DmlJaxTopMMergeRows, MergeRowsImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Attr<int32_t>("exclude_self")
+                                  .Attr<int32_t>("vectorized")
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>());
+
+// s [R, G], best of the rows [R, m], best of the columns [G, m], starts and vectorized as
+// above (no self pairs: the blocks differ).
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DmlJaxTopMMergeBoth, MergeBothImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Attr<int32_t>("vectorized")
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>());
