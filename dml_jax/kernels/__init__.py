@@ -34,6 +34,7 @@ FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC")
 SOURCES = {
     # source -> {python name: exported handler symbol}
     "top_m.cc": {"merge_rows": "DmlJaxTopMMergeRows", "merge_both": "DmlJaxTopMMergeBoth"},
+    "soft_pool.cc": {"forward": "DmlJaxSoftPoolForward", "backward": "DmlJaxSoftPoolBackward"},
 }
 BUILD_TIMEOUT_S = 300
 

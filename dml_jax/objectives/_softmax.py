@@ -23,8 +23,10 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from dml_jax import hparams
+from dml_jax import kernels
 from dml_jax import similarity as sim
 from dml_jax.objectives import _common
 
@@ -218,27 +220,68 @@ def soft_class_similarity(embeddings: jax.Array, proxies: jax.Array, per_class: 
 SOFT_POOL_MAX_SPAN = 60.0   # (max - min) / gamma below which the fixed shift cannot underflow
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
 def _soft_pool(cos: jax.Array, gamma: float) -> jax.Array:
-  """``[B, K, C]`` -> ``[B, C]``: ``sum_k softmax_k(cos / gamma) cos``."""
-  return _soft_pool_fwd(cos, gamma)[0]
+  """``[B, K, C]`` -> ``[B, C]``: ``sum_k softmax_k(cos / gamma) cos``; on the CPU by the C++
+  kernel of ``dml_jax/kernels/soft_pool.cc`` (:func:`soft_pool_kernel`), elsewhere (or
+  without a C++ compiler) by XLA (:func:`soft_pool_xla`). Same values and gradients."""
+  if kernels.load("soft_pool.cc") is None:
+    return soft_pool_xla(cos, gamma)
+  return soft_pool_kernel(cos, gamma)
 
 
-def _soft_pool_fwd(cos, gamma):
-  if 2.0 / gamma <= SOFT_POOL_MAX_SPAN:   # cos in [-1, 1]: exponents in [-2 / gamma, 0]
-    shift = 1.0
-  else:
-    shift = jnp.max(cos, axis=1, keepdims=True)
+def _max_shift(gamma: float) -> bool:
+  """Whether the softmax is shifted by the maximum over ``K`` (else by the bound 1)."""
+  return 2.0 / gamma > SOFT_POOL_MAX_SPAN   # cos in [-1, 1]: exponents in [-2 / gamma, 0]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def soft_pool_xla(cos: jax.Array, gamma: float) -> jax.Array:
+  """:func:`_soft_pool` in XLA, with a custom VJP from the stored exponentials."""
+  return _soft_pool_xla_fwd(cos, gamma)[0]
+
+
+def _soft_pool_xla_fwd(cos, gamma):
+  shift = jnp.max(cos, axis=1, keepdims=True) if _max_shift(gamma) else 1.0
   e = jnp.exp((cos - shift) / gamma)
   z = jnp.sum(e, axis=1)
   pooled = jnp.sum(e * cos, axis=1) / z
   return pooled, (cos, e, z, pooled)
 
 
-def _soft_pool_bwd(gamma, residuals, g):
+def _soft_pool_xla_bwd(gamma, residuals, g):
   cos, e, z, pooled = residuals
   w = (g / z)[:, None, :]
   return (w * e * (1.0 + (cos - pooled[:, None, :]) / gamma),)
 
 
-_soft_pool.defvjp(_soft_pool_fwd, _soft_pool_bwd)
+soft_pool_xla.defvjp(_soft_pool_xla_fwd, _soft_pool_xla_bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
+def soft_pool_kernel(cos: jax.Array, gamma: float, vectorized: bool = True) -> jax.Array:
+  """:func:`_soft_pool` by the C++ kernel: the forward pass returns ``pooled``, ``z`` and the
+  shift ``[B, C]``; the backward pass recomputes the exponentials (nothing ``[B, K, C]`` is
+  stored but the cosines). ``vectorized=False`` runs the kernel's scalar form."""
+  return _soft_pool_kernel_fwd(cos, gamma, vectorized)[0]
+
+
+def _soft_pool_kernel_fwd(cos, gamma, vectorized):
+  cos = cos.astype(jnp.float32)
+  row = jax.ShapeDtypeStruct(cos.shape[:-2] + cos.shape[-1:], jnp.float32)
+  pooled, z, shift = jax.ffi.ffi_call(
+      kernels.load("soft_pool.cc")["forward"], (row, row, row), vmap_method="broadcast_all")(
+          cos, gamma=np.float32(gamma), max_shift=np.int32(_max_shift(gamma)),
+          vectorized=np.int32(vectorized))
+  return pooled, (cos, pooled, z, shift)
+
+
+def _soft_pool_kernel_bwd(gamma, vectorized, residuals, g):
+  cos, pooled, z, shift = residuals
+  dcos = jax.ffi.ffi_call(
+      kernels.load("soft_pool.cc")["backward"], jax.ShapeDtypeStruct(cos.shape, jnp.float32),
+      vmap_method="broadcast_all")(cos, g.astype(jnp.float32), pooled, z, shift,
+                                   gamma=np.float32(gamma), vectorized=np.int32(vectorized))
+  return (dcos,)
+
+
+soft_pool_kernel.defvjp(_soft_pool_kernel_fwd, _soft_pool_kernel_bwd)

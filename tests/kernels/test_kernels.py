@@ -27,13 +27,15 @@ def test_build_compiles_once_then_reuses_the_cached_library(fresh_cache):
 
 
 def test_load_registers_the_handlers():
-  targets = kernels.load("top_m.cc")
-  assert targets == {"merge_rows": "dml_jax_top_m_merge_rows",
-                     "merge_both": "dml_jax_top_m_merge_both"}
+  assert kernels.load("top_m.cc") == {"merge_rows": "dml_jax_top_m_merge_rows",
+                                      "merge_both": "dml_jax_top_m_merge_both"}
+  assert kernels.load("soft_pool.cc") == {"forward": "dml_jax_soft_pool_forward",
+                                          "backward": "dml_jax_soft_pool_backward"}
 
 
 def test_unknown_source_is_named():
-  with pytest.raises(ValueError, match=r"unknown kernel source 'conv.cc'; known: \['top_m.cc'\]"):
+  known = r"\['soft_pool.cc', 'top_m.cc'\]"
+  with pytest.raises(ValueError, match=rf"unknown kernel source 'conv.cc'; known: {known}"):
     kernels.load("conv.cc")
 
 

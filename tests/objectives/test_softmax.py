@@ -87,6 +87,39 @@ def test_matches_oracle_values_and_gradients(name, hp):
   assert float(aux["valid_fraction"]) == 1.0
 
 
+@pytest.mark.parametrize("gamma", [0.1, 0.02])   # shift by the bound 1 / by the maximum
+def test_softtriple_without_the_kernel_matches_oracle(monkeypatch, gamma):
+  # The pure-XLA soft pool (no C++ compiler, or a GPU) gives the oracle's loss and gradients too.
+  monkeypatch.setenv("DML_JAX_CPU_KERNELS", "0")
+  hp = {"centers_per_class": 4, "la": 10.0, "gamma": gamma, "margin": 0.05}
+  e = batch(1, d=D, normalize=False)
+  w = np.random.default_rng(2).normal(size=(NUM_CLASSES * 4, D)).astype(np.float32)
+  loss, _, _, ge = run("softtriple", {"proxies": jnp.asarray(w)}, e, LABELS, **hp)
+  f = lambda x: oracle("softtriple", hp, x, w, LABELS)
+  np.testing.assert_allclose(float(loss), f(e), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(ge), fd_grad(f, e), rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("vectorized", [True, False])
+@pytest.mark.parametrize("gamma", [0.1, 0.5, 0.02])
+@pytest.mark.parametrize("shape", [(6, 10, 13), (5, 3, 16), (2, 3, 4, 21)])
+def test_soft_pool_kernel_equals_xla(shape, gamma, vectorized):
+  # The C++ soft pool (AVX2 and scalar forms; C not a multiple of 8; a leading batch axis)
+  # against the XLA one: values and the VJP, cosines spanning [-1, 1].
+  from dml_jax.objectives import _softmax  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(len(shape) * 10 + shape[-1])
+  cos = jnp.asarray(rng.uniform(-1.0, 1.0, size=shape).astype(np.float32))
+  g = jnp.asarray(rng.normal(size=shape[:-2] + shape[-1:]).astype(np.float32))
+  xla = lambda c: _softmax.soft_pool_xla(c, gamma)
+  if len(shape) == 4:
+    xla = jax.vmap(xla)
+  want, want_vjp = jax.vjp(xla, cos)
+  got, got_vjp = jax.vjp(lambda c: _softmax.soft_pool_kernel(c, gamma, vectorized), cos)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-6, atol=2e-7)
+  dg_want, dg_got = np.asarray(want_vjp(g)[0]), np.asarray(got_vjp(g)[0])
+  np.testing.assert_allclose(dg_got, dg_want, rtol=2e-5, atol=2e-6 * np.abs(dg_want).max())
+
+
 def test_arcface_takes_the_linear_branch_beyond_pi_minus_m():
   """theta_y > pi - m: logit cos(theta) - m sin(m), which keeps decreasing in theta."""
   from dml_jax.objectives import _softmax  # pylint: disable=import-outside-toplevel
