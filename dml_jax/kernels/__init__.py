@@ -35,6 +35,7 @@ SOURCES = {
     # source -> {python name: exported handler symbol}
     "top_m.cc": {"merge_rows": "DmlJaxTopMMergeRows", "merge_both": "DmlJaxTopMMergeBoth"},
     "soft_pool.cc": {"forward": "DmlJaxSoftPoolForward", "backward": "DmlJaxSoftPoolBackward"},
+    "conv.cc": {"forward": "DmlJaxConvForward", "kernel_grad": "DmlJaxConvKernelGrad"},
 }
 BUILD_TIMEOUT_S = 300
 

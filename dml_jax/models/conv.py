@@ -38,6 +38,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from dml_jax import kernels
+
 CONV_IMPLS = ("auto", "lax", "matmul")
 # Largest patch matrix made at once (bytes): larger ones are made batch chunk by batch chunk,
 # in at most MAX_CHUNKS chunks (each chunk is a loop iteration of a dozen small ops, whose
@@ -285,20 +287,137 @@ def conv_matmul(lhs: jax.Array, rhs: jax.Array, window_strides: Sequence[int], p
   return y if out_perm is None else jnp.transpose(y, out_perm)
 
 
+def direct_applies(x_shape, w_shape, dtypes, *, window_strides, lhs_dilation, rhs_dilation,
+                   feature_group_count: int, batch_group_count: int, preferred_element_type,
+                   out_sharding) -> bool:
+  """Whether :func:`conv_direct` runs the C++ kernel for this convolution (channels-last
+  shapes): 2-D, stride 1, no dilation, no groups, a window larger than 1 x 1 (a 1 x 1
+  convolution is a plain matmul already), float32, ``O % 8 == 0``, and the kernel built."""
+  ones = lambda v: v is None or all(int(d) == 1 for d in v)
+  return (len(x_shape) == 4 and ones(window_strides) and ones(lhs_dilation)
+          and ones(rhs_dilation) and feature_group_count == 1 and batch_group_count == 1
+          and out_sharding is None and w_shape[0] * w_shape[1] > 1 and w_shape[-1] % 8 == 0
+          and all(jnp.dtype(d) == jnp.float32 for d in dtypes)
+          and preferred_element_type in (None, jnp.float32)
+          and kernels.load("conv.cc") is not None)
+
+
+def conv_direct(lhs: jax.Array, rhs: jax.Array, window_strides: Sequence[int], padding,
+                lhs_dilation: Sequence[int] | None = None,
+                rhs_dilation: Sequence[int] | None = None, dimension_numbers=None,
+                feature_group_count: int = 1, batch_group_count: int = 1, precision=None,
+                preferred_element_type=None, out_sharding=None) -> jax.Array:
+  """``lax.conv_general_dilated`` by the C++ direct convolution of ``dml_jax/kernels/conv.cc``
+  where it applies (:func:`direct_applies`: stride-1 float32 2-D convolutions, the most of a
+  ResNet's and all of the small CNN's), else :func:`conv_matmul`. Same arguments; equal to
+  float32 rounding.
+
+  The input is padded here (``lax.pad``, whose gradient is a slice), then the kernel runs the
+  VALID convolution without forming patches; its VJP is the kernel gradient (a second
+  kernel) and the input gradient, the VALID convolution of the padded output gradient with
+  the flipped, transposed kernel (the first kernel again; :func:`conv_matmul` when the input
+  has fewer than 8 or a non-multiple of 8 channels, e.g. a network's first layer, whose input
+  gradient is usually not needed and then not computed).
+  """
+  kwargs = dict(window_strides=window_strides, padding=padding, lhs_dilation=lhs_dilation,
+                rhs_dilation=rhs_dilation, dimension_numbers=dimension_numbers,
+                feature_group_count=feature_group_count, batch_group_count=batch_group_count,
+                precision=precision, preferred_element_type=preferred_element_type,
+                out_sharding=out_sharding)
+  lhs_perm, rhs_perm, out_perm = _to_channels_last(dimension_numbers, lhs.shape, rhs.shape)
+  x = lhs if lhs_perm is None else jnp.transpose(lhs, lhs_perm)
+  w = rhs if rhs_perm is None else jnp.transpose(rhs, rhs_perm)
+  if not direct_applies(x.shape, w.shape, (x.dtype, w.dtype), window_strides=window_strides,
+                        lhs_dilation=lhs_dilation, rhs_dilation=rhs_dilation,
+                        feature_group_count=feature_group_count,
+                        batch_group_count=batch_group_count,
+                        preferred_element_type=preferred_element_type,
+                        out_sharding=out_sharding):
+    return conv_matmul(lhs, rhs, **kwargs)
+  pads = tuple(tuple(int(v) for v in p) for p in _pads(padding, x.shape[1:3], w.shape[:2],
+                                                      (1, 1)))
+  y = direct_conv(x, w, pads)
+  return y if out_perm is None else jnp.transpose(y, out_perm)
+
+
+def _pad_spatial(x: jax.Array, pads) -> jax.Array:
+  """``[N, H, W, C]`` padded (or cropped, for negative pads) by ``pads = ((lo, hi), (lo, hi))``."""
+  return lax.pad(x, jnp.zeros((), x.dtype), [(0, 0, 0), *((lo, hi, 0) for lo, hi in pads),
+                                             (0, 0, 0)])
+
+
+def direct_valid(x: jax.Array, w: jax.Array, *, vectorized: bool = True) -> jax.Array:
+  """The C++ VALID stride-1 convolution ``[N, H, W, C] (*) [KH, KW, C, O] -> [N, H - KH + 1,
+  W - KW + 1, O]`` (float32, ``O % 8 == 0``; no VJP of its own). ``vectorized=False`` runs the
+  kernel's scalar form (what CPUs without AVX2 + FMA get)."""
+  n, h, wd, _ = x.shape
+  kh, kw, _, o = w.shape
+  return jax.ffi.ffi_call(kernels.load("conv.cc")["forward"],
+                          jax.ShapeDtypeStruct((n, h - kh + 1, wd - kw + 1, o), jnp.float32))(
+      x, w, vectorized=np.int32(vectorized))
+
+
+def direct_kernel_grad(x: jax.Array, g: jax.Array, window: tuple[int, int], *,
+                       vectorized: bool = True) -> jax.Array:
+  """The kernel gradient of :func:`direct_valid` by the C++ kernel: ``dw[i, j, c, o] =
+  sum_{n, h, w} x[n, h + i, w + j, c] g[n, h, w, o]``, ``[KH, KW, C, O]``."""
+  shape = (*window, x.shape[-1], g.shape[-1])
+  return jax.ffi.ffi_call(kernels.load("conv.cc")["kernel_grad"],
+                          jax.ShapeDtypeStruct(shape, jnp.float32))(
+      x, g, vectorized=np.int32(vectorized))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def direct_conv(x: jax.Array, w: jax.Array, pads) -> jax.Array:
+  """The stride-1 convolution of ``x [N, H, W, C]`` padded by ``pads`` (``((lo, hi), (lo,
+  hi))``) with ``w [KH, KW, C, O]`` by the C++ kernel (float32, ``O % 8 == 0``).
+
+  VJP: the kernel gradient by the second kernel, from the padded input; the input gradient by
+  the first kernel again, the VALID convolution of the output gradient padded by
+  ``(K - 1 - lo, K - 1 - hi)`` with the flipped, transposed kernel (which is ``dx`` itself, no
+  padded ``dx`` to crop), or :func:`conv_matmul` when ``C`` is not a multiple of 8 (a
+  network's first layer, whose input gradient is usually not needed, and then not computed).
+  """
+  return direct_valid(_pad_spatial(x, pads), w)
+
+
+def _direct_conv_fwd(x, w, pads):
+  xp = _pad_spatial(x, pads)
+  return direct_valid(xp, w), (xp, w)
+
+
+def _direct_conv_bwd(pads, residuals, g):
+  xp, w = residuals
+  kh, kw = w.shape[:2]
+  dw = direct_kernel_grad(xp, g, (kh, kw))
+  (top, bottom), (left, right) = pads
+  gp = _pad_spatial(g, ((kh - 1 - top, kh - 1 - bottom), (kw - 1 - left, kw - 1 - right)))
+  w_flipped = jnp.flip(w, (0, 1)).transpose(0, 1, 3, 2)   # [KH, KW, O, C]
+  if w.shape[2] % 8 == 0:
+    dx = direct_valid(gp, w_flipped)
+  else:
+    dx = conv_matmul(gp, w_flipped, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+  return dx, dw
+
+
+direct_conv.defvjp(_direct_conv_fwd, _direct_conv_bwd)
+
+
 def conv_auto(lhs: jax.Array, rhs: jax.Array, window_strides: Sequence[int], padding,
               lhs_dilation: Sequence[int] | None = None,
               rhs_dilation: Sequence[int] | None = None, dimension_numbers=None,
               feature_group_count: int = 1, batch_group_count: int = 1, precision=None,
               preferred_element_type=None, out_sharding=None) -> jax.Array:
-  """``conv_matmul`` when lowered for the CPU, ``lax.conv_general_dilated`` for any other
-  platform (resolved at lowering; the compiled program holds only one of them)."""
+  """``conv_direct`` (the C++ kernel, else ``conv_matmul``) when lowered for the CPU,
+  ``lax.conv_general_dilated`` for any other platform (resolved at lowering; the compiled
+  program holds only one of them)."""
   kwargs = dict(window_strides=window_strides, padding=padding, lhs_dilation=lhs_dilation,
                 rhs_dilation=rhs_dilation, dimension_numbers=dimension_numbers,
                 feature_group_count=feature_group_count, batch_group_count=batch_group_count,
                 precision=precision, preferred_element_type=preferred_element_type,
                 out_sharding=out_sharding)
   return lax.platform_dependent(
-      lhs, rhs, cpu=functools.partial(conv_matmul, **kwargs),
+      lhs, rhs, cpu=functools.partial(conv_direct, **kwargs),
       default=functools.partial(lax.conv_general_dilated, **kwargs))
 
 

@@ -31,12 +31,14 @@ def test_load_registers_the_handlers():
                                       "merge_both": "dml_jax_top_m_merge_both"}
   assert kernels.load("soft_pool.cc") == {"forward": "dml_jax_soft_pool_forward",
                                           "backward": "dml_jax_soft_pool_backward"}
+  assert kernels.load("conv.cc") == {"forward": "dml_jax_conv_forward",
+                                     "kernel_grad": "dml_jax_conv_kernel_grad"}
 
 
 def test_unknown_source_is_named():
-  known = r"\['soft_pool.cc', 'top_m.cc'\]"
-  with pytest.raises(ValueError, match=rf"unknown kernel source 'conv.cc'; known: {known}"):
-    kernels.load("conv.cc")
+  known = r"\['conv.cc', 'soft_pool.cc', 'top_m.cc'\]"
+  with pytest.raises(ValueError, match=rf"unknown kernel source 'fft.cc'; known: {known}"):
+    kernels.load("fft.cc")
 
 
 def test_switched_off_gives_the_xla_path(monkeypatch):

@@ -37,6 +37,15 @@ CONV_CASES = {
     "input_dilation": ((2, 4, 3, 4), (3, 3, 4, 6),
                        dict(window_strides=(1, 1), padding=((2, 2), (1, 1)),
                             lhs_dilation=(2, 2))),
+    # the C++ direct convolution's cases ('auto' on the CPU): stride 1, O % 8 == 0; rows of
+    # 13 and 7 pixels (tiles of 6 / 12 and their tails), O = 24 (a 16-wide and an 8-wide
+    # block), C = 3 (its input gradient by the matmul form), C = 16 and 8 (by the kernel)
+    "direct_3x3_same": ((3, 5, 13, 16), (3, 3, 16, 24),
+                        dict(window_strides=(1, 1), padding="SAME")),
+    "direct_5x3_uneven": ((2, 9, 7, 8), (5, 3, 8, 16),
+                          dict(window_strides=(1, 1), padding=((0, 3), (2, -1)))),
+    "direct_valid_rgb": ((2, 8, 9, 3), (3, 3, 3, 8),
+                         dict(window_strides=(1, 1), padding="VALID")),
 }
 
 
@@ -45,6 +54,7 @@ IMPLS = {
     "lax": conv.conv_function("lax"),
     "matmul": conv.conv_function("matmul"),
     "auto": conv.conv_function("auto"),
+    "direct": conv.conv_direct,
     # one example per batch chunk (lax.map + jax.checkpoint), as large inputs get
     "matmul_chunked": functools.partial(conv.conv_matmul, max_patch_bytes=1),
 }
@@ -75,7 +85,7 @@ def test_conv_matches_lax_values_and_gradients(name):
     return {impl: _conv_and_vjp(impl, kwargs)(x, w, ct) for impl in IMPLS}
 
   got = all_impls(x, w, ct)
-  for impl in ("lax", "matmul", "auto", "matmul_chunked"):
+  for impl in ("lax", "matmul", "auto", "direct", "matmul_chunked"):
     for a, b, what in zip(got[impl], got["reference"], ("y", "dx", "dw")):
       chex.assert_equal_shape([a, b])
       scale = float(jnp.max(jnp.abs(b)))
@@ -101,6 +111,43 @@ def test_bf16_gradients_match_float32_math(name):
       scale = float(jnp.max(jnp.abs(b)))
       np.testing.assert_allclose(np.asarray(a, np.float32), b, atol=2e-2 * scale,
                                  err_msg=f"{impl} {what}")
+
+
+@pytest.mark.parametrize("vectorized", [True, False])
+@pytest.mark.parametrize("x_shape,w_shape", [((2, 7, 15, 16), (3, 3, 16, 32)),
+                                             ((1, 6, 5, 5), (2, 4, 5, 8)),
+                                             ((3, 4, 26, 8), (1, 3, 8, 24))])
+def test_direct_kernels_match_lax(x_shape, w_shape, vectorized):
+  # The two C++ kernels on their own, AVX2 and scalar forms: the VALID convolution and its
+  # kernel gradient against XLA's.
+  rng = np.random.default_rng(sum(x_shape))
+  x = jnp.asarray(rng.standard_normal(x_shape), jnp.float32)
+  w = jnp.asarray(rng.standard_normal(w_shape), jnp.float32)
+  ref = lambda w: lax.conv_general_dilated(x, w, (1, 1), "VALID", dimension_numbers=NHWC)
+  y_ref, vjp = jax.vjp(ref, w)
+  g = jnp.asarray(rng.standard_normal(y_ref.shape), jnp.float32)
+  (dw_ref,) = vjp(g)
+  y = jax.jit(functools.partial(conv.direct_valid, vectorized=vectorized))(x, w)
+  dw = jax.jit(functools.partial(conv.direct_kernel_grad, window=w_shape[:2],
+                                 vectorized=vectorized))(x, g)
+  for a, b in ((y, y_ref), (dw, dw_ref)):
+    chex.assert_equal_shape([a, b])
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * float(jnp.max(jnp.abs(b))))
+
+
+def test_direct_applies_only_where_the_kernel_computes_it():
+  f32 = (jnp.float32, jnp.float32)
+  base = dict(window_strides=(1, 1), lhs_dilation=None, rhs_dilation=None,
+              feature_group_count=1, batch_group_count=1, preferred_element_type=None,
+              out_sharding=None)
+  applies = functools.partial(conv.direct_applies, (2, 8, 8, 4))
+  assert applies((3, 3, 4, 16), f32, **base)
+  assert not applies((3, 3, 4, 12), f32, **base)           # O % 8
+  assert not applies((1, 1, 4, 16), f32, **base)           # a plain matmul already
+  assert not applies((3, 3, 4, 16), (jnp.bfloat16,) * 2, **base)
+  assert not applies((3, 3, 4, 16), f32, **{**base, "window_strides": (2, 2)})
+  assert not applies((3, 3, 4, 16), f32, **{**base, "rhs_dilation": (2, 2)})
+  assert not applies((3, 3, 2, 16), f32, **{**base, "feature_group_count": 2})
 
 
 def test_conv_matmul_other_dimension_numbers():
@@ -151,6 +198,13 @@ def test_auto_on_cpu_compiles_no_convolution():
 
   assert " convolution(" in hlo("lax")
   assert " convolution(" not in hlo("auto")
+  # with 8 outputs the C++ direct convolution runs: its two kernels (the forward one for the
+  # value; the input gradient of 3 channels by the matmul form), no patches
+  fn = conv.conv_function("auto")
+  loss = lambda x, w: jnp.sum(fn(x, w, (1, 1), "SAME", dimension_numbers=NHWC) ** 2)
+  text = jax.jit(jax.value_and_grad(loss, argnums=(0, 1))).lower(
+      x, jnp.ones((3, 3, 3, 8))).compile().as_text()
+  assert "dml_jax_conv_forward" in text and "dml_jax_conv_kernel_grad" in text
 
 
 def test_bad_options_raise():
