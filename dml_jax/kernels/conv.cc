@@ -36,6 +36,12 @@ namespace ffi = xla::ffi;
 
 namespace {
 
+constexpr int64_t kPixelsPerTask = 192;        // output pixels per task of the forward pass
+constexpr int64_t kGradPixelsPerBlock = 128;   // output pixels summed per register tile of dk
+constexpr int64_t kMaxPartialBytes = 64 << 20;
+constexpr int64_t kMinPixelsPerPart = 512;
+constexpr int64_t kSplitOutputsBelowBytes = 4 << 20;   // x + dy
+
 struct Geometry {
   int64_t n, h, w, c;      // input (padded)
   int64_t kh, kw, o;       // kernel
@@ -78,35 +84,44 @@ void ParallelFor(ffi::ThreadPool& pool, int64_t n, int64_t chunks, const Body& b
 
 // ---- scalar forms ----
 
-void ForwardRowScalar(const float* x, const float* k, float* y, const Geometry& g, int64_t n,
-                      int64_t h) {
-  float* out = y + ((n * g.ho + h) * g.wo) * g.o;
-  std::memset(out, 0, sizeof(float) * g.wo * g.o);
-  for (int64_t i = 0; i < g.kh; ++i) {
-    for (int64_t j = 0; j < g.kw; ++j) {
-      const float* xin = x + ((n * g.h + h + i) * g.w + j) * g.c;
-      const float* kk = k + (i * g.kw + j) * g.c * g.o;
-      for (int64_t w = 0; w < g.wo; ++w) {
+void ForwardPixelsScalar(const float* x, const float* k, float* y, const Geometry& g,
+                         int64_t q0, int64_t q1) {
+  for (int64_t q = q0; q < q1; ++q) {
+    const int64_t w = q % g.wo, nh = q / g.wo, n = nh / g.ho, h = nh % g.ho;
+    float* out = y + q * g.o;
+    std::memset(out, 0, sizeof(float) * g.o);
+    for (int64_t i = 0; i < g.kh; ++i) {
+      for (int64_t j = 0; j < g.kw; ++j) {
+        const float* xin = x + ((n * g.h + h + i) * g.w + w + j) * g.c;
+        const float* kk = k + (i * g.kw + j) * g.c * g.o;
         for (int64_t c = 0; c < g.c; ++c) {
-          const float a = xin[w * g.c + c];
-          for (int64_t o = 0; o < g.o; ++o) out[w * g.o + o] += a * kk[c * g.o + o];
+          for (int64_t o = 0; o < g.o; ++o) out[o] += xin[c] * kk[c * g.o + o];
         }
       }
     }
   }
 }
 
-void KernelGradRowScalar(const float* x, const float* dy, float* dk, const Geometry& g,
-                         int64_t n, int64_t h) {
-  const float* d = dy + ((n * g.ho + h) * g.wo) * g.o;
-  for (int64_t i = 0; i < g.kh; ++i) {
-    for (int64_t j = 0; j < g.kw; ++j) {
-      const float* xin = x + ((n * g.h + h + i) * g.w + j) * g.c;
-      float* kk = dk + (i * g.kw + j) * g.c * g.o;
-      for (int64_t w = 0; w < g.wo; ++w) {
+// offsets[q]: where output pixel q's tap (0, 0) starts in x (q = (n Ho + h) Wo + w).
+std::vector<int64_t> PixelOffsets(const Geometry& g) {
+  std::vector<int64_t> offsets(static_cast<size_t>(g.n * g.ho * g.wo));
+  int64_t q = 0;
+  for (int64_t n = 0; n < g.n; ++n)
+    for (int64_t h = 0; h < g.ho; ++h)
+      for (int64_t w = 0; w < g.wo; ++w) offsets[q++] = ((n * g.h + h) * g.w + w) * g.c;
+  return offsets;
+}
+
+void KernelGradPixelsScalar(const float* x, const int64_t* offsets, const float* dy, float* dk,
+                            const Geometry& g, int64_t q0, int64_t q1) {
+  for (int64_t q = q0; q < q1; ++q) {
+    const float* d = dy + q * g.o;
+    for (int64_t i = 0; i < g.kh; ++i) {
+      for (int64_t j = 0; j < g.kw; ++j) {
+        const float* xin = x + offsets[q] + (i * g.w + j) * g.c;
+        float* kk = dk + (i * g.kw + j) * g.c * g.o;
         for (int64_t c = 0; c < g.c; ++c) {
-          const float a = xin[w * g.c + c];
-          for (int64_t o = 0; o < g.o; ++o) kk[c * g.o + o] += a * d[w * g.o + o];
+          for (int64_t o = 0; o < g.o; ++o) kk[c * g.o + o] += xin[c] * d[o];
         }
       }
     }
@@ -116,44 +131,53 @@ void KernelGradRowScalar(const float* x, const float* dy, float* dk, const Geome
 // ---- AVX2 + FMA forms ----
 
 #ifdef DML_JAX_X86
-// M output pixels x 8 NV output channels of one output row, all taps: y = sum x k.
+// M consecutive output pixels q0 .. q0 + M (q = (n Ho + h) Wo + w: a tile may span rows and
+// images) x the 8 NV output channels from o0, all taps: y = sum x k. `panel` is the kernel's
+// columns o0 .. o0 + 8 NV packed contiguously, [KH KW C, 8 NV].
 template <int M, int NV>
-__attribute__((target("avx2,fma"))) inline void ForwardTile(const float* x, const float* k,
-                                                            float* out, const Geometry& g,
-                                                            int64_t n, int64_t h, int64_t w0,
-                                                            int64_t o0) {
+__attribute__((target("avx2,fma"))) inline void ForwardTile(const float* x, const float* panel,
+                                                            float* y, const Geometry& g,
+                                                            int64_t q0, int64_t o0) {
+  const float* base[M];   // input pixel of tap (0, 0) for each output pixel
+  DML_JAX_UNROLL for (int p = 0; p < M; ++p) {
+    const int64_t q = q0 + p, w = q % g.wo, nh = q / g.wo;
+    const int64_t n = nh / g.ho, h = nh % g.ho;
+    base[p] = x + ((n * g.h + h) * g.w + w) * g.c;
+  }
   __m256 acc[M][NV];
   DML_JAX_UNROLL for (int p = 0; p < M; ++p)
     DML_JAX_UNROLL for (int v = 0; v < NV; ++v) acc[p][v] = _mm256_setzero_ps();
+  const float* kk = panel;
   for (int64_t i = 0; i < g.kh; ++i) {
     for (int64_t j = 0; j < g.kw; ++j) {
-      const float* xin = x + ((n * g.h + h + i) * g.w + w0 + j) * g.c;
-      const float* kk = k + (i * g.kw + j) * g.c * g.o + o0;
-      for (int64_t c = 0; c < g.c; ++c) {
+      const int64_t offset = (i * g.w + j) * g.c;
+      for (int64_t c = 0; c < g.c; ++c, kk += 8 * NV) {
         __m256 b[NV];
-        DML_JAX_UNROLL for (int v = 0; v < NV; ++v) b[v] = _mm256_loadu_ps(kk + c * g.o + 8 * v);
+        DML_JAX_UNROLL for (int v = 0; v < NV; ++v) b[v] = _mm256_loadu_ps(kk + 8 * v);
         DML_JAX_UNROLL for (int p = 0; p < M; ++p) {
-          const __m256 a = _mm256_broadcast_ss(xin + p * g.c + c);
+          const __m256 a = _mm256_broadcast_ss(base[p] + offset + c);
           DML_JAX_UNROLL for (int v = 0; v < NV; ++v) acc[p][v] = _mm256_fmadd_ps(a, b[v], acc[p][v]);
         }
       }
     }
   }
   DML_JAX_UNROLL for (int p = 0; p < M; ++p)
-    DML_JAX_UNROLL for (int v = 0; v < NV; ++v) _mm256_storeu_ps(out + p * g.o + o0 + 8 * v, acc[p][v]);
+    DML_JAX_UNROLL for (int v = 0; v < NV; ++v)
+      _mm256_storeu_ps(y + (q0 + p) * g.o + o0 + 8 * v, acc[p][v]);
 }
 
 template <int NV>
-__attribute__((target("avx2,fma"))) void ForwardRowBlock(const float* x, const float* k,
-                                                         float* out, const Geometry& g,
-                                                         int64_t n, int64_t h, int64_t o0) {
+__attribute__((target("avx2,fma"))) void ForwardPixelsBlock(const float* x, const float* panel,
+                                                            float* y, const Geometry& g,
+                                                            int64_t q0, int64_t q1,
+                                                            int64_t o0) {
   constexpr int kM = NV == 2 ? 6 : 12;   // 12 accumulators either way
-  int64_t w0 = 0;
-  for (; w0 + kM <= g.wo; w0 += kM) ForwardTile<kM, NV>(x, k, out + w0 * g.o, g, n, h, w0, o0);
-  switch (g.wo - w0) {  // the row's last pixels, fewer than kM
+  int64_t q = q0;
+  for (; q + kM <= q1; q += kM) ForwardTile<kM, NV>(x, panel, y, g, q, o0);
+  switch (q1 - q) {  // the last pixels, fewer than kM
 #define DML_JAX_TAIL(m) \
   case m:               \
-    ForwardTile<m, NV>(x, k, out + w0 * g.o, g, n, h, w0, o0); \
+    ForwardTile<m, NV>(x, panel, y, g, q, o0); \
     break;
     DML_JAX_TAIL(1) DML_JAX_TAIL(2) DML_JAX_TAIL(3) DML_JAX_TAIL(4) DML_JAX_TAIL(5)
     DML_JAX_TAIL(6) DML_JAX_TAIL(7) DML_JAX_TAIL(8) DML_JAX_TAIL(9) DML_JAX_TAIL(10)
@@ -164,77 +188,88 @@ __attribute__((target("avx2,fma"))) void ForwardRowBlock(const float* x, const f
   }
 }
 
-__attribute__((target("avx2,fma"))) void ForwardRowAvx2(const float* x, const float* k,
-                                                        float* y, const Geometry& g,
-                                                        int64_t n, int64_t h) {
-  float* out = y + ((n * g.ho + h) * g.wo) * g.o;
-  int64_t o0 = 0;
-  for (; o0 + 16 <= g.o; o0 += 16) ForwardRowBlock<2>(x, k, out, g, n, h, o0);
-  if (o0 < g.o) ForwardRowBlock<1>(x, k, out, g, n, h, o0);   // O % 16 == 8
+// Output pixels [q0, q1) x the output block starting at o0 (16 wide, or the last 8), from the
+// packed kernel (panels of KH KW C x 16, the last one x 8).
+__attribute__((target("avx2,fma"))) void ForwardUnitAvx2(const float* x, const float* packed,
+                                                         float* y, const Geometry& g,
+                                                         int64_t q0, int64_t q1, int64_t o0) {
+  const float* panel = packed + g.kh * g.kw * g.c * o0;
+  if (o0 + 16 <= g.o) {
+    ForwardPixelsBlock<2>(x, panel, y, g, q0, q1, o0);
+  } else {
+    ForwardPixelsBlock<1>(x, panel, y, g, q0, q1, o0);
+  }
 }
 
-// dk[tap, c0 .. c0 + M, o0 .. o0 + 8 NV] += sum over the pixels of rows [h0, h1) of image n.
+// dk[tap (i, j), c0 .. c0 + M, o0 .. o0 + 8 NV] += sum over the output pixels [q0, q1).
 template <int M, int NV>
 __attribute__((target("avx2,fma"))) inline void KernelGradTile(const float* x,
+                                                               const int64_t* offsets,
                                                                const float* dy, float* dk,
-                                                               const Geometry& g, int64_t n,
-                                                               int64_t h0, int64_t h1,
-                                                               int64_t i, int64_t j,
-                                                               int64_t c0, int64_t o0) {
+                                                               const Geometry& g, int64_t q0,
+                                                               int64_t q1, int64_t i,
+                                                               int64_t j, int64_t c0,
+                                                               int64_t o0) {
   float* kk = dk + ((i * g.kw + j) * g.c + c0) * g.o + o0;
+  const float* xt = x + (i * g.w + j) * g.c + c0;
   __m256 acc[M][NV];
   DML_JAX_UNROLL for (int r = 0; r < M; ++r)
     DML_JAX_UNROLL for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_loadu_ps(kk + r * g.o + 8 * v);
-  for (int64_t h = h0; h < h1; ++h) {
-    const float* xin = x + ((n * g.h + h + i) * g.w + j) * g.c + c0;
-    const float* d = dy + ((n * g.ho + h) * g.wo) * g.o + o0;
-    for (int64_t w = 0; w < g.wo; ++w) {
-      __m256 b[NV];
-      DML_JAX_UNROLL for (int v = 0; v < NV; ++v) b[v] = _mm256_loadu_ps(d + w * g.o + 8 * v);
-      DML_JAX_UNROLL for (int r = 0; r < M; ++r) {
-        const __m256 a = _mm256_broadcast_ss(xin + w * g.c + r);
-        DML_JAX_UNROLL for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(a, b[v], acc[r][v]);
-      }
+  for (int64_t q = q0; q < q1; ++q) {
+    const float* xin = xt + offsets[q];
+    __m256 b[NV];
+    DML_JAX_UNROLL for (int v = 0; v < NV; ++v) b[v] = _mm256_loadu_ps(dy + q * g.o + o0 + 8 * v);
+    DML_JAX_UNROLL for (int r = 0; r < M; ++r) {
+      const __m256 a = _mm256_broadcast_ss(xin + r);
+      DML_JAX_UNROLL for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(a, b[v], acc[r][v]);
     }
   }
   DML_JAX_UNROLL for (int r = 0; r < M; ++r)
     DML_JAX_UNROLL for (int v = 0; v < NV; ++v) _mm256_storeu_ps(kk + r * g.o + 8 * v, acc[r][v]);
 }
 
+// One tap (i, j) and the outputs o0 .. o0 + 8 NV, every channel, pixels [q0, q1): into dk.
 template <int NV>
-__attribute__((target("avx2,fma"))) void KernelGradBlock(const float* x, const float* dy,
-                                                         float* dk, const Geometry& g,
-                                                         int64_t n, int64_t h0, int64_t h1,
-                                                         int64_t o0) {
+__attribute__((target("avx2,fma"))) void KernelGradTap(const float* x, const int64_t* offsets,
+                                                       const float* dy, float* dk,
+                                                       const Geometry& g, int64_t q0,
+                                                       int64_t q1, int64_t i, int64_t j,
+                                                       int64_t o0) {
   constexpr int kM = NV == 2 ? 6 : 12;   // 12 accumulators either way
-  for (int64_t i = 0; i < g.kh; ++i) {
-    for (int64_t j = 0; j < g.kw; ++j) {
-      int64_t c0 = 0;
-      for (; c0 + kM <= g.c; c0 += kM) KernelGradTile<kM, NV>(x, dy, dk, g, n, h0, h1, i, j, c0, o0);
-      switch (g.c - c0) {
+  int64_t c0 = 0;
+  for (; c0 + kM <= g.c; c0 += kM) {
+    KernelGradTile<kM, NV>(x, offsets, dy, dk, g, q0, q1, i, j, c0, o0);
+  }
+  switch (g.c - c0) {
 #define DML_JAX_TAIL(m) \
   case m:               \
-    KernelGradTile<m, NV>(x, dy, dk, g, n, h0, h1, i, j, c0, o0); \
+    KernelGradTile<m, NV>(x, offsets, dy, dk, g, q0, q1, i, j, c0, o0); \
     break;
-        DML_JAX_TAIL(1) DML_JAX_TAIL(2) DML_JAX_TAIL(3) DML_JAX_TAIL(4) DML_JAX_TAIL(5)
-        DML_JAX_TAIL(6) DML_JAX_TAIL(7) DML_JAX_TAIL(8) DML_JAX_TAIL(9) DML_JAX_TAIL(10)
-        DML_JAX_TAIL(11)
+    DML_JAX_TAIL(1) DML_JAX_TAIL(2) DML_JAX_TAIL(3) DML_JAX_TAIL(4) DML_JAX_TAIL(5)
+    DML_JAX_TAIL(6) DML_JAX_TAIL(7) DML_JAX_TAIL(8) DML_JAX_TAIL(9) DML_JAX_TAIL(10)
+    DML_JAX_TAIL(11)
 #undef DML_JAX_TAIL
-        default:
-          break;
-      }
-    }
+    default:
+      break;
   }
 }
 
-// Rows [h0, h1) of image n, every tap, channel and output: into dk.
-__attribute__((target("avx2,fma"))) void KernelGradRowsAvx2(const float* x, const float* dy,
-                                                            float* dk, const Geometry& g,
-                                                            int64_t n, int64_t h0,
-                                                            int64_t h1) {
-  int64_t o0 = 0;
-  for (; o0 + 16 <= g.o; o0 += 16) KernelGradBlock<2>(x, dy, dk, g, n, h0, h1, o0);
-  if (o0 < g.o) KernelGradBlock<1>(x, dy, dk, g, n, h0, h1, o0);
+// Tap (i, j) and the output block starting at o0 (16 wide, or the last 8), pixels [q0, q1),
+// in blocks of kGradPixelsPerBlock pixels (the register tile's span).
+__attribute__((target("avx2,fma"))) void KernelGradUnitAvx2(const float* x,
+                                                            const int64_t* offsets,
+                                                            const float* dy, float* dk,
+                                                            const Geometry& g, int64_t q0,
+                                                            int64_t q1, int64_t i, int64_t j,
+                                                            int64_t o0) {
+  for (int64_t b0 = q0; b0 < q1; b0 += kGradPixelsPerBlock) {
+    const int64_t b1 = std::min(q1, b0 + kGradPixelsPerBlock);
+    if (o0 + 16 <= g.o) {
+      KernelGradTap<2>(x, offsets, dy, dk, g, b0, b1, i, j, o0);
+    } else {
+      KernelGradTap<1>(x, offsets, dy, dk, g, b0, b1, i, j, o0);
+    }
+  }
 }
 #endif
 
@@ -257,7 +292,6 @@ ffi::Error MakeGeometry(const ffi::Buffer<ffi::F32>& x, int64_t kh, int64_t kw, 
   return ffi::Error::Success();
 }
 
-constexpr int64_t kRowsPerTask = 4;   // output rows (n, h) per task of the forward pass
 
 ffi::Error ForwardImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> k,
                        int32_t vectorized, ffi::ResultBuffer<ffi::F32> y) {
@@ -270,24 +304,40 @@ ffi::Error ForwardImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffe
   const bool avx2 = UseAvx2(vectorized);
   const float *xs = x.typed_data(), *ks = k.typed_data();
   float* ys = y->typed_data();
-  const int64_t rows = g.n * g.ho;
-  ParallelFor(pool, rows, (rows + kRowsPerTask - 1) / kRowsPerTask,
-              [&](int64_t, int64_t r0, int64_t r1) {
-                for (int64_t r = r0; r < r1; ++r) {
+  const int64_t pixels = g.n * g.ho * g.wo;
 #ifdef DML_JAX_X86
-                  if (avx2) {
-                    ForwardRowAvx2(xs, ks, ys, g, r / g.ho, r % g.ho);
-                    continue;
-                  }
+  if (avx2) {
+    // The kernel packed by output blocks, [O / 16][KH KW C][16] (the last block 8 wide when
+    // O % 16 == 8), so that a tile streams its columns contiguously; the work split into
+    // (pixel range, output block) units.
+    const int64_t taps = g.kh * g.kw * g.c;
+    std::vector<float> packed(static_cast<size_t>(taps * g.o));
+    for (int64_t o0 = 0; o0 < g.o; o0 += 16) {
+      const int64_t width = std::min<int64_t>(16, g.o - o0);
+      float* panel = packed.data() + taps * o0;
+      for (int64_t t = 0; t < taps; ++t) {
+        std::memcpy(panel + t * width, ks + t * g.o + o0, sizeof(float) * width);
+      }
+    }
+    const int64_t blocks = (g.o + 15) / 16;
+    const int64_t chunks = (pixels + kPixelsPerTask - 1) / kPixelsPerTask;
+    ParallelFor(pool, chunks * blocks, chunks * blocks, [&](int64_t, int64_t u0, int64_t u1) {
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t chunk = u / blocks, o0 = 16 * (u % blocks);
+        ForwardUnitAvx2(xs, packed.data(), ys, g, pixels * chunk / chunks,
+                        pixels * (chunk + 1) / chunks, o0);
+      }
+    });
+    return ffi::Error::Success();
+  }
 #endif
-                  ForwardRowScalar(xs, ks, ys, g, r / g.ho, r % g.ho);
-                }
+  ParallelFor(pool, pixels, (pixels + kPixelsPerTask - 1) / kPixelsPerTask,
+              [&](int64_t, int64_t q0, int64_t q1) {
+                ForwardPixelsScalar(xs, ks, ys, g, q0, q1);
               });
   return ffi::Error::Success();
 }
 
-constexpr int64_t kGradRowsPerBlock = 4;   // rows summed per register tile of dk
-constexpr int64_t kMaxPartialBytes = 64 << 20;
 
 ffi::Error KernelGradImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
                           ffi::Buffer<ffi::F32> dy, int32_t vectorized,
@@ -305,31 +355,48 @@ ffi::Error KernelGradImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
   const bool avx2 = UseAvx2(vectorized);
   const float *xs = x.typed_data(), *ds = dy.typed_data();
   const int64_t size = g.kh * g.kw * g.c * g.o;
-  // Each part (a range of rows) sums into its own buffer: several parts per thread balance the
-  // threads' work, within kMaxPartialBytes of buffers.
-  const int64_t by_memory = std::max<int64_t>(1, kMaxPartialBytes / (size * 4));
-  const int64_t parts = std::max<int64_t>(
-      1, std::min({g.n * g.ho, 4 * (pool.num_threads() + 1), by_memory}));
-  std::vector<float> partial(static_cast<size_t>(parts * size), 0.0f);
-  const int64_t rows = g.n * g.ho;
-  ParallelFor(pool, rows, parts, [&](int64_t part, int64_t r0, int64_t r1) {
-    float* acc = partial.data() + part * size;
-    // blocks of up to kGradRowsPerBlock rows of one image
-    for (int64_t r = r0; r < r1;) {
-      const int64_t n = r / g.ho, h0 = r % g.ho;
-      const int64_t h1 = std::min({g.ho, h0 + kGradRowsPerBlock, h0 + (r1 - r)});
-#ifdef DML_JAX_X86
-      if (avx2) {
-        KernelGradRowsAvx2(xs, ds, acc, g, n, h0, h1);
-        r += h1 - h0;
-        continue;
-      }
-#endif
-      for (int64_t h = h0; h < h1; ++h) KernelGradRowScalar(xs, ds, acc, g, n, h);
-      r += h1 - h0;
-    }
-  });
+  const int64_t pixels = g.n * g.ho * g.wo;
+  const std::vector<int64_t> offsets = PixelOffsets(g);
+  const int64_t* off = offsets.data();
   float* out = dk->typed_data();
+#ifdef DML_JAX_X86
+  // Few pixels (x and dy fit in the cache) and so, in a network, many channels: the threads
+  // split the kernel gradient by (tap, 16 outputs) and each sums all pixels into its part of
+  // dk. Otherwise they split the pixels, each summing into a buffer of its own.
+  const int64_t data_bytes = 4 * (g.n * g.h * g.w * g.c + pixels * g.o);
+  if (avx2 && data_bytes <= kSplitOutputsBelowBytes) {
+    std::memset(out, 0, sizeof(float) * size);
+    const int64_t blocks = (g.o + 15) / 16, units = g.kh * g.kw * blocks;
+    ParallelFor(pool, units, units, [&](int64_t, int64_t u0, int64_t u1) {
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t tap = u / blocks, o0 = 16 * (u % blocks);
+        KernelGradUnitAvx2(xs, off, ds, out, g, 0, pixels, tap / g.kw, tap % g.kw, o0);
+      }
+    });
+    return ffi::Error::Success();
+  }
+#endif
+  // Each part (a range of pixels) sums into its own buffer: several parts per thread balance
+  // the threads' work, within kMaxPartialBytes of buffers, each of kMinPixelsPerPart pixels
+  // at least.
+  const int64_t by_memory = std::max<int64_t>(1, kMaxPartialBytes / (size * 4));
+  const int64_t by_pixels = std::max<int64_t>(1, pixels / kMinPixelsPerPart);
+  const int64_t parts = std::max<int64_t>(
+      1, std::min({4 * (pool.num_threads() + 1), by_memory, by_pixels}));
+  std::vector<float> partial(static_cast<size_t>(parts * size), 0.0f);
+  ParallelFor(pool, pixels, parts, [&](int64_t part, int64_t q0, int64_t q1) {
+    float* acc = partial.data() + part * size;
+#ifdef DML_JAX_X86
+    if (avx2) {
+      for (int64_t i = 0; i < g.kh; ++i)
+        for (int64_t j = 0; j < g.kw; ++j)
+          for (int64_t o0 = 0; o0 < g.o; o0 += 16)
+            KernelGradUnitAvx2(xs, off, ds, acc, g, q0, q1, i, j, o0);
+      return;
+    }
+#endif
+    KernelGradPixelsScalar(xs, off, ds, acc, g, q0, q1);
+  });
   std::memcpy(out, partial.data(), sizeof(float) * size);
   for (int64_t p = 1; p < parts; ++p) {
     const float* src = partial.data() + p * size;
