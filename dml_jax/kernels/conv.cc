@@ -135,15 +135,13 @@ void KernelGradPixelsScalar(const float* x, const int64_t* offsets, const float*
 // images) x the 8 NV output channels from o0, all taps: y = sum x k. `panel` is the kernel's
 // columns o0 .. o0 + 8 NV packed contiguously, [KH KW C, 8 NV].
 template <int M, int NV>
-__attribute__((target("avx2,fma"))) inline void ForwardTile(const float* x, const float* panel,
-                                                            float* y, const Geometry& g,
-                                                            int64_t q0, int64_t o0) {
+__attribute__((target("avx2,fma"))) inline void ForwardTile(const float* x,
+                                                            const int64_t* offsets,
+                                                            const float* panel, float* y,
+                                                            const Geometry& g, int64_t q0,
+                                                            int64_t o0) {
   const float* base[M];   // input pixel of tap (0, 0) for each output pixel
-  DML_JAX_UNROLL for (int p = 0; p < M; ++p) {
-    const int64_t q = q0 + p, w = q % g.wo, nh = q / g.wo;
-    const int64_t n = nh / g.ho, h = nh % g.ho;
-    base[p] = x + ((n * g.h + h) * g.w + w) * g.c;
-  }
+  DML_JAX_UNROLL for (int p = 0; p < M; ++p) base[p] = x + offsets[q0 + p];
   __m256 acc[M][NV];
   DML_JAX_UNROLL for (int p = 0; p < M; ++p)
     DML_JAX_UNROLL for (int v = 0; v < NV; ++v) acc[p][v] = _mm256_setzero_ps();
@@ -167,17 +165,18 @@ __attribute__((target("avx2,fma"))) inline void ForwardTile(const float* x, cons
 }
 
 template <int NV>
-__attribute__((target("avx2,fma"))) void ForwardPixelsBlock(const float* x, const float* panel,
-                                                            float* y, const Geometry& g,
-                                                            int64_t q0, int64_t q1,
-                                                            int64_t o0) {
+__attribute__((target("avx2,fma"))) void ForwardPixelsBlock(const float* x,
+                                                            const int64_t* offsets,
+                                                            const float* panel, float* y,
+                                                            const Geometry& g, int64_t q0,
+                                                            int64_t q1, int64_t o0) {
   constexpr int kM = NV == 2 ? 6 : 12;   // 12 accumulators either way
   int64_t q = q0;
-  for (; q + kM <= q1; q += kM) ForwardTile<kM, NV>(x, panel, y, g, q, o0);
+  for (; q + kM <= q1; q += kM) ForwardTile<kM, NV>(x, offsets, panel, y, g, q, o0);
   switch (q1 - q) {  // the last pixels, fewer than kM
 #define DML_JAX_TAIL(m) \
   case m:               \
-    ForwardTile<m, NV>(x, panel, y, g, q, o0); \
+    ForwardTile<m, NV>(x, offsets, panel, y, g, q, o0); \
     break;
     DML_JAX_TAIL(1) DML_JAX_TAIL(2) DML_JAX_TAIL(3) DML_JAX_TAIL(4) DML_JAX_TAIL(5)
     DML_JAX_TAIL(6) DML_JAX_TAIL(7) DML_JAX_TAIL(8) DML_JAX_TAIL(9) DML_JAX_TAIL(10)
@@ -190,14 +189,16 @@ __attribute__((target("avx2,fma"))) void ForwardPixelsBlock(const float* x, cons
 
 // Output pixels [q0, q1) x the output block starting at o0 (16 wide, or the last 8), from the
 // packed kernel (panels of KH KW C x 16, the last one x 8).
-__attribute__((target("avx2,fma"))) void ForwardUnitAvx2(const float* x, const float* packed,
-                                                         float* y, const Geometry& g,
-                                                         int64_t q0, int64_t q1, int64_t o0) {
+__attribute__((target("avx2,fma"))) void ForwardUnitAvx2(const float* x,
+                                                         const int64_t* offsets,
+                                                         const float* packed, float* y,
+                                                         const Geometry& g, int64_t q0,
+                                                         int64_t q1, int64_t o0) {
   const float* panel = packed + g.kh * g.kw * g.c * o0;
   if (o0 + 16 <= g.o) {
-    ForwardPixelsBlock<2>(x, panel, y, g, q0, q1, o0);
+    ForwardPixelsBlock<2>(x, offsets, panel, y, g, q0, q1, o0);
   } else {
-    ForwardPixelsBlock<1>(x, panel, y, g, q0, q1, o0);
+    ForwardPixelsBlock<1>(x, offsets, panel, y, g, q0, q1, o0);
   }
 }
 
@@ -319,12 +320,13 @@ ffi::Error ForwardImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffe
         std::memcpy(panel + t * width, ks + t * g.o + o0, sizeof(float) * width);
       }
     }
+    const std::vector<int64_t> offsets = PixelOffsets(g);
     const int64_t blocks = (g.o + 15) / 16;
     const int64_t chunks = (pixels + kPixelsPerTask - 1) / kPixelsPerTask;
     ParallelFor(pool, chunks * blocks, chunks * blocks, [&](int64_t, int64_t u0, int64_t u1) {
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t chunk = u / blocks, o0 = 16 * (u % blocks);
-        ForwardUnitAvx2(xs, packed.data(), ys, g, pixels * chunk / chunks,
+        ForwardUnitAvx2(xs, offsets.data(), packed.data(), ys, g, pixels * chunk / chunks,
                         pixels * (chunk + 1) / chunks, o0);
       }
     });
@@ -388,10 +390,14 @@ ffi::Error KernelGradImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
     float* acc = partial.data() + part * size;
 #ifdef DML_JAX_X86
     if (avx2) {
-      for (int64_t i = 0; i < g.kh; ++i)
-        for (int64_t j = 0; j < g.kw; ++j)
-          for (int64_t o0 = 0; o0 < g.o; o0 += 16)
-            KernelGradUnitAvx2(xs, off, ds, acc, g, q0, q1, i, j, o0);
+      // pixel blocks outermost: a block's x and dy stay in the cache for every tap and output
+      for (int64_t b0 = q0; b0 < q1; b0 += kGradPixelsPerBlock) {
+        const int64_t b1 = std::min(q1, b0 + kGradPixelsPerBlock);
+        for (int64_t i = 0; i < g.kh; ++i)
+          for (int64_t j = 0; j < g.kw; ++j)
+            for (int64_t o0 = 0; o0 < g.o; o0 += 16)
+              KernelGradUnitAvx2(xs, off, ds, acc, g, b0, b1, i, j, o0);
+      }
       return;
     }
 #endif
