@@ -1,6 +1,7 @@
 """Where a CPU convolution's time goes: one layer's forward, input gradient and weight gradient
-with XLA's convolution (``lax``) and with the matmul form (``models.conv.conv_matmul``), and
-XLA's GEMM rate on the shapes involved. One process; ms are medians of ``--reps`` calls.
+with XLA's convolution (``lax``), the matmul form (``models.conv.conv_matmul``) and the C++
+direct convolution (``models.conv.conv_direct``, what ``conv_impl='auto'`` runs on the CPU),
+and XLA's GEMM rate on the shapes involved. One process; ms are medians of ``--reps`` calls.
 
   taskset -c 1 python benchmarks/conv_parts.py                 # the README's numbers (one core)
   python benchmarks/conv_parts.py --batch=4 --size=8 --reps=2   # seconds
@@ -40,7 +41,8 @@ def layer_parts(batch: int, size: int, cin: int, cout: int, *, reps: int) -> dic
   x = jax.random.normal(k, (batch, size, size, cin))
   w = jax.random.normal(k, (3, 3, cin, cout))
   out = {}
-  for name, fn in (("lax", jax.lax.conv_general_dilated), ("matmul", conv.conv_matmul)):
+  for name, fn in (("lax", jax.lax.conv_general_dilated), ("matmul", conv.conv_matmul),
+                   ("direct", conv.conv_direct)):
     f = lambda x, w, fn=fn: fn(x, w, (1, 1), "SAME", dimension_numbers=NHWC)  # noqa: E731
     loss = lambda x, w, f=f: jnp.sum(f(x, w) ** 2)  # noqa: E731
     fwd = median_ms(f, x, w, reps=reps)

@@ -1,14 +1,14 @@
-// Direct stride-1 VALID convolutions in NHWC for the CPU (dml_jax.models.conv, conv_impl
+// Direct VALID convolutions in NHWC for the CPU (dml_jax.models.conv, conv_impl
 // 'auto' on the CPU), as two XLA FFI handlers: the forward convolution (also the input
 // gradient, as the convolution of the padded output gradient with the flipped, transposed
 // kernel) and the kernel gradient. No patch matrix is formed: the taps are read from the
 // input in place by register-blocked AVX2 + FMA micro-kernels.
 //
-//   forward:  y[n, h, w, o]     = sum_{i, j, c} x[n, h + i, w + j, c] k[i, j, c, o]
-//   kernel gradient: dk[i, j, c, o] = sum_{n, h, w} x[n, h + i, w + j, c] dy[n, h, w, o]
+//   forward:  y[n, h, w, o]     = sum_{i, j, c} x[n, s h + i, s' w + j, c] k[i, j, c, o]
+//   kernel gradient: dk[i, j, c, o] = sum_{n, h, w} x[n, s h + i, s' w + j, c] dy[n, h, w, o]
 //
-// x [N, H, W, C] (already padded by the caller), k [KH, KW, C, O], y and dy [N, H - KH + 1,
-// W - KW + 1, O], all float32, O a multiple of 8. Work is split over output rows (n, h) on
+// x [N, H, W, C] (already padded by the caller), k [KH, KW, C, O], strides (s, s'), y and dy
+// [N, (H - KH) / s + 1, (W - KW) / s' + 1, O], all float32, O a multiple of 8. Work is split over output rows (n, h) on
 // XLA's intra-op threads; each thread sums its kernel gradient into its own buffer, and the
 // buffers are added at the end. Sums run in another order than XLA's convolution: equal to
 // float32 rounding. "vectorized" = 0 runs the scalar form (CPUs without AVX2 + FMA; tests).
@@ -46,6 +46,7 @@ struct Geometry {
   int64_t n, h, w, c;      // input (padded)
   int64_t kh, kw, o;       // kernel
   int64_t ho, wo;          // output
+  int64_t sh, sw;          // strides
 };
 
 // Runs body(first, last) over [0, n) in chunks on the caller and the pool's threads (the
@@ -92,7 +93,7 @@ void ForwardPixelsScalar(const float* x, const float* k, float* y, const Geometr
     std::memset(out, 0, sizeof(float) * g.o);
     for (int64_t i = 0; i < g.kh; ++i) {
       for (int64_t j = 0; j < g.kw; ++j) {
-        const float* xin = x + ((n * g.h + h + i) * g.w + w + j) * g.c;
+        const float* xin = x + ((n * g.h + h * g.sh + i) * g.w + w * g.sw + j) * g.c;
         const float* kk = k + (i * g.kw + j) * g.c * g.o;
         for (int64_t c = 0; c < g.c; ++c) {
           for (int64_t o = 0; o < g.o; ++o) out[o] += xin[c] * kk[c * g.o + o];
@@ -108,7 +109,9 @@ std::vector<int64_t> PixelOffsets(const Geometry& g) {
   int64_t q = 0;
   for (int64_t n = 0; n < g.n; ++n)
     for (int64_t h = 0; h < g.ho; ++h)
-      for (int64_t w = 0; w < g.wo; ++w) offsets[q++] = ((n * g.h + h) * g.w + w) * g.c;
+      for (int64_t w = 0; w < g.wo; ++w) {
+        offsets[q++] = ((n * g.h + h * g.sh) * g.w + w * g.sw) * g.c;
+      }
   return offsets;
 }
 
@@ -283,25 +286,30 @@ bool UseAvx2(int32_t vectorized) {
 }
 
 ffi::Error MakeGeometry(const ffi::Buffer<ffi::F32>& x, int64_t kh, int64_t kw, int64_t o,
-                        Geometry* g) {
+                        int64_t sh, int64_t sw, Geometry* g) {
   auto d = x.dimensions();
   if (d.size() != 4) return ffi::Error::InvalidArgument("conv: x must be [N, H, W, C]");
-  *g = Geometry{d[0], d[1], d[2], d[3], kh, kw, o, d[1] - kh + 1, d[2] - kw + 1};
-  if (g->ho < 1 || g->wo < 1 || o % 8 != 0) {
-    return ffi::Error::InvalidArgument("conv: the kernel must fit the input, O % 8 == 0");
+  if (sh < 1 || sw < 1 || d[1] < kh || d[2] < kw || o % 8 != 0) {
+    return ffi::Error::InvalidArgument("conv: the kernel must fit the input, strides >= 1, "
+                                       "O % 8 == 0");
   }
+  *g = Geometry{d[0], d[1], d[2], d[3], kh, kw, o, (d[1] - kh) / sh + 1, (d[2] - kw) / sw + 1,
+                sh, sw};
   return ffi::Error::Success();
 }
 
 
 ffi::Error ForwardImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> k,
-                       int32_t vectorized, ffi::ResultBuffer<ffi::F32> y) {
+                       int32_t stride_h, int32_t stride_w, int32_t vectorized,
+                       ffi::ResultBuffer<ffi::F32> y) {
   auto kd = k.dimensions();
   if (kd.size() != 4 || kd[2] != x.dimensions()[3]) {
     return ffi::Error::InvalidArgument("conv: k must be [KH, KW, C, O], C as x's");
   }
   Geometry g;
-  if (auto e = MakeGeometry(x, kd[0], kd[1], kd[3], &g); e.failure()) return e;
+  if (auto e = MakeGeometry(x, kd[0], kd[1], kd[3], stride_h, stride_w, &g); e.failure()) {
+    return e;
+  }
   const bool avx2 = UseAvx2(vectorized);
   const float *xs = x.typed_data(), *ks = k.typed_data();
   float* ys = y->typed_data();
@@ -342,17 +350,19 @@ ffi::Error ForwardImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffe
 
 
 ffi::Error KernelGradImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
-                          ffi::Buffer<ffi::F32> dy, int32_t vectorized,
-                          ffi::ResultBuffer<ffi::F32> dk) {
+                          ffi::Buffer<ffi::F32> dy, int32_t stride_h, int32_t stride_w,
+                          int32_t vectorized, ffi::ResultBuffer<ffi::F32> dk) {
   auto kd = dk->dimensions();
   auto dd = dy.dimensions();
   if (kd.size() != 4 || dd.size() != 4 || kd[2] != x.dimensions()[3]) {
     return ffi::Error::InvalidArgument("conv: dk must be [KH, KW, C, O], C as x's");
   }
   Geometry g;
-  if (auto e = MakeGeometry(x, kd[0], kd[1], kd[3], &g); e.failure()) return e;
+  if (auto e = MakeGeometry(x, kd[0], kd[1], kd[3], stride_h, stride_w, &g); e.failure()) {
+    return e;
+  }
   if (dd[0] != g.n || dd[1] != g.ho || dd[2] != g.wo || dd[3] != g.o) {
-    return ffi::Error::InvalidArgument("conv: dy must be [N, H - KH + 1, W - KW + 1, O]");
+    return ffi::Error::InvalidArgument("conv: dy must be the forward output's shape");
   }
   const bool avx2 = UseAvx2(vectorized);
   const float *xs = x.typed_data(), *ds = dy.typed_data();
@@ -413,20 +423,25 @@ ffi::Error KernelGradImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
 
 }  // namespace
 
-// x [N, H, W, C], k [KH, KW, C, O] -> y [N, H - KH + 1, W - KW + 1, O]; attribute vectorized.
+// x [N, H, W, C], k [KH, KW, C, O] -> y [N, (H - KH) / SH + 1, (W - KW) / SW + 1, O];
+// attributes stride_h, stride_w, vectorized.
 XLA_FFI_DEFINE_HANDLER_SYMBOL(DmlJaxConvForward, ForwardImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Attr<int32_t>("stride_h")
+                                  .Attr<int32_t>("stride_w")
                                   .Attr<int32_t>("vectorized")
                                   .Ret<ffi::Buffer<ffi::F32>>());
 
-// x [N, H, W, C], dy [N, H - KH + 1, W - KW + 1, O] -> dk [KH, KW, C, O]; vectorized.
+// x [N, H, W, C], dy (y's shape) -> dk [KH, KW, C, O]; strides and vectorized as above.
 XLA_FFI_DEFINE_HANDLER_SYMBOL(DmlJaxConvKernelGrad, KernelGradImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Attr<int32_t>("stride_h")
+                                  .Attr<int32_t>("stride_w")
                                   .Attr<int32_t>("vectorized")
                                   .Ret<ffi::Buffer<ffi::F32>>());

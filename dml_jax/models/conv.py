@@ -291,10 +291,11 @@ def direct_applies(x_shape, w_shape, dtypes, *, window_strides, lhs_dilation, rh
                    feature_group_count: int, batch_group_count: int, preferred_element_type,
                    out_sharding) -> bool:
   """Whether :func:`conv_direct` runs the C++ kernel for this convolution (channels-last
-  shapes): 2-D, stride 1, no dilation, no groups, a window larger than 1 x 1 (a 1 x 1
-  convolution is a plain matmul already), float32, ``O % 8 == 0``, and the kernel built."""
+  shapes): 2-D, no dilation, no groups, a window larger than 1 x 1 (a 1 x 1 convolution is a
+  plain matmul already), float32, ``O % 8 == 0``, and the kernel built."""
+  del window_strides   # any
   ones = lambda v: v is None or all(int(d) == 1 for d in v)
-  return (len(x_shape) == 4 and ones(window_strides) and ones(lhs_dilation)
+  return (len(x_shape) == 4 and ones(lhs_dilation)
           and ones(rhs_dilation) and feature_group_count == 1 and batch_group_count == 1
           and out_sharding is None and w_shape[0] * w_shape[1] > 1 and w_shape[-1] % 8 == 0
           and all(jnp.dtype(d) == jnp.float32 for d in dtypes)
@@ -308,16 +309,9 @@ def conv_direct(lhs: jax.Array, rhs: jax.Array, window_strides: Sequence[int], p
                 feature_group_count: int = 1, batch_group_count: int = 1, precision=None,
                 preferred_element_type=None, out_sharding=None) -> jax.Array:
   """``lax.conv_general_dilated`` by the C++ direct convolution of ``dml_jax/kernels/conv.cc``
-  where it applies (:func:`direct_applies`: stride-1 float32 2-D convolutions, the most of a
-  ResNet's and all of the small CNN's), else :func:`conv_matmul`. Same arguments; equal to
-  float32 rounding.
-
-  The input is padded here (``lax.pad``, whose gradient is a slice), then the kernel runs the
-  VALID convolution without forming patches; its VJP is the kernel gradient (a second
-  kernel) and the input gradient, the VALID convolution of the padded output gradient with
-  the flipped, transposed kernel (the first kernel again; :func:`conv_matmul` when the input
-  has fewer than 8 or a non-multiple of 8 channels, e.g. a network's first layer, whose input
-  gradient is usually not needed and then not computed).
+  where it applies (:func:`direct_applies`: float32 2-D convolutions with a window, every one
+  of the small CNN's and a ResNet's but its 1 x 1 ones), else :func:`conv_matmul`. Same
+  arguments; equal to float32 rounding. See :func:`direct_conv`.
   """
   kwargs = dict(window_strides=window_strides, padding=padding, lhs_dilation=lhs_dilation,
                 rhs_dilation=rhs_dilation, dimension_numbers=dimension_numbers,
@@ -334,10 +328,37 @@ def conv_direct(lhs: jax.Array, rhs: jax.Array, window_strides: Sequence[int], p
                         preferred_element_type=preferred_element_type,
                         out_sharding=out_sharding):
     return conv_matmul(lhs, rhs, **kwargs)
+  strides = tuple(int(v) for v in window_strides)
   pads = tuple(tuple(int(v) for v in p) for p in _pads(padding, x.shape[1:3], w.shape[:2],
-                                                      (1, 1)))
-  y = direct_conv(x, w, pads)
+                                                      strides))
+  y = direct_conv(x, w, pads, strides)
   return y if out_perm is None else jnp.transpose(y, out_perm)
+
+
+def direct_valid(x: jax.Array, w: jax.Array, *, strides: tuple[int, int] = (1, 1),
+                 vectorized: bool = True) -> jax.Array:
+  """The C++ VALID convolution ``[N, H, W, C] (*) [KH, KW, C, O] -> [N, (H - KH) / s + 1,
+  (W - KW) / s' + 1, O]`` with strides ``(s, s')`` (float32, ``O % 8 == 0``; no VJP of its
+  own). ``vectorized=False`` runs the kernel's scalar form (what CPUs without AVX2 + FMA
+  get)."""
+  n, h, wd, _ = x.shape
+  kh, kw, _, o = w.shape
+  shape = (n, (h - kh) // strides[0] + 1, (wd - kw) // strides[1] + 1, o)
+  return jax.ffi.ffi_call(kernels.load("conv.cc")["forward"],
+                          jax.ShapeDtypeStruct(shape, jnp.float32))(
+      x, w, stride_h=np.int32(strides[0]), stride_w=np.int32(strides[1]),
+      vectorized=np.int32(vectorized))
+
+
+def direct_kernel_grad(x: jax.Array, g: jax.Array, window: tuple[int, int], *,
+                       strides: tuple[int, int] = (1, 1), vectorized: bool = True) -> jax.Array:
+  """The kernel gradient of :func:`direct_valid` by the C++ kernel: ``dw[i, j, c, o] =
+  sum_{n, h, w} x[n, s h + i, s' w + j, c] g[n, h, w, o]``, ``[KH, KW, C, O]``."""
+  shape = (*window, x.shape[-1], g.shape[-1])
+  return jax.ffi.ffi_call(kernels.load("conv.cc")["kernel_grad"],
+                          jax.ShapeDtypeStruct(shape, jnp.float32))(
+      x, g, stride_h=np.int32(strides[0]), stride_w=np.int32(strides[1]),
+      vectorized=np.int32(vectorized))
 
 
 def _pad_spatial(x: jax.Array, pads) -> jax.Array:
@@ -346,57 +367,41 @@ def _pad_spatial(x: jax.Array, pads) -> jax.Array:
                                              (0, 0, 0)])
 
 
-def direct_valid(x: jax.Array, w: jax.Array, *, vectorized: bool = True) -> jax.Array:
-  """The C++ VALID stride-1 convolution ``[N, H, W, C] (*) [KH, KW, C, O] -> [N, H - KH + 1,
-  W - KW + 1, O]`` (float32, ``O % 8 == 0``; no VJP of its own). ``vectorized=False`` runs the
-  kernel's scalar form (what CPUs without AVX2 + FMA get)."""
-  n, h, wd, _ = x.shape
-  kh, kw, _, o = w.shape
-  return jax.ffi.ffi_call(kernels.load("conv.cc")["forward"],
-                          jax.ShapeDtypeStruct((n, h - kh + 1, wd - kw + 1, o), jnp.float32))(
-      x, w, vectorized=np.int32(vectorized))
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def direct_conv(x: jax.Array, w: jax.Array, pads, strides) -> jax.Array:
+  """The convolution of ``x [N, H, W, C]`` padded by ``pads`` (``((lo, hi), (lo, hi))``) with
+  ``w [KH, KW, C, O]`` at ``strides`` by the C++ kernel (float32, ``O % 8 == 0``): the input
+  is padded here (``lax.pad``, whose gradient is a slice), then the kernel runs the VALID
+  convolution without forming patches.
 
-
-def direct_kernel_grad(x: jax.Array, g: jax.Array, window: tuple[int, int], *,
-                       vectorized: bool = True) -> jax.Array:
-  """The kernel gradient of :func:`direct_valid` by the C++ kernel: ``dw[i, j, c, o] =
-  sum_{n, h, w} x[n, h + i, w + j, c] g[n, h, w, o]``, ``[KH, KW, C, O]``."""
-  shape = (*window, x.shape[-1], g.shape[-1])
-  return jax.ffi.ffi_call(kernels.load("conv.cc")["kernel_grad"],
-                          jax.ShapeDtypeStruct(shape, jnp.float32))(
-      x, g, vectorized=np.int32(vectorized))
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def direct_conv(x: jax.Array, w: jax.Array, pads) -> jax.Array:
-  """The stride-1 convolution of ``x [N, H, W, C]`` padded by ``pads`` (``((lo, hi), (lo,
-  hi))``) with ``w [KH, KW, C, O]`` by the C++ kernel (float32, ``O % 8 == 0``).
-
-  VJP: the kernel gradient by the second kernel, from the padded input; the input gradient by
-  the first kernel again, the VALID convolution of the output gradient padded by
-  ``(K - 1 - lo, K - 1 - hi)`` with the flipped, transposed kernel (which is ``dx`` itself, no
-  padded ``dx`` to crop), or :func:`conv_matmul` when ``C`` is not a multiple of 8 (a
-  network's first layer, whose input gradient is usually not needed, and then not computed).
+  VJP: the kernel gradient by the second kernel, from the padded input; with stride 1 the
+  input gradient by the first kernel again, the VALID convolution of the output gradient
+  padded by ``(K - 1 - lo, K - 1 - hi)`` with the flipped, transposed kernel (which is ``dx``
+  itself, no padded ``dx`` to crop). With a stride, or when ``C`` is not a multiple of 8 (a
+  network's first layer, whose input gradient is usually not needed and then not
+  computed), the input gradient is :func:`conv_matmul`'s.
   """
-  return direct_valid(_pad_spatial(x, pads), w)
+  return direct_valid(_pad_spatial(x, pads), w, strides=strides)
 
 
-def _direct_conv_fwd(x, w, pads):
+def _direct_conv_fwd(x, w, pads, strides):
   xp = _pad_spatial(x, pads)
-  return direct_valid(xp, w), (xp, w)
+  return direct_valid(xp, w, strides=strides), (xp, w)
 
 
-def _direct_conv_bwd(pads, residuals, g):
+def _direct_conv_bwd(pads, strides, residuals, g):
   xp, w = residuals
   kh, kw = w.shape[:2]
-  dw = direct_kernel_grad(xp, g, (kh, kw))
+  dw = direct_kernel_grad(xp, g, (kh, kw), strides=strides)
   (top, bottom), (left, right) = pads
-  gp = _pad_spatial(g, ((kh - 1 - top, kh - 1 - bottom), (kw - 1 - left, kw - 1 - right)))
-  w_flipped = jnp.flip(w, (0, 1)).transpose(0, 1, 3, 2)   # [KH, KW, O, C]
-  if w.shape[2] % 8 == 0:
-    dx = direct_valid(gp, w_flipped)
-  else:
-    dx = conv_matmul(gp, w_flipped, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+  if strides == (1, 1) and w.shape[2] % 8 == 0:
+    gp = _pad_spatial(g, ((kh - 1 - top, kh - 1 - bottom), (kw - 1 - left, kw - 1 - right)))
+    dx = direct_valid(gp, jnp.flip(w, (0, 1)).transpose(0, 1, 3, 2))   # [KH, KW, O, C]
+  else:   # the transposed (input-dilated) convolution: the matmul form's input gradient
+    x_shape = (xp.shape[0], xp.shape[1] - top - bottom, xp.shape[2] - left - right, xp.shape[3])
+    conv_x = lambda x: conv_matmul(x, w, strides, pads, dimension_numbers=("NHWC", "HWIO",
+                                                                            "NHWC"))
+    dx = jax.vjp(conv_x, jnp.zeros(x_shape, g.dtype))[1](g)[0]   # linear in x
   return dx, dw
 
 

@@ -62,8 +62,8 @@ def test_torch_side_has_the_same_parameters_as_ours(case):
 def test_conv_parts_tiny_run_writes_json(tmp_path):
   parts = load_benchmark("conv_parts")
   out = tmp_path / "conv_parts.json"
-  assert parts.main(["--batch=2", "--size=6", "--cin=3", "--cout=4", "--reps=1",
+  assert parts.main(["--batch=2", "--size=6", "--cin=3", "--cout=8", "--reps=1",
                      f"--out={out}"]) == 0
   report = json.loads(out.read_text())
-  assert set(report["layer"]) == {"lax", "matmul"}
-  assert report["gemm"][0]["shape"] == [2 * 6 * 6, 27, 4] and report["gemm"][0]["gflops"] > 0
+  assert set(report["layer"]) == {"lax", "matmul", "direct"}
+  assert report["gemm"][0]["shape"] == [2 * 6 * 6, 27, 8] and report["gemm"][0]["gflops"] > 0

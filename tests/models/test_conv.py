@@ -46,6 +46,11 @@ CONV_CASES = {
                           dict(window_strides=(1, 1), padding=((0, 3), (2, -1)))),
     "direct_valid_rgb": ((2, 8, 9, 3), (3, 3, 3, 8),
                          dict(window_strides=(1, 1), padding="VALID")),
+    # strided: the kernels' forward and kernel gradient, the matmul form's input gradient
+    "direct_7x7_stride2_pad3": ((2, 11, 10, 3), (7, 7, 3, 8),
+                                dict(window_strides=(2, 2), padding=((3, 3), (3, 3)))),
+    "direct_3x3_stride21_same": ((2, 9, 8, 16), (3, 3, 16, 16),
+                                 dict(window_strides=(2, 1), padding="SAME")),
 }
 
 
@@ -114,21 +119,22 @@ def test_bf16_gradients_match_float32_math(name):
 
 
 @pytest.mark.parametrize("vectorized", [True, False])
-@pytest.mark.parametrize("x_shape,w_shape", [((2, 7, 15, 16), (3, 3, 16, 32)),
-                                             ((1, 6, 5, 5), (2, 4, 5, 8)),
-                                             ((3, 4, 26, 8), (1, 3, 8, 24))])
-def test_direct_kernels_match_lax(x_shape, w_shape, vectorized):
+@pytest.mark.parametrize("x_shape,w_shape,strides", [((2, 7, 15, 16), (3, 3, 16, 32), (1, 1)),
+                                                     ((1, 6, 5, 5), (2, 4, 5, 8), (1, 1)),
+                                                     ((3, 4, 26, 8), (1, 3, 8, 24), (1, 1)),
+                                                     ((2, 9, 12, 8), (3, 3, 8, 16), (2, 3))])
+def test_direct_kernels_match_lax(x_shape, w_shape, strides, vectorized):
   # The two C++ kernels on their own, AVX2 and scalar forms: the VALID convolution and its
   # kernel gradient against XLA's.
   rng = np.random.default_rng(sum(x_shape))
   x = jnp.asarray(rng.standard_normal(x_shape), jnp.float32)
   w = jnp.asarray(rng.standard_normal(w_shape), jnp.float32)
-  ref = lambda w: lax.conv_general_dilated(x, w, (1, 1), "VALID", dimension_numbers=NHWC)
+  ref = lambda w: lax.conv_general_dilated(x, w, strides, "VALID", dimension_numbers=NHWC)
   y_ref, vjp = jax.vjp(ref, w)
   g = jnp.asarray(rng.standard_normal(y_ref.shape), jnp.float32)
   (dw_ref,) = vjp(g)
-  y = jax.jit(functools.partial(conv.direct_valid, vectorized=vectorized))(x, w)
-  dw = jax.jit(functools.partial(conv.direct_kernel_grad, window=w_shape[:2],
+  y = jax.jit(functools.partial(conv.direct_valid, strides=strides, vectorized=vectorized))(x, w)
+  dw = jax.jit(functools.partial(conv.direct_kernel_grad, window=w_shape[:2], strides=strides,
                                  vectorized=vectorized))(x, g)
   for a, b in ((y, y_ref), (dw, dw_ref)):
     chex.assert_equal_shape([a, b])
@@ -145,7 +151,7 @@ def test_direct_applies_only_where_the_kernel_computes_it():
   assert not applies((3, 3, 4, 12), f32, **base)           # O % 8
   assert not applies((1, 1, 4, 16), f32, **base)           # a plain matmul already
   assert not applies((3, 3, 4, 16), (jnp.bfloat16,) * 2, **base)
-  assert not applies((3, 3, 4, 16), f32, **{**base, "window_strides": (2, 2)})
+  assert applies((3, 3, 4, 16), f32, **{**base, "window_strides": (2, 2)})
   assert not applies((3, 3, 4, 16), f32, **{**base, "rhs_dilation": (2, 2)})
   assert not applies((3, 3, 2, 16), f32, **{**base, "feature_group_count": 2})
 
