@@ -1,7 +1,9 @@
-r"""Where an objective's forward + backward spends its time: XLA's ops, from a profiler trace.
+r"""Where an objective's (or a model's) forward + backward spends its time: XLA's ops, from a
+profiler trace.
 
   python benchmarks/op_profile.py --objective=softtriple --batch_size=2048
   python benchmarks/op_profile.py --objective=triplet --batch_size=512 --top=10
+  python benchmarks/op_profile.py --backbone=small_cnn:28:128 --calls=5
 
 Runs ``jit(value_and_grad)`` of the objective on the batch of ``benchmarks/objectives.py``
 (random unit embeddings, D = 512, 8 per class; class weights from the objective's ``init``)
@@ -30,11 +32,14 @@ import jax
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmarks import backbones  # pylint: disable=wrong-import-position
 from benchmarks import objectives as bench  # pylint: disable=wrong-import-position
 from dml_jax import objectives  # pylint: disable=wrong-import-position
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("objective", "softtriple", "Registry name of the objective.")
+flags.DEFINE_string("backbone", "", "A model case 'arch:image_size:batch' of "
+                    "benchmarks/backbones.py to profile instead of the objective.")
 flags.DEFINE_integer("batch_size", 2048, "B.")
 flags.DEFINE_integer("dim", 512, "D.")
 flags.DEFINE_integer("per_class", 8, "Examples per class.")
@@ -77,18 +82,9 @@ def hlo_origins(hlo_text: str) -> dict[str, tuple[str, str]]:
   return out
 
 
-def profile(objective: str, *, batch_size: int, dim: int, per_class: int,
-            calls: int) -> dict:
-  """The profile of ``objective``'s forward + backward (see the module docstring):
-  ``{'objective', 'batch_size', 'dim', 'wall_ms_per_call', 'ops': [{'op', 'ms_per_call',
-  'count_per_call', 'shape', 'from'}, ...]}``, ops by decreasing time."""
-  x, y = bench.make_batch(batch_size, dim, per_class=per_class)
-  obj = objectives.make(objective)
-  key = jax.random.key(0)
-  params = obj.init(key, num_classes=batch_size // per_class, dim=dim)
-  fn = jax.jit(jax.value_and_grad(lambda e, p, y, k: obj.apply(p, e, y, rng=k)[0],
-                                  argnums=(0, 1)))
-  args = (jax.device_put(x), params, jax.device_put(y), key)
+def profile_call(fn, args, *, calls: int) -> tuple[float, list[dict]]:
+  """``(wall ms per call, ops)`` of the jitted ``fn(*args)`` (see :func:`op_times`), each op
+  with its ``shape`` and ``from`` (the JAX operation) from the compiled HLO."""
   origins = hlo_origins(fn.lower(*args).compile().as_text())
   for _ in range(3):
     jax.block_until_ready(fn(*args))
@@ -101,17 +97,46 @@ def profile(objective: str, *, batch_size: int, dim: int, per_class: int,
     rows = op_times(trace_dir, calls)
   for r in rows:
     r["shape"], r["from"] = origins.get(r["op"], ("", ""))
+  return wall_ms, rows
+
+
+def profile(objective: str, *, batch_size: int, dim: int, per_class: int,
+            calls: int) -> dict:
+  """The profile of ``objective``'s forward + backward (see the module docstring):
+  ``{'objective', 'batch_size', 'dim', 'wall_ms_per_call', 'ops': [{'op', 'ms_per_call',
+  'count_per_call', 'shape', 'from'}, ...]}``, ops by decreasing time."""
+  x, y = bench.make_batch(batch_size, dim, per_class=per_class)
+  obj = objectives.make(objective)
+  key = jax.random.key(0)
+  params = obj.init(key, num_classes=batch_size // per_class, dim=dim)
+  fn = jax.jit(jax.value_and_grad(lambda e, p, y, k: obj.apply(p, e, y, rng=k)[0],
+                                  argnums=(0, 1)))
+  wall_ms, rows = profile_call(fn, (jax.device_put(x), params, jax.device_put(y), key),
+                               calls=calls)
   return {"objective": objective, "batch_size": batch_size, "dim": dim,
           "wall_ms_per_call": wall_ms, "ops": rows}
 
 
+def profile_backbone(case: str, *, calls: int) -> dict:
+  """The same for a model's forward + backward step of ``benchmarks/backbones.py``
+  (``case`` = ``arch:image_size:batch``, e.g. ``small_cnn:28:128``; ``conv_impl='auto'``)."""
+  model = backbones.JaxModel(backbones.parse_case(case), dtype="float32", conv_impl="auto")
+  wall_ms, rows = profile_call(model.step, (model.params, model.stats, model.images),
+                               calls=calls)
+  return {"backbone": case, "wall_ms_per_call": wall_ms, "ops": rows}
+
+
 def main(argv):
   del argv
-  report = profile(FLAGS.objective, batch_size=FLAGS.batch_size, dim=FLAGS.dim,
-                   per_class=FLAGS.per_class, calls=FLAGS.calls)
+  if FLAGS.backbone:
+    report = profile_backbone(FLAGS.backbone, calls=FLAGS.calls)
+    what = f"{FLAGS.backbone} forward + backward"
+  else:
+    report = profile(FLAGS.objective, batch_size=FLAGS.batch_size, dim=FLAGS.dim,
+                     per_class=FLAGS.per_class, calls=FLAGS.calls)
+    what = f"{FLAGS.objective}, B = {FLAGS.batch_size}, D = {FLAGS.dim}"
   wall_ms = report["wall_ms_per_call"]
-  print(f"{FLAGS.objective}, B = {FLAGS.batch_size}, D = {FLAGS.dim}: {wall_ms:.1f} ms per "
-        f"call under the profiler ({FLAGS.calls} calls)\n")
+  print(f"{what}: {wall_ms:.1f} ms per call under the profiler ({FLAGS.calls} calls)\n")
   print("| op | shape | from | ms per call | share of the call |\n|---|---|---|---|---|")
   for r in report["ops"][:FLAGS.top]:
     print(f"| {r['op']} | {r['shape']} | {r['from']} | {r['ms_per_call']:.2f} | "

@@ -26,3 +26,9 @@ def test_hlo_origins_parses_shapes_tuples_and_metadata():
   assert bench.hlo_origins(text) == {"dot.1": ("f32[8,4]", "jvp()/dot_general"),
                                      "ffi_call.5": ("(f32[2,3], f32[2]{0})", "ffi_call"),
                                      "p": ("f32[3]{0}", "")}
+
+
+def test_profile_backbone_shows_the_convolution_kernels():
+  report = bench.profile_backbone("small_cnn:8:4", calls=1)
+  origins = " ".join(r["from"] for r in report["ops"])
+  assert report["wall_ms_per_call"] > 0 and "ffi_call" in origins   # the C++ convolutions
