@@ -1,11 +1,12 @@
 """CPU kernels in C++, called from jitted code as XLA FFI custom calls.
 
-XLA:CPU lacks a few fast primitives (its ``top_k`` costs 10-20 ns an element on one thread);
-where one of them bounds a benchmark, a small C++ handler does that step. The sources are
-beside this file (``*.cc``). :func:`load` compiles a source once per machine with the system
-C++ compiler (``$CXX``, else ``c++``) against JAX's FFI headers, caches the shared library
-(``~/.cache/dml_jax/kernels``, or ``$DML_JAX_KERNEL_CACHE``; keyed by the source, the flags,
-the compiler and jaxlib versions), and registers its handlers with XLA for the CPU.
+XLA:CPU lacks a few fast primitives (its ``top_k`` costs 10-20 ns an element on one thread,
+its convolution gradients are slow); where one of them bounds a benchmark, a small C++
+handler does that step. The sources are beside this file (``*.cc``, sharing ``common.h``).
+:func:`load` compiles a source once per machine with the system C++ compiler (``$CXX``, else
+``c++``) against JAX's FFI headers, caches the shared library (``~/.cache/dml_jax/kernels``,
+or ``$DML_JAX_KERNEL_CACHE``; keyed by the source and headers, the flags, the compiler and
+jaxlib versions), and registers its handlers with XLA for the CPU.
 
 Each user keeps the pure-XLA path it had and takes the kernel only when :func:`load` returns
 its handler names: ``None`` when there is no C++ compiler, the build fails (one warning says
@@ -96,8 +97,13 @@ def build(source: str) -> str:
   cxx = compiler()
   version = subprocess.run([cxx, "--version"], capture_output=True, text=True,
                            timeout=60).stdout.splitlines()[:1]
-  with open(source_path(source), "rb") as f:
-    code = f.read()
+  src = source_path(source)
+  folder = os.path.dirname(src)
+  code = b""
+  for name in [src] + sorted(os.path.join(folder, f) for f in os.listdir(folder)
+                              if f.endswith(".h")):
+    with open(name, "rb") as f:
+      code += f.read()   # the source and the headers it may include
   include = jax.ffi.include_dir()
   key = hashlib.sha256(repr((code, FLAGS, version, jax.__version__, jax.lib.__version__,
                              sys.platform)).encode()).hexdigest()[:16]
@@ -111,7 +117,7 @@ def build(source: str) -> str:
   fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache)
   os.close(fd)
   try:
-    done = subprocess.run([cxx, *FLAGS, "-I", include, source_path(source), "-o", tmp],
+    done = subprocess.run([cxx, *FLAGS, "-I", include, "-I", folder, src, "-o", tmp],
                           capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
     if done.returncode != 0:
       raise OSError(f"{os.path.basename(cxx)} failed on {source}: "

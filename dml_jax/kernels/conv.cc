@@ -8,31 +8,24 @@
 //   kernel gradient: dk[i, j, c, o] = sum_{n, h, w} x[n, s h + i, s' w + j, c] dy[n, h, w, o]
 //
 // x [N, H, W, C] (already padded by the caller), k [KH, KW, C, O], strides (s, s'), y and dy
-// [N, (H - KH) / s + 1, (W - KW) / s' + 1, O], all float32, O a multiple of 8. Work is split over output rows (n, h) on
-// XLA's intra-op threads; each thread sums its kernel gradient into its own buffer, and the
-// buffers are added at the end. Sums run in another order than XLA's convolution: equal to
-// float32 rounding. "vectorized" = 0 runs the scalar form (CPUs without AVX2 + FMA; tests).
+// [N, (H - KH) / s + 1, (W - KW) / s' + 1, O], all float32, O a multiple of 8. Register tiles
+// of 6 output pixels x 16 outputs (forward) or 6 channels x 16 outputs (kernel gradient);
+// the work is split on XLA's intra-op threads: the forward pass by (pixel range, output
+// block), the kernel gradient by (tap, output block) when x and dy fit the cache, else by
+// pixel ranges, each summed into a buffer of its own and added at the end. Sums run in
+// another order than XLA's convolution: equal to float32 rounding. "vectorized" = 0 runs the
+// scalar form (CPUs without AVX2 + FMA; tests).
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstring>
-#include <memory>
 #include <vector>
 
-#if defined(__x86_64__) || defined(_M_X64)
-#include <immintrin.h>
-#define DML_JAX_X86 1
-#endif
-
-#include "xla/ffi/api/ffi.h"
+#include "common.h"
 
 namespace ffi = xla::ffi;
-
-// Register tiles: the loops over a tile's rows and vectors are unrolled early, so that the
-// compiler keeps the accumulators in registers.
-#define DML_JAX_PRAGMA(x) _Pragma(#x)
-#define DML_JAX_UNROLL DML_JAX_PRAGMA(GCC unroll 16)
+using dml_jax::ParallelFor;
+using dml_jax::UseAvx2;
 
 namespace {
 
@@ -48,40 +41,6 @@ struct Geometry {
   int64_t ho, wo;          // output
   int64_t sh, sw;          // strides
 };
-
-// Runs body(first, last) over [0, n) in chunks on the caller and the pool's threads (the
-// caller takes chunks too, so the work completes even if no pool thread ever runs a task).
-template <typename Body>
-void ParallelFor(ffi::ThreadPool& pool, int64_t n, int64_t chunks, const Body& body) {
-  chunks = std::max<int64_t>(1, std::min(chunks, n));
-  const int64_t helpers = std::min<int64_t>(pool.num_threads(), chunks - 1);
-  auto range = [n, chunks](int64_t i) {
-    return std::pair<int64_t, int64_t>(n * i / chunks, n * (i + 1) / chunks);
-  };
-  if (helpers <= 0) {
-    for (int64_t i = 0; i < chunks; ++i) body(i, range(i).first, range(i).second);
-    return;
-  }
-  struct State {
-    std::atomic<int64_t> next{0}, done{0};
-  };
-  auto state = std::make_shared<State>();
-  // A helper that starts after the last chunk was taken touches only the shared state; `body`
-  // is read only by whoever takes a chunk, and the caller waits for every taken chunk.
-  auto run = [state, chunks, range](const Body* b) {
-    for (int64_t i; (i = state->next.fetch_add(1)) < chunks;) {
-      (*b)(i, range(i).first, range(i).second);
-      state->done.fetch_add(1, std::memory_order_release);
-    }
-  };
-  for (int64_t t = 0; t < helpers; ++t) pool.Schedule([run, b = &body] { run(b); });
-  run(&body);
-  while (state->done.load(std::memory_order_acquire) < chunks) {
-#ifdef DML_JAX_X86
-    _mm_pause();
-#endif
-  }
-}
 
 // ---- scalar forms ----
 
@@ -157,7 +116,9 @@ __attribute__((target("avx2,fma"))) inline void ForwardTile(const float* x,
         DML_JAX_UNROLL for (int v = 0; v < NV; ++v) b[v] = _mm256_loadu_ps(kk + 8 * v);
         DML_JAX_UNROLL for (int p = 0; p < M; ++p) {
           const __m256 a = _mm256_broadcast_ss(base[p] + offset + c);
-          DML_JAX_UNROLL for (int v = 0; v < NV; ++v) acc[p][v] = _mm256_fmadd_ps(a, b[v], acc[p][v]);
+          DML_JAX_UNROLL for (int v = 0; v < NV; ++v) {
+            acc[p][v] = _mm256_fmadd_ps(a, b[v], acc[p][v]);
+          }
         }
       }
     }
@@ -277,13 +238,6 @@ __attribute__((target("avx2,fma"))) void KernelGradUnitAvx2(const float* x,
 }
 #endif
 
-bool UseAvx2(int32_t vectorized) {
-#ifdef DML_JAX_X86
-  return vectorized != 0 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-  return false;
-#endif
-}
 
 ffi::Error MakeGeometry(const ffi::Buffer<ffi::F32>& x, int64_t kh, int64_t kw, int64_t o,
                         int64_t sh, int64_t sw, Geometry* g) {
@@ -331,7 +285,8 @@ ffi::Error ForwardImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffe
     const std::vector<int64_t> offsets = PixelOffsets(g);
     const int64_t blocks = (g.o + 15) / 16;
     const int64_t chunks = (pixels + kPixelsPerTask - 1) / kPixelsPerTask;
-    ParallelFor(pool, chunks * blocks, chunks * blocks, [&](int64_t, int64_t u0, int64_t u1) {
+    const int64_t units = chunks * blocks;
+    ParallelFor(pool, units, units, [&](int64_t, int64_t u0, int64_t u1) {
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t chunk = u / blocks, o0 = 16 * (u % blocks);
         ForwardUnitAvx2(xs, offsets.data(), packed.data(), ys, g, pixels * chunk / chunks,

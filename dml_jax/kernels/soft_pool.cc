@@ -13,19 +13,14 @@
 // the threads of XLA's intra-op pool; "vectorized" = 0 forces the scalar form (std::exp).
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
-#include <memory>
 
-#if defined(__x86_64__) || defined(_M_X64)
-#include <immintrin.h>
-#define DML_JAX_X86 1
-#endif
-
-#include "xla/ffi/api/ffi.h"
+#include "common.h"
 
 namespace ffi = xla::ffi;
+using dml_jax::ParallelFor;
+using dml_jax::UseAvx2;
 
 namespace {
 
@@ -34,37 +29,6 @@ constexpr float kExpLowest = -87.33654f;   // below: exp underflows float32's no
 struct Shape {
   int64_t rows, k, c;  // rows = product of the leading axes
 };
-
-// Runs body(first, last) over [0, n) in chunks on the caller and the pool's threads. The
-// caller takes chunks too, so the work completes even if no pool thread ever runs a task.
-template <typename Body>
-void ParallelFor(ffi::ThreadPool& pool, int64_t n, int64_t grain, const Body& body) {
-  const int64_t chunks = std::max<int64_t>(1, (n + grain - 1) / grain);
-  const int64_t helpers = std::min<int64_t>(pool.num_threads(), chunks - 1);
-  if (helpers <= 0) {
-    body(0, n);
-    return;
-  }
-  struct State {
-    std::atomic<int64_t> next{0}, done{0};
-  };
-  auto state = std::make_shared<State>();
-  // A helper that starts after the last chunk was taken touches only the shared state; `body`
-  // is read only by whoever takes a chunk, and the caller waits for every taken chunk.
-  auto run = [state, n, grain, chunks](const Body* b) {
-    for (int64_t i; (i = state->next.fetch_add(1)) < chunks;) {
-      (*b)(i * grain, std::min(n, (i + 1) * grain));
-      state->done.fetch_add(1, std::memory_order_release);
-    }
-  };
-  for (int64_t t = 0; t < helpers; ++t) pool.Schedule([run, b = &body] { run(b); });
-  run(&body);
-  while (state->done.load(std::memory_order_acquire) < chunks) {
-#ifdef DML_JAX_X86
-    _mm_pause();
-#endif
-  }
-}
 
 // ---- scalar form (the tail of every row, and CPUs without AVX2) ----
 
@@ -179,13 +143,6 @@ __attribute__((target("avx2,fma"))) void BackwardAvx2(const float* cos, const Sh
 }
 #endif
 
-bool UseAvx2(int32_t vectorized) {
-#ifdef DML_JAX_X86
-  return vectorized != 0 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-  return false;
-#endif
-}
 
 ffi::Error ShapeOf(const ffi::Buffer<ffi::F32>& cos, Shape* s) {
   auto d = cos.dimensions();
@@ -210,7 +167,8 @@ ffi::Error ForwardImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> cos, float ga
   const float* x = cos.typed_data();
   float *p = pooled->typed_data(), *zz = z->typed_data(), *sh = shift->typed_data();
   const int64_t grain = std::max<int64_t>(1, kGrainElements / std::max<int64_t>(1, s.k * s.c));
-  ParallelFor(pool, s.rows, grain, [&](int64_t r0, int64_t r1) {
+  const int64_t chunks = (s.rows + grain - 1) / grain;
+  ParallelFor(pool, s.rows, chunks, [&](int64_t, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* xr = x + r * s.k * s.c;
       float *pr = p + r * s.c, *zr = zz + r * s.c, *shr = sh + r * s.c;
@@ -245,7 +203,8 @@ ffi::Error BackwardImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> cos,
               *zz = z.typed_data(), *sh = shift.typed_data();
   float* out = dcos->typed_data();
   const int64_t grain = std::max<int64_t>(1, kGrainElements / std::max<int64_t>(1, s.k * s.c));
-  ParallelFor(pool, s.rows, grain, [&](int64_t r0, int64_t r1) {
+  const int64_t chunks = (s.rows + grain - 1) / grain;
+  ParallelFor(pool, s.rows, chunks, [&](int64_t, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t a = r * s.k * s.c, b = r * s.c;
 #ifdef DML_JAX_X86
