@@ -25,8 +25,9 @@ def integer_points(rng, n, dim=2):
 SELECTIONS = ["kernel", "xla"]  # the C++ merge and XLA's filtered top_k
 
 
-@pytest.mark.parametrize("selection", SELECTIONS)
-@pytest.mark.parametrize("kind", ["dot", "neg_sq_euclidean"])
+# the XLA merge does not depend on the similarity: 'dot' covers it
+@pytest.mark.parametrize("kind,selection", [("dot", "kernel"), ("neg_sq_euclidean", "kernel"),
+                                            ("dot", "xla")])
 @pytest.mark.parametrize("row_tile,col_tile,chunk", [
     (32, 32, 8),   # symmetric (S_ij and S_ij^T), chunk filter on (3 * 8 < 32), padded.
     (16, 16, 8),   # symmetric, more blocks; filter off for m * chunk >= 16.
