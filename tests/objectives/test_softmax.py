@@ -101,7 +101,7 @@ def test_softtriple_without_the_kernel_matches_oracle(monkeypatch, gamma):
 
 
 @pytest.mark.parametrize("vectorized", [True, False])
-@pytest.mark.parametrize("gamma", [0.1, 0.5, 0.02])
+@pytest.mark.parametrize("gamma", [0.1, 0.02])   # shift by the bound 1 / by the maximum
 @pytest.mark.parametrize("shape", [(6, 10, 13), (5, 3, 16), (2, 3, 4, 21)])
 def test_soft_pool_kernel_equals_xla(shape, gamma, vectorized):
   # The C++ soft pool (AVX2 and scalar forms; C not a multiple of 8; a leading batch axis)
