@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 #include <utility>
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -55,6 +56,24 @@ inline void ParallelFor(xla::ffi::ThreadPool& pool, int64_t n, int64_t chunks,
 #ifdef DML_JAX_X86
     _mm_pause();
 #endif
+  }
+}
+
+// Calls f(std::integral_constant<int, m>()) for a runtime m in [1, 11]: the last rows of a
+// register tile (fewer than a full tile's), as a compile-time size; nothing for other m.
+template <typename F>
+inline void WithTailSize(int64_t m, F&& f) {
+  switch (m) {
+#define DML_JAX_TAIL(k) \
+  case k:               \
+    f(std::integral_constant<int, k>());    \
+    break;
+    DML_JAX_TAIL(1) DML_JAX_TAIL(2) DML_JAX_TAIL(3) DML_JAX_TAIL(4) DML_JAX_TAIL(5)
+    DML_JAX_TAIL(6) DML_JAX_TAIL(7) DML_JAX_TAIL(8) DML_JAX_TAIL(9) DML_JAX_TAIL(10)
+    DML_JAX_TAIL(11)
+#undef DML_JAX_TAIL
+    default:
+      break;
   }
 }
 

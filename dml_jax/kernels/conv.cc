@@ -137,18 +137,9 @@ __attribute__((target("avx2,fma"))) void ForwardPixelsBlock(const float* x,
   constexpr int kM = NV == 2 ? 6 : 12;   // 12 accumulators either way
   int64_t q = q0;
   for (; q + kM <= q1; q += kM) ForwardTile<kM, NV>(x, offsets, panel, y, g, q, o0);
-  switch (q1 - q) {  // the last pixels, fewer than kM
-#define DML_JAX_TAIL(m) \
-  case m:               \
-    ForwardTile<m, NV>(x, offsets, panel, y, g, q, o0); \
-    break;
-    DML_JAX_TAIL(1) DML_JAX_TAIL(2) DML_JAX_TAIL(3) DML_JAX_TAIL(4) DML_JAX_TAIL(5)
-    DML_JAX_TAIL(6) DML_JAX_TAIL(7) DML_JAX_TAIL(8) DML_JAX_TAIL(9) DML_JAX_TAIL(10)
-    DML_JAX_TAIL(11)
-#undef DML_JAX_TAIL
-    default:
-      break;
-  }
+  dml_jax::WithTailSize(q1 - q, [&](auto m) {  // the last pixels, fewer than kM
+    ForwardTile<decltype(m)::value, NV>(x, offsets, panel, y, g, q, o0);
+  });
 }
 
 // Output pixels [q0, q1) x the output block starting at o0 (16 wide, or the last 8), from the
@@ -205,18 +196,9 @@ __attribute__((target("avx2,fma"))) void KernelGradTap(const float* x, const int
   for (; c0 + kM <= g.c; c0 += kM) {
     KernelGradTile<kM, NV>(x, offsets, dy, dk, g, q0, q1, i, j, c0, o0);
   }
-  switch (g.c - c0) {
-#define DML_JAX_TAIL(m) \
-  case m:               \
-    KernelGradTile<m, NV>(x, offsets, dy, dk, g, q0, q1, i, j, c0, o0); \
-    break;
-    DML_JAX_TAIL(1) DML_JAX_TAIL(2) DML_JAX_TAIL(3) DML_JAX_TAIL(4) DML_JAX_TAIL(5)
-    DML_JAX_TAIL(6) DML_JAX_TAIL(7) DML_JAX_TAIL(8) DML_JAX_TAIL(9) DML_JAX_TAIL(10)
-    DML_JAX_TAIL(11)
-#undef DML_JAX_TAIL
-    default:
-      break;
-  }
+  dml_jax::WithTailSize(g.c - c0, [&](auto m) {  // the last channels, fewer than kM
+    KernelGradTile<decltype(m)::value, NV>(x, offsets, dy, dk, g, q0, q1, i, j, c0, o0);
+  });
 }
 
 // Tap (i, j) and the output block starting at o0 (16 wide, or the last 8), pixels [q0, q1),
