@@ -51,6 +51,7 @@ flags.DEFINE_integer("grid_seed", 0, "Seed of the retrieval grid's random querie
 flags.DEFINE_bool("export_embeddings", False, "Write the test embeddings for TensorBoard's "
                   "projector (tensors.tsv, metadata.tsv, sprite) and as .npz.")
 cli.define_cache_flag()
+cli.define_host_memory_flag()
 flags.DEFINE_multi_string("module", [], "Modules to import first (a run's own objective); "
                           "those recorded in the workdir's config are imported anyway.")
 
@@ -85,6 +86,7 @@ def main(argv):
   if len(argv) > 1:
     cli.fail(PROGRAM, f"unexpected arguments: {' '.join(argv[1:])}")
   cli.quiet_logs()
+  cli.keep_host_memory(FLAGS.keep_host_memory)
   cache = cli.enable_compilation_cache(FLAGS.compilation_cache)
   try:
     check_flags()

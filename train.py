@@ -54,6 +54,7 @@ def main(argv):
   cache = cli.enable_compilation_cache(FLAGS.compilation_cache)
   try:
     config = cli.resolved_config(FLAGS["config"], modules=FLAGS.module)
+    cli.keep_host_memory(config.keep_host_memory)   # before JAX starts its threads
     if FLAGS.distributed or FLAGS.coordinator_address:
       jax.distributed.initialize(coordinator_address=FLAGS.coordinator_address,
                                  num_processes=FLAGS.num_processes, process_id=FLAGS.process_id)

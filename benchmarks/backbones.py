@@ -283,6 +283,9 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--steps", default="small_cnn:10,resnet18:2,resnet50:1",
                       help="steps per measurement: one number or arch:steps pairs")
   parser.add_argument("--threads", type=int, default=0, help="CPUs per side (0: all)")
+  parser.add_argument("--host_memory", default="default", choices=("keep", "default"),
+                      help="default: glibc's malloc defaults on every side; keep: every "
+                      "side's worker keeps freed host memory (dml_jax/host_memory.py)")
   parser.add_argument("--torch_python", default="",
                       help="Python with torch + torchvision (default: see above)")
   parser.add_argument("--smoke", action="store_true",
@@ -309,9 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     steps = {a: int(args.steps) for a in ARCHS}
   cpus = len(os.sched_getaffinity(0))
   threads = cpus if args.threads <= 0 else min(args.threads, cpus)
-  env = dict(os.environ)
-  env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
-  env["OMP_NUM_THREADS"] = str(threads)
+  env = _train_step_bench().worker_env(threads,
+                                       keep_host_memory=args.host_memory == "keep")
   workers = {}
   for side in sides:
     python = sys.executable
@@ -328,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
       continue
     workers[side] = w
   conditions = {"cpu_count": os.cpu_count(), "threads": threads, "machine": platform.machine(),
+                "host_memory": args.host_memory,
                 "python": platform.python_version(), "loadavg_start": os.getloadavg(),
                 "rounds": args.rounds, "steps": steps,
                 "sides": {s: w.hello for s, w in workers.items()}}

@@ -404,6 +404,20 @@ def default_torch_python(modules: str = "torch, pytorch_metric_learning") -> str
   return None
 
 
+def worker_env(threads: int, *, keep_host_memory: bool) -> dict:
+  """The environment of every side's worker process: this one's, the repository on the
+  path, ``OMP_NUM_THREADS = threads`` and, with ``keep_host_memory``, glibc's settings of
+  ``dml_jax/host_memory.py`` (what ``train.py`` applies to itself), the same for each side."""
+  sys.path.insert(0, REPO)
+  from dml_jax import host_memory  # pylint: disable=import-outside-toplevel
+  env = dict(os.environ)
+  env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+  env["OMP_NUM_THREADS"] = str(threads)
+  if keep_host_memory:
+    env.update(host_memory.ENVIRONMENT)
+  return env
+
+
 class Worker:
   """A worker process (``script --worker=side --threads=n``, by default this file) for one
   side, answering one JSON line per request; restricted to ``threads`` CPUs."""
@@ -570,6 +584,9 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--chunk_steps", default="8:50,28:10",
                       help="steps per chunk: one number, or image_size:steps pairs")
   parser.add_argument("--threads", type=int, default=2, help="CPUs (and torch threads) per side")
+  parser.add_argument("--host_memory", default="default", choices=("keep", "default"),
+                      help="default: glibc's malloc defaults on every side; keep: every "
+                      "side's worker keeps freed host memory (dml_jax/host_memory.py)")
   parser.add_argument("--profile", action="store_true", help="profile the dml_jax step too")
   parser.add_argument("--profile_steps", type=int, default=30)
   parser.add_argument("--torch_python", default="",
@@ -615,9 +632,7 @@ def main(argv: list[str] | None = None) -> int:
   else:
     chunk_steps = {c["image_size"]: int(args.chunk_steps) for c in cases}
   threads = min(args.threads, len(os.sched_getaffinity(0)))
-  env = dict(os.environ)
-  env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
-  env["OMP_NUM_THREADS"] = str(threads)
+  env = worker_env(threads, keep_host_memory=args.host_memory == "keep")
   workers = {}
   for side in sides:
     python = sys.executable
@@ -634,6 +649,7 @@ def main(argv: list[str] | None = None) -> int:
       continue
     workers[side] = w
   conditions = {"cpu_count": os.cpu_count(), "threads": threads, "machine": platform.machine(),
+                "host_memory": args.host_memory,
                 "python": platform.python_version(), "loadavg_start": os.getloadavg(),
                 "rounds": args.rounds, "warmup_chunks": args.warmup, "chunks": args.chunks,
                 "chunk_steps": chunk_steps, "config": CONFIG,

@@ -20,6 +20,11 @@ def get_config() -> ml_collections.ConfigDict:
   c.scatter_every_steps = 0       # > 0: triplet scatter diagram PNG of the eval split
   c.max_checkpoints_to_keep = 3
   c.user_modules = ()             # modules imported first (own objectives; train.py --module)
+  # Keep freed host memory in the process (dml_jax/host_memory.py): on the CPU a step with a
+  # large temporary buffer (28 px images and up, ResNets) no longer page-faults it in afresh
+  # every call; on by recipes.images and the MNIST / Omniglot configs, off for the 8 px digits
+  # (there its single malloc arena costs the host loop more than it saves).
+  c.keep_host_memory = False
 
   c.data = ml_collections.ConfigDict()
   c.data.name = "digits_evenodd"

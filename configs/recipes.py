@@ -65,10 +65,12 @@ def images(c, image_size: int, *, augmentation: str, resize_size: int = 0,
            grey: bool = False) -> None:
   """Input images: ``image_size`` crops from a shorter side of ``resize_size`` (0: 8/7 of
   ``image_size``, 256 for 224), the training ``augmentation``; ``grey``: one channel scaled
-  to [0, 1] (characters, digits) instead of RGB with ImageNet statistics."""
+  to [0, 1] (characters, digits) instead of RGB with ImageNet statistics. Also keeps freed
+  host memory in the process (``keep_host_memory``)."""
   c.data.image_size = image_size
   c.data.resize_size = resize_size or round(image_size * 8 / 7)
   c.data.augmentation = augmentation
+  c.keep_host_memory = True   # image steps: large temporary buffers (see configs/default.py)
   if grey:
     c.data.channels = 1
     c.data.mean = (0.0,)

@@ -17,6 +17,7 @@ from absl import logging
 import ml_collections
 from ml_collections import config_flags
 
+from dml_jax import host_memory
 from dml_jax import overrides
 
 FLAGS = flags.FLAGS
@@ -107,6 +108,21 @@ def enable_compilation_cache(path: str) -> str | None:
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
   logging.info("JAX compilation cache: %s", path)
   return path
+
+
+def define_host_memory_flag() -> None:
+  flags.DEFINE_bool(
+      "keep_host_memory", True,
+      "Keep freed host memory in the process (glibc mallopt; see dml_jax/host_memory.py): "
+      "large CPU buffers are not page-faulted in afresh on every call. false: glibc's "
+      "defaults. (train.py takes it from the config: --config.keep_host_memory.)")
+
+
+def keep_host_memory(keep: bool) -> None:
+  """Keeps freed host memory if ``keep`` (call it before JAX starts its threads) and logs
+  the outcome."""
+  kept = host_memory.keep_freed_memory() if keep else None
+  logging.info(host_memory.describe(kept))
 
 
 def quiet_logs() -> None:

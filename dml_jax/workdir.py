@@ -65,16 +65,18 @@ ADDED_CONFIG_KEYS = {
     "log.tensorboard": False,
     "log.wandb": False,
     "log.wandb_project": "dml_jax",
+    "keep_host_memory": False,
 }
 
 # Dotted keys (a trailing '.' means the whole block) that a rerun may change on a workdir
 # with checkpoints: they extend the run, or change logging (``log.``), evaluation, the number
-# of devices (1 and N devices compute the same steps) or where the same data files are read from.
+# of devices (1 and N devices compute the same steps), where the same data files are read from
+# or how host memory is kept (``keep_host_memory``).
 RESUMABLE_KEYS = (
     "num_train_steps", "num_epochs", "log_every_steps", "checkpoint_every_steps",
     "eval_every_steps", "scatter_every_steps", "max_checkpoints_to_keep", "num_devices",
     "eval.", "data.num_threads", "data.num_workers", "data.prefetch",
-    "data.options.data_dir", "data.options.root", "log.",
+    "data.options.data_dir", "data.options.root", "log.", "keep_host_memory",
 )
 
 # What train.py writes into a workdir (removed by ``--overwrite``, nothing else is).

@@ -1,0 +1,69 @@
+"""dml_jax.host_memory: with the settings, a large block freed and allocated again is not
+page-faulted in afresh (each check in a fresh process: the settings are process-wide)."""
+
+import platform
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from configs import default, mnist_evenodd_eps
+from dml_jax import host_memory
+from dml_jax import workdir
+
+GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+
+# Allocates (malloc, as XLA's buffers), fills and frees a 96 MB block three times (above glibc's largest mmap threshold,
+# 32 MB, so by default each one is mapped and unmapped) and prints the minor page faults of
+# the last fill.
+_FAULTS = textwrap.dedent("""
+    import ctypes, resource, sys
+    from dml_jax import host_memory
+    kept = host_memory.keep_freed_memory() if sys.argv[1] == "keep" else None
+    libc = ctypes.CDLL("libc.so.6")
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = (ctypes.c_void_p,)
+    size = 96 << 20
+    for _ in range(3):
+      block = libc.malloc(size)
+      before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+      ctypes.memset(block, 1, size)
+      faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+      libc.free(block)
+    print(kept, faults)
+""")
+
+def _last_fill_faults(mode: str) -> tuple[str, int]:
+  out = subprocess.run([sys.executable, "-c", _FAULTS, mode], check=True, capture_output=True,
+                       text=True).stdout.split()
+  return out[0], int(out[1])
+
+
+@pytest.mark.skipif(not GLIBC, reason="the settings are glibc's")
+def test_kept_memory_is_not_faulted_in_again():
+  kept, faults = _last_fill_faults("keep")
+  assert kept == "True"
+  assert faults < 1000          # reused pages: at most a few stray faults
+  _, default_faults = _last_fill_faults("default")
+  assert default_faults > 20000   # 96 MB of fresh 4 KiB pages (24,576)
+
+
+def test_keep_freed_memory_elsewhere_than_glibc_does_nothing(monkeypatch):
+  monkeypatch.setattr(host_memory.platform, "libc_ver", lambda: ("", ""))
+  assert host_memory.keep_freed_memory() is False
+  assert "does not apply" in host_memory.describe(False)
+
+
+def test_environment_matches_the_mallopt_settings():
+  values = dict(host_memory.SETTINGS)
+  assert host_memory.ENVIRONMENT == {
+      "MALLOC_ARENA_MAX": str(values[host_memory.M_ARENA_MAX]),
+      "MALLOC_MMAP_MAX_": str(values[host_memory.M_MMAP_MAX]),
+      "MALLOC_TRIM_THRESHOLD_": str(values[host_memory.M_TRIM_THRESHOLD])}
+
+
+def test_configs_keep_host_memory_for_images_only():
+  assert default.get_config().keep_host_memory is False        # the 8 px digits
+  assert mnist_evenodd_eps.get_config().keep_host_memory is True   # recipes.images
+  assert "keep_host_memory" in workdir.RESUMABLE_KEYS         # a rerun may change it
