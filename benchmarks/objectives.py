@@ -902,6 +902,9 @@ def define_flags():
                      "0 = no cap).")
   flags.DEFINE_bool("smoke", False, f"B={SMOKE_BATCH_SIZES[0]}, {SMOKE_REPEATS} repeats.")
   flags.DEFINE_integer("seed", 0, "Inputs and PRNG keys.")
+  flags.DEFINE_enum("host_memory", "default", ["default", "keep"],
+                    "keep: this process (ours, the floor and PML alike) keeps freed host memory "
+                    "(dml_jax/host_memory.py, applied before JAX starts); default: glibc's.")
   return flags.FLAGS
 
 
@@ -909,6 +912,9 @@ def main(argv):
   del argv
   f = FLAGS
   smoke = f.smoke
+  if f.host_memory == "keep":
+    from dml_jax import host_memory  # pylint: disable=import-outside-toplevel
+    print(host_memory.describe(host_memory.keep_freed_memory()))
   cap = limit_address_space(f.memory_fraction)
   report = run(
       batch_sizes=SMOKE_BATCH_SIZES if smoke else [int(b) for b in f.batch_sizes],
