@@ -119,8 +119,11 @@ def define_host_memory_flag() -> None:
 
 
 def keep_host_memory(keep: bool) -> None:
-  """Keeps freed host memory if ``keep`` (call it before JAX starts its threads) and logs
-  the outcome."""
+  """Keeps freed host memory if ``keep`` and JAX will run on the CPU (call it before JAX
+  starts its threads) and logs the outcome."""
+  if keep and not host_memory.cpu_only():
+    logging.info(host_memory.describe(None, accelerator=True))
+    return
   kept = host_memory.keep_freed_memory() if keep else None
   logging.info(host_memory.describe(kept))
 

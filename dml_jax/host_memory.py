@@ -21,7 +21,8 @@ that first allocate after the call, so the binaries call it before JAX starts it
 ``train.py`` when the config's ``keep_host_memory`` is on (``recipes.images`` turns it on for
 every image config; off for the 8 px digits of the main job, whose many small host
 allocations then queue on the one arena: 10-20 % slower steps), ``eval.py`` unless
-``--keep_host_memory=false``. Elsewhere than glibc (macOS, musl) it does nothing. The same can be had from the environment at start:
+``--keep_host_memory=false``; neither when JAX will run on an accelerator (:func:`cpu_only`:
+the buffers are then in device memory). Elsewhere than glibc (macOS, musl) it does nothing. The same can be had from the environment at start:
 ``MALLOC_ARENA_MAX=1 MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647``.
 """
 
@@ -29,6 +30,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import importlib.util
+import os
 import platform
 
 # glibc's malloc.h
@@ -55,6 +58,21 @@ def _glibc():
     return None
 
 
+# JAX plugins for accelerators: with one installed the step's buffers live in device memory
+# (nothing to keep on the host) and one arena would only slow the input pipeline's threads.
+ACCELERATOR_PLUGINS = ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm60_plugin",
+                       "jax_rocm7_plugin", "libtpu")
+
+
+def cpu_only() -> bool:
+  """Whether JAX will run on the CPU: ``JAX_PLATFORMS`` names ``cpu`` first, or (unset) no
+  accelerator plugin is installed. Decided without starting JAX's backends (and threads)."""
+  platforms = os.environ.get("JAX_PLATFORMS", "").strip()
+  if platforms:
+    return platforms.split(",")[0].strip() == "cpu"
+  return not any(importlib.util.find_spec(name) for name in ACCELERATOR_PLUGINS)
+
+
 def keep_freed_memory() -> bool:
   """Apply the ``mallopt`` settings of the module docstring to this process.
 
@@ -73,8 +91,11 @@ def keep_freed_memory() -> bool:
   return ok
 
 
-def describe(kept: bool | None) -> str:
-  """One log line on the setting (``None``: not asked for)."""
+def describe(kept: bool | None, *, accelerator: bool = False) -> str:
+  """One log line on the setting (``None``: not asked for, or ``accelerator``: not applied
+  because JAX runs on an accelerator)."""
+  if accelerator:
+    return "Host memory: glibc's defaults (JAX runs on an accelerator: nothing to keep)"
   if kept is None:
     return "Host memory: glibc's defaults (keep_host_memory off)"
   if kept:

@@ -67,3 +67,15 @@ def test_configs_keep_host_memory_for_images_only():
   assert default.get_config().keep_host_memory is False        # the 8 px digits
   assert mnist_evenodd_eps.get_config().keep_host_memory is True   # recipes.images
   assert "keep_host_memory" in workdir.RESUMABLE_KEYS         # a rerun may change it
+
+
+def test_cpu_only_follows_jax_platforms_and_plugins(monkeypatch):
+  monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+  assert host_memory.cpu_only()
+  monkeypatch.setenv("JAX_PLATFORMS", "cuda,cpu")
+  assert not host_memory.cpu_only()
+  monkeypatch.delenv("JAX_PLATFORMS")
+  monkeypatch.setattr(host_memory.importlib.util, "find_spec",
+                      lambda name: object() if name == "jax_cuda12_plugin" else None)
+  assert not host_memory.cpu_only()
+  assert "accelerator" in host_memory.describe(None, accelerator=True)
