@@ -310,8 +310,9 @@ def conv_direct(lhs: jax.Array, rhs: jax.Array, window_strides: Sequence[int], p
                 preferred_element_type=None, out_sharding=None) -> jax.Array:
   """``lax.conv_general_dilated`` by the C++ direct convolution of ``dml_jax/kernels/conv.cc``
   where it applies (:func:`direct_applies`: float32 2-D convolutions with a window, every one
-  of the small CNN's and a ResNet's but its 1 x 1 ones), else :func:`conv_matmul`. Same
-  arguments; equal to float32 rounding. See :func:`direct_conv`.
+  of the small CNN's and a ResNet's but its 1 x 1 ones), unpadded float32 1 x 1 ones as
+  :func:`pointwise_conv` (a matmul whose kernel gradient is the C++ kernel's), else
+  :func:`conv_matmul`. Same arguments; equal to float32 rounding. See :func:`direct_conv`.
   """
   kwargs = dict(window_strides=window_strides, padding=padding, lhs_dilation=lhs_dilation,
                 rhs_dilation=rhs_dilation, dimension_numbers=dimension_numbers,
@@ -321,6 +322,10 @@ def conv_direct(lhs: jax.Array, rhs: jax.Array, window_strides: Sequence[int], p
   lhs_perm, rhs_perm, out_perm = _to_channels_last(dimension_numbers, lhs.shape, rhs.shape)
   x = lhs if lhs_perm is None else jnp.transpose(lhs, lhs_perm)
   w = rhs if rhs_perm is None else jnp.transpose(rhs, rhs_perm)
+  strides = tuple(int(v) for v in window_strides)
+  if pointwise_applies(x.shape, w.shape, (x.dtype, w.dtype), **kwargs):
+    y = pointwise_conv(x, w, strides)
+    return y if out_perm is None else jnp.transpose(y, out_perm)
   if not direct_applies(x.shape, w.shape, (x.dtype, w.dtype), window_strides=window_strides,
                         lhs_dilation=lhs_dilation, rhs_dilation=rhs_dilation,
                         feature_group_count=feature_group_count,
@@ -328,11 +333,62 @@ def conv_direct(lhs: jax.Array, rhs: jax.Array, window_strides: Sequence[int], p
                         preferred_element_type=preferred_element_type,
                         out_sharding=out_sharding):
     return conv_matmul(lhs, rhs, **kwargs)
-  strides = tuple(int(v) for v in window_strides)
   pads = tuple(tuple(int(v) for v in p) for p in _pads(padding, x.shape[1:3], w.shape[:2],
                                                       strides))
   y = direct_conv(x, w, pads, strides)
   return y if out_perm is None else jnp.transpose(y, out_perm)
+
+
+def pointwise_applies(x_shape, w_shape, dtypes, *, window_strides, padding, lhs_dilation,
+                      rhs_dilation, feature_group_count: int, batch_group_count: int,
+                      preferred_element_type, out_sharding, dimension_numbers=None,
+                      precision=None) -> bool:
+  """Whether :func:`conv_direct` runs a 1 x 1 convolution (channels-last shapes) as
+  :func:`pointwise_conv`: 2-D, unpadded, no dilation or groups, float32, ``O % 8 == 0``, the
+  kernel built. (``dimension_numbers`` and ``precision``: any.)"""
+  del dimension_numbers, precision
+  if len(x_shape) != 4 or tuple(w_shape[:2]) != (1, 1):
+    return False
+  pads = _pads(padding, x_shape[1:3], w_shape[:2], tuple(int(v) for v in window_strides))
+  ones = lambda v: v is None or all(int(d) == 1 for d in v)
+  return (all(int(lo) == 0 and int(hi) == 0 for lo, hi in pads) and ones(lhs_dilation)
+          and ones(rhs_dilation) and feature_group_count == 1 and batch_group_count == 1
+          and out_sharding is None and w_shape[-1] % 8 == 0
+          and all(jnp.dtype(d) == jnp.float32 for d in dtypes)
+          and preferred_element_type in (None, jnp.float32)
+          and kernels.load("conv.cc") is not None)
+
+
+def _pointwise_input(x: jax.Array, strides) -> jax.Array:
+  """The pixels a strided 1 x 1 convolution reads: ``x[:, ::s, ::s']``."""
+  return x if strides == (1, 1) else x[:, ::strides[0], ::strides[1], :]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def pointwise_conv(x: jax.Array, w: jax.Array, strides) -> jax.Array:
+  """A 1 x 1 convolution ``[N, H, W, C] (*) [1, 1, C, O]`` at ``strides``, unpadded: a matmul
+  over the channels of the pixels it reads. VJP: the input gradient a matmul too (scattered
+  back to the strided pixels), the kernel gradient the C++ kernel
+  (:func:`direct_kernel_grad`), which sums over the pixels of ``x`` and ``dy`` as stored;
+  XLA's matmul for it transposes one of them first (a strided pass as large as the layer)."""
+  return lax.dot_general(_pointwise_input(x, strides), w[0, 0], (((3,), (0,)), ((), ())))
+
+
+def _pointwise_conv_fwd(x, w, strides):
+  return pointwise_conv(x, w, strides), (x, w)
+
+
+def _pointwise_conv_bwd(strides, residuals, g):
+  x, w = residuals
+  dx = lax.dot_general(g, w[0, 0], (((3,), (1,)), ((), ())))   # [N, H', W', C]
+  if strides != (1, 1):
+    dx = lax.pad(dx, jnp.zeros((), dx.dtype), [
+        (0, 0, 0), *((0, n - 1 - (m - 1) * s, s - 1)
+                     for n, m, s in zip(x.shape[1:3], dx.shape[1:3], strides)), (0, 0, 0)])
+  return dx, direct_kernel_grad(x, g, (1, 1), strides=strides)
+
+
+pointwise_conv.defvjp(_pointwise_conv_fwd, _pointwise_conv_bwd)
 
 
 def direct_valid(x: jax.Array, w: jax.Array, *, strides: tuple[int, int] = (1, 1),

@@ -51,6 +51,11 @@ CONV_CASES = {
                                 dict(window_strides=(2, 2), padding=((3, 3), (3, 3)))),
     "direct_3x3_stride21_same": ((2, 9, 8, 16), (3, 3, 16, 16),
                                  dict(window_strides=(2, 1), padding="SAME")),
+    # 1 x 1 with O % 8 == 0: pointwise_conv (a matmul; the kernel gradient by the C++
+    # kernel), unstrided and strided over odd sides (the input gradient scattered back)
+    "direct_1x1": ((2, 6, 5, 12), (1, 1, 12, 24), dict(window_strides=(1, 1), padding="VALID")),
+    "direct_1x1_stride2": ((2, 7, 9, 8), (1, 1, 8, 16),
+                           dict(window_strides=(2, 2), padding="SAME")),
 }
 
 
@@ -159,6 +164,29 @@ def test_direct_applies_only_where_the_kernel_computes_it():
   assert applies((3, 3, 4, 16), f32, **{**base, "window_strides": (2, 2)})
   assert not applies((3, 3, 4, 16), f32, **{**base, "rhs_dilation": (2, 2)})
   assert not applies((3, 3, 2, 16), f32, **{**base, "feature_group_count": 2})
+
+
+def test_pointwise_applies_to_unpadded_1x1_only():
+  f32 = (jnp.float32, jnp.float32)
+  base = dict(window_strides=(1, 1), padding="VALID", lhs_dilation=None, rhs_dilation=None,
+              feature_group_count=1, batch_group_count=1, preferred_element_type=None,
+              out_sharding=None)
+  applies = functools.partial(conv.pointwise_applies, (2, 7, 7, 4))
+  assert applies((1, 1, 4, 16), f32, **base)
+  assert applies((1, 1, 4, 16), f32, **{**base, "window_strides": (2, 2), "padding": "SAME"})
+  assert not applies((3, 3, 4, 16), f32, **base)           # a window: direct_conv
+  assert not applies((1, 1, 4, 12), f32, **base)           # O % 8
+  assert not applies((1, 1, 4, 16), f32, **{**base, "padding": ((1, 0), (0, 0))})
+  assert not applies((1, 1, 4, 16), (jnp.bfloat16,) * 2, **base)
+  assert not applies((1, 1, 2, 16), f32, **{**base, "feature_group_count": 2})
+
+
+def test_pointwise_kernel_gradient_is_the_kernel():
+  fn = conv.conv_function("auto")
+  loss = lambda x, w: jnp.sum(fn(x, w, (2, 2), "VALID", dimension_numbers=NHWC) ** 2)
+  text = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(
+      jnp.ones((2, 6, 6, 8)), jnp.ones((1, 1, 8, 16))).compile().as_text()
+  assert "dml_jax_conv_kernel_grad" in text and " convolution(" not in text
 
 
 def test_conv_matmul_other_dimension_numbers():
