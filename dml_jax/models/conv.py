@@ -287,20 +287,27 @@ def conv_matmul(lhs: jax.Array, rhs: jax.Array, window_strides: Sequence[int], p
   return y if out_perm is None else jnp.transpose(y, out_perm)
 
 
-def direct_applies(x_shape, w_shape, dtypes, *, window_strides, lhs_dilation, rhs_dilation,
-                   feature_group_count: int, batch_group_count: int, preferred_element_type,
-                   out_sharding) -> bool:
-  """Whether :func:`conv_direct` runs the C++ kernel for this convolution (channels-last
-  shapes): 2-D, no dilation, no groups, a window larger than 1 x 1 (a 1 x 1 convolution is a
-  plain matmul already), float32, ``O % 8 == 0``, and the kernel built."""
-  del window_strides   # any
+def _kernel_computes(x_shape, w_shape, dtypes, *, lhs_dilation, rhs_dilation,
+                     feature_group_count: int, batch_group_count: int, preferred_element_type,
+                     out_sharding) -> bool:
+  """What both C++ paths need (channels-last shapes): 2-D, no dilation, no groups, float32,
+  ``O % 8 == 0``, and the kernel built."""
   ones = lambda v: v is None or all(int(d) == 1 for d in v)
   return (len(x_shape) == 4 and ones(lhs_dilation)
           and ones(rhs_dilation) and feature_group_count == 1 and batch_group_count == 1
-          and out_sharding is None and w_shape[0] * w_shape[1] > 1 and w_shape[-1] % 8 == 0
+          and out_sharding is None and w_shape[-1] % 8 == 0
           and all(jnp.dtype(d) == jnp.float32 for d in dtypes)
           and preferred_element_type in (None, jnp.float32)
           and kernels.load("conv.cc") is not None)
+
+
+def direct_applies(x_shape, w_shape, dtypes, *, window_strides, **kwargs) -> bool:
+  """Whether :func:`conv_direct` runs the C++ kernel for this convolution (channels-last
+  shapes): a window larger than 1 x 1 (a 1 x 1 convolution is a plain matmul already, see
+  :func:`pointwise_applies`), any strides, and :func:`_kernel_computes`' conditions
+  (``kwargs``: its keyword arguments)."""
+  del window_strides   # any
+  return w_shape[0] * w_shape[1] > 1 and _kernel_computes(x_shape, w_shape, dtypes, **kwargs)
 
 
 def conv_direct(lhs: jax.Array, rhs: jax.Array, window_strides: Sequence[int], padding,
@@ -323,15 +330,15 @@ def conv_direct(lhs: jax.Array, rhs: jax.Array, window_strides: Sequence[int], p
   x = lhs if lhs_perm is None else jnp.transpose(lhs, lhs_perm)
   w = rhs if rhs_perm is None else jnp.transpose(rhs, rhs_perm)
   strides = tuple(int(v) for v in window_strides)
-  if pointwise_applies(x.shape, w.shape, (x.dtype, w.dtype), **kwargs):
+  shapes = (x.shape, w.shape, (x.dtype, w.dtype))
+  checks = dict(window_strides=window_strides, lhs_dilation=lhs_dilation,
+                rhs_dilation=rhs_dilation, feature_group_count=feature_group_count,
+                batch_group_count=batch_group_count,
+                preferred_element_type=preferred_element_type, out_sharding=out_sharding)
+  if pointwise_applies(*shapes, padding=padding, **checks):
     y = pointwise_conv(x, w, strides)
     return y if out_perm is None else jnp.transpose(y, out_perm)
-  if not direct_applies(x.shape, w.shape, (x.dtype, w.dtype), window_strides=window_strides,
-                        lhs_dilation=lhs_dilation, rhs_dilation=rhs_dilation,
-                        feature_group_count=feature_group_count,
-                        batch_group_count=batch_group_count,
-                        preferred_element_type=preferred_element_type,
-                        out_sharding=out_sharding):
+  if not direct_applies(*shapes, **checks):
     return conv_matmul(lhs, rhs, **kwargs)
   pads = tuple(tuple(int(v) for v in p) for p in _pads(padding, x.shape[1:3], w.shape[:2],
                                                       strides))
@@ -339,24 +346,15 @@ def conv_direct(lhs: jax.Array, rhs: jax.Array, window_strides: Sequence[int], p
   return y if out_perm is None else jnp.transpose(y, out_perm)
 
 
-def pointwise_applies(x_shape, w_shape, dtypes, *, window_strides, padding, lhs_dilation,
-                      rhs_dilation, feature_group_count: int, batch_group_count: int,
-                      preferred_element_type, out_sharding, dimension_numbers=None,
-                      precision=None) -> bool:
+def pointwise_applies(x_shape, w_shape, dtypes, *, window_strides, padding, **kwargs) -> bool:
   """Whether :func:`conv_direct` runs a 1 x 1 convolution (channels-last shapes) as
-  :func:`pointwise_conv`: 2-D, unpadded, no dilation or groups, float32, ``O % 8 == 0``, the
-  kernel built. (``dimension_numbers`` and ``precision``: any.)"""
-  del dimension_numbers, precision
-  if len(x_shape) != 4 or tuple(w_shape[:2]) != (1, 1):
+  :func:`pointwise_conv`: unpadded, any strides, and :func:`_kernel_computes`' conditions
+  (``kwargs``: its keyword arguments)."""
+  if tuple(w_shape[:2]) != (1, 1) or len(x_shape) != 4:
     return False
   pads = _pads(padding, x_shape[1:3], w_shape[:2], tuple(int(v) for v in window_strides))
-  ones = lambda v: v is None or all(int(d) == 1 for d in v)
-  return (all(int(lo) == 0 and int(hi) == 0 for lo, hi in pads) and ones(lhs_dilation)
-          and ones(rhs_dilation) and feature_group_count == 1 and batch_group_count == 1
-          and out_sharding is None and w_shape[-1] % 8 == 0
-          and all(jnp.dtype(d) == jnp.float32 for d in dtypes)
-          and preferred_element_type in (None, jnp.float32)
-          and kernels.load("conv.cc") is not None)
+  return (all(int(lo) == 0 and int(hi) == 0 for lo, hi in pads)
+          and _kernel_computes(x_shape, w_shape, dtypes, **kwargs))
 
 
 def _pointwise_input(x: jax.Array, strides) -> jax.Array:
