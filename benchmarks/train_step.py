@@ -408,7 +408,8 @@ def worker_env(threads: int, *, keep_host_memory: bool) -> dict:
   """The environment of every side's worker process: this one's, the repository on the
   path, ``OMP_NUM_THREADS = threads`` and, with ``keep_host_memory``, glibc's settings of
   ``dml_jax/host_memory.py`` (what ``train.py`` applies to itself), the same for each side."""
-  sys.path.insert(0, REPO)
+  if REPO not in sys.path:
+    sys.path.insert(0, REPO)
   from dml_jax import host_memory  # pylint: disable=import-outside-toplevel
   env = dict(os.environ)
   env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")

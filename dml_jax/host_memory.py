@@ -22,7 +22,8 @@ that first allocate after the call, so the binaries call it before JAX starts it
 every image config; off for the 8 px digits of the main job, whose many small host
 allocations then queue on the one arena: 10-20 % slower steps), ``eval.py`` unless
 ``--keep_host_memory=false``; neither when JAX will run on an accelerator (:func:`cpu_only`:
-the buffers are then in device memory). Elsewhere than glibc (macOS, musl) it does nothing. The same can be had from the environment at start:
+the buffers are then in device memory). Elsewhere than glibc (macOS, musl) it does nothing.
+The same can be had from the environment at start (:data:`ENVIRONMENT`):
 ``MALLOC_ARENA_MAX=1 MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647``.
 """
 
@@ -34,17 +35,14 @@ import importlib.util
 import os
 import platform
 
-# glibc's malloc.h
-M_TRIM_THRESHOLD = -1
-M_MMAP_MAX = -4
-M_ARENA_MAX = -8
-KEPT_TRIM_THRESHOLD = 2**31 - 1   # mallopt's value is a C int
-
-SETTINGS = ((M_ARENA_MAX, 1), (M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, KEPT_TRIM_THRESHOLD))
+# (mallopt parameter of glibc's malloc.h, its environment variable, value); the trim
+# threshold is the largest mallopt takes (a C int).
+SETTINGS = ((-8, "MALLOC_ARENA_MAX", 1),                    # M_ARENA_MAX
+            (-4, "MALLOC_MMAP_MAX_", 0),                    # M_MMAP_MAX
+            (-1, "MALLOC_TRIM_THRESHOLD_", 2**31 - 1))      # M_TRIM_THRESHOLD
 # The same settings for a process about to start (glibc reads them at start-up): what the
 # benchmarks give every side's worker process, PyTorch's included.
-ENVIRONMENT = {"MALLOC_ARENA_MAX": "1", "MALLOC_MMAP_MAX_": "0",
-               "MALLOC_TRIM_THRESHOLD_": str(KEPT_TRIM_THRESHOLD)}
+ENVIRONMENT = {name: str(value) for _, name, value in SETTINGS}
 
 
 def _glibc():
@@ -86,7 +84,7 @@ def keep_freed_memory() -> bool:
   libc.mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
   libc.mallopt.restype = ctypes.c_int
   ok = True
-  for param, value in SETTINGS:
+  for param, _, value in SETTINGS:
     ok = bool(libc.mallopt(param, value)) and ok
   return ok
 
