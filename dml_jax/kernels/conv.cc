@@ -12,13 +12,16 @@
 // of 6 output pixels x 16 outputs (forward) or 6 channels x 16 outputs (kernel gradient);
 // the work is split on XLA's intra-op threads: the forward pass by (pixel range, output
 // block), the kernel gradient by (tap, output block) when x and dy fit the cache, else by
-// pixel ranges, each summed into a buffer of its own and added at the end. Sums run in
+// pixel ranges, each summed into a buffer of its own and added at the end; with C and O of
+// 256 and more, the kernel gradient's operands are packed into contiguous panels first and
+// the threads split the channels (PackedKernelGrad). Sums run in
 // another order than XLA's convolution: equal to float32 rounding. "vectorized" = 0 runs the
 // scalar form (CPUs without AVX2 + FMA; tests).
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "common.h"
@@ -34,6 +37,9 @@ constexpr int64_t kGradPixelsPerBlock = 128;   // output pixels summed per regis
 constexpr int64_t kMaxPartialBytes = 64 << 20;
 constexpr int64_t kMinPixelsPerPart = 512;
 constexpr int64_t kSplitOutputsBelowBytes = 4 << 20;   // x + dy
+constexpr int64_t kPackMinChannels = 256;   // C and O from which the kernel gradient packs
+constexpr int64_t kGradBlockPixels = 128;   // pixels per packed block of x
+constexpr int64_t kGradTileRows = 6;        // channels per register tile of the packed form
 
 struct Geometry {
   int64_t n, h, w, c;      // input (padded)
@@ -218,6 +224,111 @@ __attribute__((target("avx2,fma"))) void KernelGradUnitAvx2(const float* x,
     }
   }
 }
+
+// With many channels and outputs (kPackMinChannels), the rows of x and dy that a tile reads
+// lie C or O floats apart and fall into a few cache sets. There the operands are first copied
+// into panels that a tile reads contiguously: all of dy as [O / 16][pixels][16] (the last 8
+// wide when O % 16 == 8), and per block of kGradBlockPixels pixels and tap, x's channels as
+// [tiles of 6][pixels][6] (the last tile zero-filled). The copies cost O(pixels (C + O)), the
+// sums O(pixels C O).
+
+// dy's output block o0 (16 wide, or the last 8) for every pixel into panels + o0 pixels.
+void PackOutputGradBlock(const float* dy, const Geometry& g, int64_t pixels, int64_t o0,
+                         float* panels) {
+  const int64_t width = std::min<int64_t>(16, g.o - o0);
+  float* panel = panels + o0 * pixels;
+  for (int64_t q = 0; q < pixels; ++q) {
+    std::memcpy(panel + q * width, dy + q * g.o + o0, sizeof(float) * width);
+  }
+}
+
+// The channels [c0, c1) that tap `offset` reads for the pixels [b0, b0 + len): channel
+// c0 + 6 t + r of pixel b0 + p at panels[(t len + p) 6 + r], zeros past c1.
+void PackInputBlock(const float* x, const int64_t* offsets, int64_t offset, int64_t b0,
+                    int64_t len, int64_t c0, int64_t c1, float* panels) {
+  const int64_t tiles = (c1 - c0 + kGradTileRows - 1) / kGradTileRows;
+  for (int64_t p = 0; p < len; ++p) {
+    const float* row = x + offsets[b0 + p] + offset + c0;
+    for (int64_t t = 0; t < tiles; ++t) {
+      float* out = panels + (t * len + p) * kGradTileRows;
+      const int64_t m = std::min<int64_t>(kGradTileRows, c1 - c0 - t * kGradTileRows);
+      for (int64_t r = 0; r < m; ++r) out[r] = row[t * kGradTileRows + r];
+      for (int64_t r = m; r < kGradTileRows; ++r) out[r] = 0.0f;
+    }
+  }
+}
+
+// dk's M rows (from `dk`, row stride ldk) x 8 NV columns += the sum over len pixels of the
+// input panel `a` ([len][6], its first M rows) times the output-gradient panel `b`
+// ([len][8 NV]).
+template <int M, int NV>
+__attribute__((target("avx2,fma"))) inline void PackedGradTile(const float* a, const float* b,
+                                                               int64_t len, float* dk,
+                                                               int64_t ldk) {
+  __m256 acc[M][NV];
+  DML_JAX_UNROLL for (int r = 0; r < M; ++r)
+    DML_JAX_UNROLL for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_loadu_ps(dk + r * ldk + 8 * v);
+  for (int64_t p = 0; p < len; ++p, a += kGradTileRows, b += 8 * NV) {
+    __m256 bv[NV];
+    DML_JAX_UNROLL for (int v = 0; v < NV; ++v) bv[v] = _mm256_loadu_ps(b + 8 * v);
+    DML_JAX_UNROLL for (int r = 0; r < M; ++r) {
+      const __m256 av = _mm256_broadcast_ss(a + r);
+      DML_JAX_UNROLL for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(av, bv[v], acc[r][v]);
+    }
+  }
+  DML_JAX_UNROLL for (int r = 0; r < M; ++r)
+    DML_JAX_UNROLL for (int v = 0; v < NV; ++v) _mm256_storeu_ps(dk + r * ldk + 8 * v, acc[r][v]);
+}
+
+// One tap's dk rows [c0, c1) (`dk` at row c0) += the block [b0, b0 + len): input panels `a`
+// (PackInputBlock's), output-gradient panels `dyp` (all pixels). The output panel (8 KB)
+// stays in the L1 cache while the block's input panels stream past it.
+__attribute__((target("avx2,fma"))) void PackedGradBlock(const float* a, const float* dyp,
+                                                         const Geometry& g, int64_t pixels,
+                                                         int64_t b0, int64_t len, int64_t c0,
+                                                         int64_t c1, float* dk) {
+  const int64_t tiles = (c1 - c0 + kGradTileRows - 1) / kGradTileRows;
+  for (int64_t o0 = 0; o0 < g.o; o0 += 16) {
+    const bool wide = o0 + 16 <= g.o;
+    const float* b = dyp + o0 * pixels + b0 * (wide ? 16 : 8);
+    for (int64_t t = 0; t < tiles; ++t) {
+      const float* at = a + t * len * kGradTileRows;
+      float* out = dk + t * kGradTileRows * g.o + o0;
+      const int64_t m = std::min<int64_t>(kGradTileRows, c1 - c0 - t * kGradTileRows);
+      if (wide && m == kGradTileRows) {
+        PackedGradTile<kGradTileRows, 2>(at, b, len, out, g.o);
+      } else if (wide) {
+        dml_jax::WithTailSize(m, [&](auto rows) {
+          PackedGradTile<decltype(rows)::value, 2>(at, b, len, out, g.o);
+        });
+      } else {
+        dml_jax::WithTailSize(m, [&](auto rows) {
+          PackedGradTile<decltype(rows)::value, 1>(at, b, len, out, g.o);
+        });
+      }
+    }
+  }
+}
+
+// dk's rows [c0, c1) of every tap (`dk` the whole [KH, KW, C, O]) = the sum over all
+// pixels, from the packed dy `dyp`.
+__attribute__((target("avx2,fma"))) void PackedGradRange(const float* x, const int64_t* offsets,
+                                                         const float* dyp, float* dk,
+                                                         const Geometry& g, int64_t pixels,
+                                                         int64_t c0, int64_t c1) {
+  const int64_t rows = (c1 - c0 + kGradTileRows - 1) / kGradTileRows * kGradTileRows;
+  std::vector<float> a(static_cast<size_t>(kGradBlockPixels * rows));
+  for (int64_t b0 = 0; b0 < pixels; b0 += kGradBlockPixels) {
+    const int64_t len = std::min(pixels - b0, kGradBlockPixels);
+    for (int64_t i = 0; i < g.kh; ++i) {
+      for (int64_t j = 0; j < g.kw; ++j) {
+        PackInputBlock(x, offsets, (i * g.w + j) * g.c, b0, len, c0, c1, a.data());
+        PackedGradBlock(a.data(), dyp, g, pixels, b0, len, c0, c1,
+                        dk + ((i * g.kw + j) * g.c + c0) * g.o);
+      }
+    }
+  }
+}
 #endif
 
 
@@ -286,6 +397,29 @@ ffi::Error ForwardImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffe
 }
 
 
+#ifdef DML_JAX_X86
+// The packed form of the kernel gradient (see PackInputBlock): dy packed once (the threads
+// split its output blocks), then the threads split the channels, two ranges a thread, each
+// summing all pixels into its rows of dk (C >= kPackMinChannels: 43 channel tiles at least).
+ffi::Error PackedKernelGrad(ffi::ThreadPool& pool, const float* x, const int64_t* offsets,
+                            const float* dy, float* dk, const Geometry& g) {
+  const int64_t pixels = g.n * g.ho * g.wo;
+  std::unique_ptr<float[]> dyp(new float[pixels * g.o]);   // every element written below
+  const int64_t blocks = (g.o + 15) / 16;
+  ParallelFor(pool, blocks, blocks, [&](int64_t, int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) PackOutputGradBlock(dy, g, pixels, 16 * b, dyp.get());
+  });
+  std::memset(dk, 0, sizeof(float) * g.kh * g.kw * g.c * g.o);
+  const int64_t tiles = (g.c + kGradTileRows - 1) / kGradTileRows;
+  ParallelFor(pool, tiles, 2 * (pool.num_threads() + 1), [&](int64_t, int64_t t0, int64_t t1) {
+    PackedGradRange(x, offsets, dyp.get(), dk, g, pixels, t0 * kGradTileRows,
+                    std::min(g.c, t1 * kGradTileRows));
+  });
+  return ffi::Error::Success();
+}
+#endif
+
+
 ffi::Error KernelGradImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
                           ffi::Buffer<ffi::F32> dy, int32_t stride_h, int32_t stride_w,
                           int32_t vectorized, ffi::ResultBuffer<ffi::F32> dk) {
@@ -309,6 +443,9 @@ ffi::Error KernelGradImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
   const int64_t* off = offsets.data();
   float* out = dk->typed_data();
 #ifdef DML_JAX_X86
+  if (avx2 && g.c >= kPackMinChannels && g.o >= kPackMinChannels) {
+    return PackedKernelGrad(pool, xs, off, ds, out, g);
+  }
   // Few pixels (x and dy fit in the cache) and so, in a network, many channels: the threads
   // split the kernel gradient by (tap, 16 outputs) and each sums all pixels into its part of
   // dk. Otherwise they split the pixels, each summing into a buffer of its own.

@@ -132,7 +132,13 @@ def test_bf16_gradients_match_float32_math(name):
 @pytest.mark.parametrize("x_shape,w_shape,strides", [((2, 7, 15, 16), (3, 3, 16, 32), (1, 1)),
                                                      ((1, 6, 5, 5), (2, 4, 5, 8), (1, 1)),
                                                      ((3, 4, 26, 8), (1, 3, 8, 24), (1, 1)),
-                                                     ((2, 9, 12, 8), (3, 3, 8, 16), (2, 3))])
+                                                     ((2, 9, 12, 8), (3, 3, 8, 16), (2, 3)),
+                                                     # C, O >= 256: the packed kernel gradient
+                                                     # (1 x 1 over 3,072 pixels; 3 x 3 strided,
+                                                     # a last channel tile of 1, the last
+                                                     # output block 8 wide)
+                                                     ((3, 32, 32, 256), (1, 1, 256, 264), (1, 1)),
+                                                     ((2, 9, 10, 259), (3, 3, 259, 264), (2, 1))])
 def test_direct_kernels_match_lax(x_shape, w_shape, strides, vectorized):
   # The two C++ kernels on their own, AVX2 and scalar forms: the VALID convolution and its
   # kernel gradient against XLA's.
