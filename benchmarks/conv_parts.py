@@ -5,13 +5,21 @@ and XLA's GEMM rate on the shapes involved. One process; ms are medians of ``--r
 
   taskset -c 1 python benchmarks/conv_parts.py                 # the README's numbers (one core)
   python benchmarks/conv_parts.py --batch=4 --size=8 --reps=2   # seconds
+  python benchmarks/conv_parts.py --weight_grads --batch=8 --size=224
 
 The gradient parts are the time of ``grad`` w.r.t. that input alone minus the forward's.
+
+``--weight_grads``: instead, every distinct weight-gradient shape of ResNet-50 (v1.5) at
+``--size`` px and ``--batch`` images, by the C++ kernel unpacked and packed
+(``models.conv.direct_kernel_grad(pack=False / True)``) and, for the 1 x 1 layers, by XLA's
+matmul over the pixels; the forms take turns call by call (``--reps`` rounds, medians), and
+the totals weigh each shape by its number of layers. ``auto`` is the form the network runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import statistics
 import time
@@ -62,6 +70,76 @@ def gemm_rates(shapes, *, reps: int) -> list[dict]:
   return rows
 
 
+def resnet50_weight_grads(size: int) -> list[dict]:
+  """ResNet-50 (v1.5)'s distinct convolution weight gradients at ``size`` px, after the stem:
+  ``{'size' (input px), 'cin', 'cout', 'window', 'stride', 'count' (layers)}``."""
+  counts = collections.Counter()
+  size, cin = (size - 1) // 4 + 1, 64   # the stem's stride 2 and the max-pool's
+  for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+    for b in range(blocks):
+      s = stride if b == 0 else 1
+      out = (size - 1) // s + 1
+      counts[(size, cin, width, 1, 1)] += 1
+      counts[(size, width, width, 3, s)] += 1
+      counts[(out, width, 4 * width, 1, 1)] += 1
+      if b == 0:
+        counts[(size, cin, 4 * width, 1, s)] += 1
+      size, cin = out, 4 * width
+  return [dict(size=k[0], cin=k[1], cout=k[2], window=k[3], stride=k[4], count=n)
+          for k, n in counts.items()]
+
+
+def weight_grad_rows(shapes: list[dict], *, batch: int, reps: int) -> list[dict]:
+  """ms and GFLOP/s of each shape's weight gradient per form (see the module docstring)."""
+  rows = []
+  for shape in shapes:
+    k, s, pad = shape["window"], shape["stride"], shape["window"] // 2
+    out = (shape["size"] - 1) // s + 1
+    key = jax.random.key(0)
+    x = jax.random.normal(key, (batch, shape["size"] + 2 * pad, shape["size"] + 2 * pad,
+                                shape["cin"]))
+    g = jax.random.normal(jax.random.key(1), (batch, out, out, shape["cout"]))
+    forms = {f"kernel_{name}": jax.jit(lambda x, g, p=p: conv.direct_kernel_grad(
+        x, g, (k, k), strides=(s, s), pack=p)) for name, p in (("unpacked", False),
+                                                                 ("packed", True))}
+    if k == 1:
+      forms["xla_matmul"] = jax.jit(lambda x, g: jax.lax.dot_general(
+          x[:, ::s, ::s], g, (((0, 1, 2), (0, 1, 2)), ((), ()))))
+    times = {name: [] for name in forms}
+    for fn in forms.values():
+      jax.block_until_ready(fn(x, g))
+    for _ in range(reps):
+      for name, fn in forms.items():
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(x, g))
+        times[name].append(1e3 * (time.perf_counter() - t0))
+    gflop = 2 * batch * out * out * shape["cin"] * shape["cout"] * k * k / 1e9
+    packs = shape["cin"] >= PACK_MIN_CHANNELS and shape["cout"] >= PACK_MIN_CHANNELS
+    rows.append({**shape, "gflop": gflop, "auto": "kernel_packed" if packs else
+                 "kernel_unpacked", "ms": {n: statistics.median(t) for n, t in times.items()}})
+  return rows
+
+
+PACK_MIN_CHANNELS = 256   # dml_jax/kernels/conv.cc's kPackMinChannels: where 'auto' packs
+
+
+def print_weight_grads(rows: list[dict], batch: int, size: int) -> None:
+  names = ("kernel_unpacked", "kernel_packed", "xla_matmul")
+  print(f"ResNet-50 weight gradients, batch {batch}, {size} px: ms (GFLOP/s)")
+  print("| input px | C -> O | window / stride | layers | unpacked | packed | XLA matmul | auto |")
+  print("|---|---|---|---|---|---|---|---|")
+  cell = lambda r, n: (f"{r['ms'][n]:.1f} ({r['gflop'] / r['ms'][n] * 1e3:.0f})"  # noqa: E731
+                       if n in r["ms"] else "—")
+  for r in rows:
+    print(f"| {r['size']} | {r['cin']} -> {r['cout']} | {r['window']} x {r['window']} / "
+          f"{r['stride']} | {r['count']} | " + " | ".join(cell(r, n) for n in names)
+          + f" | {r['auto'].split('_')[1]} |")
+  total = lambda n: sum(r["count"] * r["ms"][n] for r in rows)  # noqa: E731
+  print(f"layer-weighted totals, ms: unpacked {total('kernel_unpacked'):.1f}, packed "
+        f"{total('kernel_packed'):.1f}, auto "
+        f"{sum(r['count'] * r['ms'][r['auto']] for r in rows):.1f}")
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--batch", type=int, default=128)
@@ -69,8 +147,20 @@ def main(argv=None) -> int:
   parser.add_argument("--cin", type=int, default=32)
   parser.add_argument("--cout", type=int, default=64)
   parser.add_argument("--reps", type=int, default=5)
+  parser.add_argument("--weight_grads", action="store_true",
+                      help="ResNet-50's weight-gradient shapes instead (see the docstring)")
+  parser.add_argument("--shapes", type=int, default=0,
+                      help="--weight_grads: only the first N shapes (0: all)")
   parser.add_argument("--out", default="")
   args = parser.parse_args(argv)
+  if args.weight_grads:
+    shapes = resnet50_weight_grads(args.size)
+    rows = weight_grad_rows(shapes[:args.shapes or None], batch=args.batch, reps=args.reps)
+    print_weight_grads(rows, args.batch, args.size)
+    if args.out:
+      with open(args.out, "w") as f:
+        json.dump({"config": vars(args), "weight_grads": rows}, f, indent=1)
+    return 0
   parts = layer_parts(args.batch, args.size, args.cin, args.cout, reps=args.reps)
   m = args.batch * args.size * args.size
   gemms = gemm_rates([(m, 9 * args.cin, args.cout), (2048, 512, 2048)], reps=args.reps)

@@ -422,7 +422,7 @@ ffi::Error PackedKernelGrad(ffi::ThreadPool& pool, const float* x, const int64_t
 
 ffi::Error KernelGradImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
                           ffi::Buffer<ffi::F32> dy, int32_t stride_h, int32_t stride_w,
-                          int32_t vectorized, ffi::ResultBuffer<ffi::F32> dk) {
+                          int32_t vectorized, int32_t pack, ffi::ResultBuffer<ffi::F32> dk) {
   auto kd = dk->dimensions();
   auto dd = dy.dimensions();
   if (kd.size() != 4 || dd.size() != 4 || kd[2] != x.dimensions()[3]) {
@@ -443,7 +443,7 @@ ffi::Error KernelGradImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
   const int64_t* off = offsets.data();
   float* out = dk->typed_data();
 #ifdef DML_JAX_X86
-  if (avx2 && g.c >= kPackMinChannels && g.o >= kPackMinChannels) {
+  if (avx2 && (pack > 0 || (pack < 0 && g.c >= kPackMinChannels && g.o >= kPackMinChannels))) {
     return PackedKernelGrad(pool, xs, off, ds, out, g);
   }
   // Few pixels (x and dy fit in the cache) and so, in a network, many channels: the threads
@@ -509,7 +509,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(DmlJaxConvForward, ForwardImpl,
                                   .Attr<int32_t>("vectorized")
                                   .Ret<ffi::Buffer<ffi::F32>>());
 
-// x [N, H, W, C], dy (y's shape) -> dk [KH, KW, C, O]; strides and vectorized as above.
+// x [N, H, W, C], dy (y's shape) -> dk [KH, KW, C, O]; strides and vectorized as above;
+// pack: 1 the packed form (AVX2 only), 0 never, -1 from kPackMinChannels on.
 XLA_FFI_DEFINE_HANDLER_SYMBOL(DmlJaxConvKernelGrad, KernelGradImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
@@ -518,4 +519,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(DmlJaxConvKernelGrad, KernelGradImpl,
                                   .Attr<int32_t>("stride_h")
                                   .Attr<int32_t>("stride_w")
                                   .Attr<int32_t>("vectorized")
+                                  .Attr<int32_t>("pack")
                                   .Ret<ffi::Buffer<ffi::F32>>());

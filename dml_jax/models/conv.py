@@ -405,14 +405,19 @@ def direct_valid(x: jax.Array, w: jax.Array, *, strides: tuple[int, int] = (1, 1
 
 
 def direct_kernel_grad(x: jax.Array, g: jax.Array, window: tuple[int, int], *,
-                       strides: tuple[int, int] = (1, 1), vectorized: bool = True) -> jax.Array:
+                       strides: tuple[int, int] = (1, 1), vectorized: bool = True,
+                       pack: bool | None = None) -> jax.Array:
   """The kernel gradient of :func:`direct_valid` by the C++ kernel: ``dw[i, j, c, o] =
-  sum_{n, h, w} x[n, s h + i, s' w + j, c] g[n, h, w, o]``, ``[KH, KW, C, O]``."""
+  sum_{n, h, w} x[n, s h + i, s' w + j, c] g[n, h, w, o]``, ``[KH, KW, C, O]``.
+
+  ``pack``: whether the AVX2 form first copies ``g`` and blocks of ``x`` into contiguous
+  panels (``None``: where ``C`` and ``O`` are both 256 or more, whose rows otherwise fall into
+  a few cache sets; ``True`` / ``False`` force it, for tests and benchmarks)."""
   shape = (*window, x.shape[-1], g.shape[-1])
   return jax.ffi.ffi_call(kernels.load("conv.cc")["kernel_grad"],
                           jax.ShapeDtypeStruct(shape, jnp.float32))(
       x, g, stride_h=np.int32(strides[0]), stride_w=np.int32(strides[1]),
-      vectorized=np.int32(vectorized))
+      vectorized=np.int32(vectorized), pack=np.int32(-1 if pack is None else int(pack)))
 
 
 def _pad_spatial(x: jax.Array, pads) -> jax.Array:

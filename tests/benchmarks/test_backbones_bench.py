@@ -67,3 +67,20 @@ def test_conv_parts_tiny_run_writes_json(tmp_path):
   report = json.loads(out.read_text())
   assert set(report["layer"]) == {"lax", "matmul", "direct"}
   assert report["gemm"][0]["shape"] == [2 * 6 * 6, 27, 8] and report["gemm"][0]["gflops"] > 0
+
+
+def test_conv_parts_weight_grads_cover_resnet50_and_write_json(tmp_path):
+  parts = load_benchmark("conv_parts")
+  shapes = parts.resnet50_weight_grads(224)
+  # 52 convolutions after the stem; a 3 x 3 per block, strided in the first block of stages 2-4
+  assert sum(s["count"] for s in shapes) == 52
+  assert sum(s["count"] for s in shapes if s["window"] == 3) == 16
+  assert {(s["size"], s["cin"], s["cout"], s["stride"]) for s in shapes if s["window"] == 3
+          and s["stride"] == 2} == {(56, 128, 128, 2), (28, 256, 256, 2), (14, 512, 512, 2)}
+  out = tmp_path / "weight_grads.json"
+  assert parts.main(["--weight_grads", "--batch=1", "--size=32", "--shapes=2", "--reps=1",
+                     f"--out={out}"]) == 0
+  rows = json.loads(out.read_text())["weight_grads"]
+  assert len(rows) == 2 and rows[0]["window"] == 1
+  assert set(rows[0]["ms"]) == {"kernel_unpacked", "kernel_packed", "xla_matmul"}
+  assert all(v > 0 for r in rows for v in r["ms"].values())

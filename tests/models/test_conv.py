@@ -128,20 +128,22 @@ def test_bf16_gradients_match_float32_math(name):
                                  err_msg=f"{impl} {what}")
 
 
-@pytest.mark.parametrize("vectorized", [True, False])
+@pytest.mark.parametrize("form", ["packed", "unpacked", "scalar"])
 @pytest.mark.parametrize("x_shape,w_shape,strides", [((2, 7, 15, 16), (3, 3, 16, 32), (1, 1)),
                                                      ((1, 6, 5, 5), (2, 4, 5, 8), (1, 1)),
                                                      ((3, 4, 26, 8), (1, 3, 8, 24), (1, 1)),
                                                      ((2, 9, 12, 8), (3, 3, 8, 16), (2, 3)),
-                                                     # C, O >= 256: the packed kernel gradient
-                                                     # (1 x 1 over 3,072 pixels; 3 x 3 strided,
-                                                     # a last channel tile of 1, the last
-                                                     # output block 8 wide)
+                                                     # C, O >= 256, where the network's
+                                                     # kernel gradient packs (1 x 1 over 3,072
+                                                     # pixels; 3 x 3 strided, a last channel
+                                                     # tile of 1, the last output block 8 wide)
                                                      ((3, 32, 32, 256), (1, 1, 256, 264), (1, 1)),
                                                      ((2, 9, 10, 259), (3, 3, 259, 264), (2, 1))])
-def test_direct_kernels_match_lax(x_shape, w_shape, strides, vectorized):
-  # The two C++ kernels on their own, AVX2 and scalar forms: the VALID convolution and its
-  # kernel gradient against XLA's.
+def test_direct_kernels_match_lax(x_shape, w_shape, strides, form):
+  # The two C++ kernels on their own, AVX2 (the kernel gradient packed and not) and scalar
+  # forms: the VALID convolution and its kernel gradient against XLA's.
+  vectorized = form != "scalar"
+  pack = form == "packed"
   rng = np.random.default_rng(sum(x_shape))
   x = jnp.asarray(rng.standard_normal(x_shape), jnp.float32)
   w = jnp.asarray(rng.standard_normal(w_shape), jnp.float32)
@@ -151,7 +153,7 @@ def test_direct_kernels_match_lax(x_shape, w_shape, strides, vectorized):
   (dw_ref,) = vjp(g)
   y = jax.jit(functools.partial(conv.direct_valid, strides=strides, vectorized=vectorized))(x, w)
   dw = jax.jit(functools.partial(conv.direct_kernel_grad, window=w_shape[:2], strides=strides,
-                                 vectorized=vectorized))(x, g)
+                                 vectorized=vectorized, pack=pack))(x, g)
   for a, b in ((y, y_ref), (dw, dw_ref)):
     chex.assert_equal_shape([a, b])
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * float(jnp.max(jnp.abs(b))))
