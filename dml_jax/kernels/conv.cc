@@ -38,7 +38,7 @@ constexpr int64_t kMaxPartialBytes = 64 << 20;
 constexpr int64_t kMinPixelsPerPart = 512;
 constexpr int64_t kSplitOutputsBelowBytes = 4 << 20;   // x + dy
 constexpr int64_t kPackMinChannels = 256;   // C and O from which the kernel gradient packs
-constexpr int64_t kGradBlockPixels = 128;   // pixels per packed block of x
+constexpr int64_t kGradBlockPixels = 256;   // pixels per packed block of x
 constexpr int64_t kGradTileRows = 6;        // channels per register tile of the packed form
 
 struct Geometry {
