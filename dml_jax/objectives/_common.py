@@ -8,6 +8,7 @@ from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from dml_jax import hparams
 from dml_jax import losses
@@ -98,7 +99,9 @@ def check_label_range(labels: jax.Array, num: int, *, what: str) -> jax.Array:
   clamping the gather.
   """
   if not isinstance(labels, jax.core.Tracer) and labels.size:
-    lo, hi = int(jnp.min(labels)), int(jnp.max(labels))
+    # numpy, not jnp: concrete labels closed over by a jitted function are still concrete
+    # here, but a jnp reduction of them would be staged into the trace
+    lo, hi = int(np.min(np.asarray(labels))), int(np.max(np.asarray(labels)))
     if lo < 0 or hi >= num:
       raise ValueError(f"labels must lie in [0, {num}) (the {what} were initialised with "
                        f"num_classes={num}); got labels in [{lo}, {hi}].")

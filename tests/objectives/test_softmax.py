@@ -144,6 +144,12 @@ def test_labels_out_of_range_and_references_are_clear_errors(name):
   e = jnp.asarray(batch(0, d=D))
   with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\)"):   # C, not C * K
     obj.apply(params, e, jnp.asarray(LABELS))
+  # labels closed over by a jitted loss are concrete: checked the same, not a tracer error
+  closed = jnp.asarray(LABELS)
+  with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\)"):
+    jax.jit(lambda e: obj.apply(params, e, closed)[0])(e)
+  in_range = closed % 3
+  assert np.isfinite(float(jax.jit(lambda e: obj.apply(params, e, in_range)[0])(e)))
   refs = objectives.References(e, jnp.asarray(LABELS), jnp.ones((12, 12), bool))
   with pytest.raises(ValueError, match="memory.size=0"):
     obj.apply(params, e, jnp.asarray(LABELS) % 3, references=refs)
