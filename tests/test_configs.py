@@ -78,8 +78,30 @@ def test_unknown_config_argument():
     digits_evenodd_eps.get_config("smok")
 
 
-@pytest.mark.slow
+# One objective per family module of dml_jax/objectives trains end to end by default (each
+# run is mostly compilation, ~10 s); the others are `long` (python -m pytest -m long).
+TRAINED_BY_DEFAULT = ("nca", "triplet", "margin", "proxy_anchor", "softtriple", "supcon",
+                      "angular", "multi_similarity", "fastap", "dro_kl")
+
+
+def objective_param(name):
+  return pytest.param(name, marks=[] if name in TRAINED_BY_DEFAULT else [pytest.mark.long])
+
+
+def test_trained_by_default_are_objectives():
+  assert set(TRAINED_BY_DEFAULT) <= set(objectives.names())
+
+
 @pytest.mark.parametrize("objective", objectives.names())
+def test_digits_objective_config_makes_every_objective(objective):
+  from configs import digits_objective  # pylint: disable=import-outside-toplevel
+  for arg in (objective, f"{objective},smoke"):
+    c = digits_objective.get_config(arg)
+    assert c.loss.name == objective and objectives.make(**c.loss.to_dict()).name == objective
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("objective", [objective_param(n) for n in objectives.names()])
 def test_every_objective_trains_on_digits(objective, tmp_path):
   """configs/digits_objective.py:NAME runs end to end and the loss stays finite."""
   from configs import digits_objective  # pylint: disable=import-outside-toplevel
@@ -91,8 +113,6 @@ def test_every_objective_trains_on_digits(objective, tmp_path):
     c.loss.k = 64
   results = training.train_and_evaluate(c, str(tmp_path), show_progress=False)
   assert 0.0 < results["test"]["recall@1"] <= 1.0
-  c2 = digits_objective.get_config(objective)
-  assert c2.loss.name == objective and objectives.make(**c2.loss.to_dict()).name == objective
 
 
 def test_digits_objective_rejects_unknown_name():

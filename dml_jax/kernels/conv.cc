@@ -229,8 +229,8 @@ __attribute__((target("avx2,fma"))) void KernelGradUnitAvx2(const float* x,
 // lie C or O floats apart and fall into a few cache sets. There the operands are first copied
 // into panels that a tile reads contiguously: all of dy as [O / 16][pixels][16] (the last 8
 // wide when O % 16 == 8), and per block of kGradBlockPixels pixels and tap, x's channels as
-// [tiles of 6][pixels][6] (the last tile zero-filled). The copies cost O(pixels (C + O)), the
-// sums O(pixels C O).
+// [tiles of 6][pixels][6] (the last tile zero-filled). The copies cost O(pixels (KH KW C +
+// O)), the sums O(pixels KH KW C O).
 
 // dy's output block o0 (16 wide, or the last 8) for every pixel into panels + o0 pixels.
 void PackOutputGradBlock(const float* dy, const Geometry& g, int64_t pixels, int64_t o0,
@@ -281,7 +281,7 @@ __attribute__((target("avx2,fma"))) inline void PackedGradTile(const float* a, c
 }
 
 // One tap's dk rows [c0, c1) (`dk` at row c0) += the block [b0, b0 + len): input panels `a`
-// (PackInputBlock's), output-gradient panels `dyp` (all pixels). The output panel (8 KB)
+// (PackInputBlock's), output-gradient panels `dyp` (all pixels). The output panel (16 KB)
 // stays in the L1 cache while the block's input panels stream past it.
 __attribute__((target("avx2,fma"))) void PackedGradBlock(const float* a, const float* dyp,
                                                          const Geometry& g, int64_t pixels,
