@@ -114,13 +114,10 @@ def weight_grad_rows(shapes: list[dict], *, batch: int, reps: int) -> list[dict]
         jax.block_until_ready(fn(x, g))
         times[name].append(1e3 * (time.perf_counter() - t0))
     gflop = 2 * batch * out * out * shape["cin"] * shape["cout"] * k * k / 1e9
-    packs = shape["cin"] >= PACK_MIN_CHANNELS and shape["cout"] >= PACK_MIN_CHANNELS
+    packs = min(shape["cin"], shape["cout"]) >= conv.PACK_MIN_CHANNELS
     rows.append({**shape, "gflop": gflop, "auto": "kernel_packed" if packs else
                  "kernel_unpacked", "ms": {n: statistics.median(t) for n, t in times.items()}})
   return rows
-
-
-PACK_MIN_CHANNELS = 256   # dml_jax/kernels/conv.cc's kPackMinChannels: where 'auto' packs
 
 
 def print_weight_grads(rows: list[dict], batch: int, size: int) -> None:

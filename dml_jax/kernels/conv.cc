@@ -13,8 +13,9 @@
 // the work is split on XLA's intra-op threads: the forward pass by (pixel range, output
 // block), the kernel gradient by (tap, output block) when x and dy fit the cache, else by
 // pixel ranges, each summed into a buffer of its own and added at the end; with C and O of
-// 256 and more, the kernel gradient's operands are packed into contiguous panels first and
-// the threads split the channels (PackedKernelGrad). Sums run in
+// 256 and more (the caller's choice, attribute "pack"), the kernel gradient's operands are
+// packed into contiguous panels first and the threads split the channels
+// (PackedKernelGrad). Sums run in
 // another order than XLA's convolution: equal to float32 rounding. "vectorized" = 0 runs the
 // scalar form (CPUs without AVX2 + FMA; tests).
 
@@ -37,7 +38,6 @@ constexpr int64_t kGradPixelsPerBlock = 128;   // output pixels summed per regis
 constexpr int64_t kMaxPartialBytes = 64 << 20;
 constexpr int64_t kMinPixelsPerPart = 512;
 constexpr int64_t kSplitOutputsBelowBytes = 4 << 20;   // x + dy
-constexpr int64_t kPackMinChannels = 256;   // C and O from which the kernel gradient packs
 constexpr int64_t kGradBlockPixels = 256;   // pixels per packed block of x
 constexpr int64_t kGradTileRows = 6;        // channels per register tile of the packed form
 
@@ -225,9 +225,9 @@ __attribute__((target("avx2,fma"))) void KernelGradUnitAvx2(const float* x,
   }
 }
 
-// With many channels and outputs (kPackMinChannels), the rows of x and dy that a tile reads
-// lie C or O floats apart and fall into a few cache sets. There the operands are first copied
-// into panels that a tile reads contiguously: all of dy as [O / 16][pixels][16] (the last 8
+// With many channels and outputs (models/conv.py's PACK_MIN_CHANNELS), the rows of x and dy
+// that a tile reads lie C or O floats apart and fall into a few cache sets. There the
+// operands are first copied into panels that a tile reads contiguously: all of dy as [O / 16][pixels][16] (the last 8
 // wide when O % 16 == 8), and per block of kGradBlockPixels pixels and tap, x's channels as
 // [tiles of 6][pixels][6] (the last tile zero-filled). The copies cost O(pixels (KH KW C +
 // O)), the sums O(pixels KH KW C O).
@@ -400,7 +400,7 @@ ffi::Error ForwardImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffe
 #ifdef DML_JAX_X86
 // The packed form of the kernel gradient (see PackInputBlock): dy packed once (the threads
 // split its output blocks), then the threads split the channels, two ranges a thread, each
-// summing all pixels into its rows of dk (C >= kPackMinChannels: 43 channel tiles at least).
+// summing all pixels into its rows of dk (C >= 256 in the networks: 43 channel tiles at least).
 ffi::Error PackedKernelGrad(ffi::ThreadPool& pool, const float* x, const int64_t* offsets,
                             const float* dy, float* dk, const Geometry& g) {
   const int64_t pixels = g.n * g.ho * g.wo;
@@ -443,7 +443,7 @@ ffi::Error KernelGradImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
   const int64_t* off = offsets.data();
   float* out = dk->typed_data();
 #ifdef DML_JAX_X86
-  if (avx2 && (pack > 0 || (pack < 0 && g.c >= kPackMinChannels && g.o >= kPackMinChannels))) {
+  if (avx2 && pack != 0) {
     return PackedKernelGrad(pool, xs, off, ds, out, g);
   }
   // Few pixels (x and dy fit in the cache) and so, in a network, many channels: the threads
@@ -510,7 +510,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(DmlJaxConvForward, ForwardImpl,
                                   .Ret<ffi::Buffer<ffi::F32>>());
 
 // x [N, H, W, C], dy (y's shape) -> dk [KH, KW, C, O]; strides and vectorized as above;
-// pack: 1 the packed form (AVX2 only), 0 never, -1 from kPackMinChannels on.
+// pack: nonzero for the packed form (AVX2 only).
 XLA_FFI_DEFINE_HANDLER_SYMBOL(DmlJaxConvKernelGrad, KernelGradImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()

@@ -357,6 +357,12 @@ def pointwise_applies(x_shape, w_shape, dtypes, *, window_strides, padding, **kw
           and _kernel_computes(x_shape, w_shape, dtypes, **kwargs))
 
 
+# C and O from which the C++ kernel gradient packs its operands (direct_kernel_grad): below,
+# the copies cost about as much as the sums they save (benchmarks/conv_parts.py
+# --weight_grads).
+PACK_MIN_CHANNELS = 256
+
+
 def _pointwise_input(x: jax.Array, strides) -> jax.Array:
   """The pixels a strided 1 x 1 convolution reads: ``x[:, ::s, ::s']``."""
   return x if strides == (1, 1) else x[:, ::strides[0], ::strides[1], :]
@@ -411,13 +417,16 @@ def direct_kernel_grad(x: jax.Array, g: jax.Array, window: tuple[int, int], *,
   sum_{n, h, w} x[n, s h + i, s' w + j, c] g[n, h, w, o]``, ``[KH, KW, C, O]``.
 
   ``pack``: whether the AVX2 form first copies ``g`` and blocks of ``x`` into contiguous
-  panels (``None``: where ``C`` and ``O`` are both 256 or more, whose rows otherwise fall into
-  a few cache sets; ``True`` / ``False`` force it, for tests and benchmarks)."""
+  panels (``None``: where ``C`` and ``O`` are both ``PACK_MIN_CHANNELS`` or more, whose rows
+  otherwise fall into a few cache sets; ``True`` / ``False`` force it, for tests and
+  benchmarks)."""
   shape = (*window, x.shape[-1], g.shape[-1])
+  if pack is None:
+    pack = min(shape[2:]) >= PACK_MIN_CHANNELS
   return jax.ffi.ffi_call(kernels.load("conv.cc")["kernel_grad"],
                           jax.ShapeDtypeStruct(shape, jnp.float32))(
       x, g, stride_h=np.int32(strides[0]), stride_w=np.int32(strides[1]),
-      vectorized=np.int32(vectorized), pack=np.int32(-1 if pack is None else int(pack)))
+      vectorized=np.int32(vectorized), pack=np.int32(pack))
 
 
 def _pad_spatial(x: jax.Array, pads) -> jax.Array:
