@@ -57,9 +57,7 @@ def _softmax_objective(name: str, target_fn, scale: float, *, per_class: int = 1
     cos = class_cos(embeddings, proxies, per_class)                     # float32 [B, C]
     true = labels[:, None] == jnp.arange(num)[None, :]                  # [B, C]
     cos_true = jnp.sum(jnp.where(true, cos, 0.0), axis=1)
-    logits = scale * jnp.where(true, target_fn(cos_true)[:, None], cos)
-    log_p = jax.nn.log_softmax(logits, axis=1)
-    terms = -jnp.sum(jnp.where(true, log_p, 0.0), axis=1)
+    terms = margin_cross_entropy(cos, labels, target_fn, scale)
     loss = jnp.mean(jnp.where(ok, terms, jnp.nan))
     col = lambda x: x[:, None]
     sg = jax.lax.stop_gradient(cos)
@@ -72,6 +70,38 @@ def _softmax_objective(name: str, target_fn, scale: float, *, per_class: int = 1
     return _common.init_proxies(rng, num_classes=num_classes * per_class, dim=dim)
 
   return init, apply
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def margin_cross_entropy(cos: jax.Array, labels: jax.Array, target_fn, scale: float) -> jax.Array:
+  """Per anchor ``CE(scale * l, y) = logsumexp_c(scale * l_c) - scale * l_y`` with logits
+  ``l_c = cos_c`` except ``l_y = target_fn(cos_y)``: float ``[B, C]``, int ``[B]`` -> ``[B]``.
+
+  The same as ``-log_softmax`` at the true class, with a custom VJP
+  ``dcos_c = scale g (p_c - [c = y] (1 - p_y) f'(cos_y))`` (``p`` the softmax) that recomputes
+  ``p`` from the cosines and the stored ``logsumexp``, so XLA keeps no ``[B, C]`` logits or
+  probabilities between the passes. ``target_fn`` acts elementwise on ``[B]``."""
+  return _margin_ce_fwd(cos, labels, target_fn, scale)[0]
+
+
+def _margin_ce_fwd(cos, labels, target_fn, scale):
+  true = labels[:, None] == jnp.arange(cos.shape[1])[None, :]
+  cos_true = jnp.sum(jnp.where(true, cos, 0.0), axis=1)
+  target = target_fn(cos_true)
+  lse = jax.nn.logsumexp(scale * jnp.where(true, target[:, None], cos), axis=1)
+  return lse - scale * target, (cos, labels, cos_true, lse)
+
+
+def _margin_ce_bwd(target_fn, scale, residuals, g):
+  cos, labels, cos_true, lse = residuals
+  true = labels[:, None] == jnp.arange(cos.shape[1])[None, :]
+  target, target_vjp = jax.vjp(target_fn, cos_true)
+  d_true = target_vjp(scale * g * (jnp.exp(scale * target - lse) - 1.0))[0]     # [B]
+  p = jnp.exp(scale * cos - lse[:, None])
+  return jnp.where(true, d_true[:, None], (scale * g)[:, None] * p), None
+
+
+margin_cross_entropy.defvjp(_margin_ce_fwd, _margin_ce_bwd)
 
 
 def normalized_softmax(*, temperature: float = 0.05):
@@ -204,29 +234,29 @@ def soft_class_similarity(embeddings: jax.Array, proxies: jax.Array, per_class: 
   of cosines ``S_ck`` to the centres: ``[B, D]``, ``[C * K, D]`` (rows ``c * K + k``) ->
   ``[B, C]``.
 
-  The cosines are computed against the centres reordered ``k``-major, so the pooling runs
-  over ``[B, K, C]``'s middle axis (contiguous rows of ``C``, not strided groups of ``K``),
-  with a custom VJP ``dS_ck = g_c p_ck (1 + (S_ck - S'_c) / gamma)`` from the stored
-  exponentials; the softmax is shifted by the cosine's bound 1 when ``2 / gamma`` leaves
-  ``exp`` far from underflow, by the row maximum otherwise.
+  The cosines are computed against the centres reordered ``k``-major (columns ``k * C + c``),
+  so the pooling over a class's centres reads ``K`` contiguous rows of ``C``, not strided
+  groups of ``K``, with a custom VJP ``dS_ck = g_c p_ck (1 + (S_ck - S'_c) / gamma)``; the
+  softmax is shifted by the cosine's bound 1 when ``2 / gamma`` leaves ``exp`` far from
+  underflow, by the row maximum otherwise.
   """
   k = per_class
   c = proxies.shape[0] // k
   by_center = proxies.reshape(c, k, -1).transpose(1, 0, 2).reshape(c * k, -1)
-  cos = sim.pairwise_similarity(embeddings, by_center, kind="cosine")
-  return _soft_pool(cos.reshape(cos.shape[0], k, c), gamma)
+  return _soft_pool(sim.pairwise_similarity(embeddings, by_center, kind="cosine"), k, gamma)
 
 
 SOFT_POOL_MAX_SPAN = 60.0   # (max - min) / gamma below which the fixed shift cannot underflow
 
 
-def _soft_pool(cos: jax.Array, gamma: float) -> jax.Array:
-  """``[B, K, C]`` -> ``[B, C]``: ``sum_k softmax_k(cos / gamma) cos``; on the CPU by the C++
-  kernel of ``dml_jax/kernels/soft_pool.cc`` (:func:`soft_pool_kernel`), elsewhere (or
-  without a C++ compiler) by XLA (:func:`soft_pool_xla`). Same values and gradients."""
+def _soft_pool(cos: jax.Array, k: int, gamma: float) -> jax.Array:
+  """``[..., K * C]`` (column ``k * C + c``) -> ``[..., C]``: ``sum_k softmax_k(cos / gamma)
+  cos``; on the CPU by the C++ kernel of ``dml_jax/kernels/soft_pool.cc``
+  (:func:`soft_pool_kernel`), elsewhere (or without a C++ compiler) by XLA
+  (:func:`soft_pool_xla`). Same values and gradients."""
   if kernels.load("soft_pool.cc") is None:
-    return soft_pool_xla(cos, gamma)
-  return soft_pool_kernel(cos, gamma)
+    return soft_pool_xla(cos, k, gamma)
+  return soft_pool_kernel(cos, k, gamma)
 
 
 def _max_shift(gamma: float) -> bool:
@@ -234,53 +264,67 @@ def _max_shift(gamma: float) -> bool:
   return 2.0 / gamma > SOFT_POOL_MAX_SPAN   # cos in [-1, 1]: exponents in [-2 / gamma, 0]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
-def soft_pool_xla(cos: jax.Array, gamma: float) -> jax.Array:
+def _by_centre(cos: jax.Array, k: int) -> jax.Array:
+  """``[..., K * C]`` -> ``[..., K, C]``."""
+  return cos.reshape(*cos.shape[:-1], k, cos.shape[-1] // k)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
+def soft_pool_xla(cos: jax.Array, k: int, gamma: float) -> jax.Array:
   """:func:`_soft_pool` in XLA, with a custom VJP from the stored exponentials."""
-  return _soft_pool_xla_fwd(cos, gamma)[0]
+  return _soft_pool_xla_fwd(cos, k, gamma)[0]
 
 
-def _soft_pool_xla_fwd(cos, gamma):
-  shift = jnp.max(cos, axis=1, keepdims=True) if _max_shift(gamma) else 1.0
+def _soft_pool_xla_fwd(cos, k, gamma):
+  cos = _by_centre(cos, k)
+  shift = jnp.max(cos, axis=-2, keepdims=True) if _max_shift(gamma) else 1.0
   e = jnp.exp((cos - shift) / gamma)
-  z = jnp.sum(e, axis=1)
-  pooled = jnp.sum(e * cos, axis=1) / z
+  z = jnp.sum(e, axis=-2)
+  pooled = jnp.sum(e * cos, axis=-2) / z
   return pooled, (cos, e, z, pooled)
 
 
-def _soft_pool_xla_bwd(gamma, residuals, g):
+def _soft_pool_xla_bwd(k, gamma, residuals, g):
   cos, e, z, pooled = residuals
-  w = (g / z)[:, None, :]
-  return (w * e * (1.0 + (cos - pooled[:, None, :]) / gamma),)
+  w = (g / z)[..., None, :]
+  dcos = w * e * (1.0 + (cos - pooled[..., None, :]) / gamma)
+  return (dcos.reshape(*dcos.shape[:-2], -1),)
 
 
 soft_pool_xla.defvjp(_soft_pool_xla_fwd, _soft_pool_xla_bwd)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
-def soft_pool_kernel(cos: jax.Array, gamma: float, vectorized: bool = True) -> jax.Array:
-  """:func:`_soft_pool` by the C++ kernel: the forward pass returns ``pooled``, ``z`` and the
-  shift ``[B, C]``; the backward pass recomputes the exponentials (nothing ``[B, K, C]`` is
-  stored but the cosines). ``vectorized=False`` runs the kernel's scalar form."""
-  return _soft_pool_kernel_fwd(cos, gamma, vectorized)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3))
+def soft_pool_kernel(cos: jax.Array, k: int, gamma: float, vectorized: bool = True) -> jax.Array:
+  """:func:`_soft_pool` by the C++ kernel: the forward pass returns ``pooled`` and ``z``
+  ``[..., C]``; the backward pass recomputes the shift and the exponentials and writes ``dcos``
+  over the cosines (nothing ``[..., K * C]`` is stored but the cosines, and no second buffer of
+  that size is allocated). ``vectorized=False`` runs the kernel's scalar form."""
+  return _soft_pool_kernel_fwd(cos, k, gamma, vectorized)[0]
 
 
-def _soft_pool_kernel_fwd(cos, gamma, vectorized):
+def _soft_pool_kernel_fwd(cos, k, gamma, vectorized):
   cos = cos.astype(jnp.float32)
-  row = jax.ShapeDtypeStruct(cos.shape[:-2] + cos.shape[-1:], jnp.float32)
-  pooled, z, shift = jax.ffi.ffi_call(
-      kernels.load("soft_pool.cc")["forward"], (row, row, row), vmap_method="broadcast_all")(
-          cos, gamma=np.float32(gamma), max_shift=np.int32(_max_shift(gamma)),
-          vectorized=np.int32(vectorized))
-  return pooled, (cos, pooled, z, shift)
+  row = jax.ShapeDtypeStruct(cos.shape[:-1] + (cos.shape[-1] // k,), jnp.float32)
+  # The cosines come back as the first result, the same buffer (aliased): the backward pass
+  # is then their only reader and may overwrite them in place (XLA copies an operand that a
+  # custom call overwrites when another op, here the forward pass, also reads it).
+  kept, pooled, z = jax.ffi.ffi_call(
+      kernels.load("soft_pool.cc")["forward"],
+      (jax.ShapeDtypeStruct(cos.shape, jnp.float32), row, row),
+      vmap_method="broadcast_all", input_output_aliases={0: 0})(
+          cos, centres=np.int32(k), gamma=np.float32(gamma),
+          max_shift=np.int32(_max_shift(gamma)), vectorized=np.int32(vectorized))
+  return pooled, (kept, pooled, z)
 
 
-def _soft_pool_kernel_bwd(gamma, vectorized, residuals, g):
-  cos, pooled, z, shift = residuals
+def _soft_pool_kernel_bwd(k, gamma, vectorized, residuals, g):
+  cos, pooled, z = residuals
   dcos = jax.ffi.ffi_call(
       kernels.load("soft_pool.cc")["backward"], jax.ShapeDtypeStruct(cos.shape, jnp.float32),
-      vmap_method="broadcast_all")(cos, g.astype(jnp.float32), pooled, z, shift,
-                                   gamma=np.float32(gamma), vectorized=np.int32(vectorized))
+      vmap_method="broadcast_all", input_output_aliases={0: 0})(
+          cos, g.astype(jnp.float32), pooled, z, centres=np.int32(k), gamma=np.float32(gamma),
+          max_shift=np.int32(_max_shift(gamma)), vectorized=np.int32(vectorized))
   return (dcos,)
 
 

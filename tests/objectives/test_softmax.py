@@ -102,22 +102,29 @@ def test_softtriple_without_the_kernel_matches_oracle(monkeypatch, gamma):
 
 @pytest.mark.parametrize("vectorized", [True, False])
 @pytest.mark.parametrize("gamma", [0.1, 0.02])   # shift by the bound 1 / by the maximum
-@pytest.mark.parametrize("shape", [(6, 10, 13), (5, 3, 16), (2, 3, 4, 21)])
+@pytest.mark.parametrize("shape", [(6, 10, 13), (5, 3, 16), (2, 3, 4, 21)])   # [..., K, C]
 def test_soft_pool_kernel_equals_xla(shape, gamma, vectorized):
   # The C++ soft pool (AVX2 and scalar forms; C not a multiple of 8; a leading batch axis)
   # against the XLA one: values and the VJP, cosines spanning [-1, 1].
   from dml_jax.objectives import _softmax  # pylint: disable=import-outside-toplevel
   rng = np.random.default_rng(len(shape) * 10 + shape[-1])
-  cos = jnp.asarray(rng.uniform(-1.0, 1.0, size=shape).astype(np.float32))
+  k = shape[-2]
+  flat = shape[:-2] + (k * shape[-1],)
+  cos_np = rng.uniform(-1.0, 1.0, size=flat).astype(np.float32)
+  cos = jnp.asarray(cos_np)
   g = jnp.asarray(rng.normal(size=shape[:-2] + shape[-1:]).astype(np.float32))
-  xla = lambda c: _softmax.soft_pool_xla(c, gamma)
+  xla = lambda c: _softmax.soft_pool_xla(c, k, gamma)
   if len(shape) == 4:
     xla = jax.vmap(xla)
   want, want_vjp = jax.vjp(xla, cos)
-  got, got_vjp = jax.vjp(lambda c: _softmax.soft_pool_kernel(c, gamma, vectorized), cos)
+  # jit, as in training: the backward pass then writes over the forward's cosines
+  kernel = jax.jit(lambda c: jax.vjp(lambda c: _softmax.soft_pool_kernel(c, k, gamma,
+                                                                          vectorized), c))
+  got, got_vjp = kernel(cos)
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-6, atol=2e-7)
   dg_want, dg_got = np.asarray(want_vjp(g)[0]), np.asarray(got_vjp(g)[0])
   np.testing.assert_allclose(dg_got, dg_want, rtol=2e-5, atol=2e-6 * np.abs(dg_want).max())
+  np.testing.assert_array_equal(np.asarray(cos), cos_np)   # the caller's cosines intact
 
 
 def test_arcface_takes_the_linear_branch_beyond_pi_minus_m():
