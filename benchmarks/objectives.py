@@ -385,6 +385,15 @@ def timing_stats(seconds: Sequence[float]) -> dict[str, float]:
           "iqr_ms": float(q75 - q25), "min_ms": float(ms.min()), "repeats": int(ms.size)}
 
 
+def minor_faults() -> int | None:
+  """This process's minor page faults so far (None where ``resource`` is unavailable)."""
+  try:
+    import resource  # pylint: disable=import-outside-toplevel
+  except ImportError:   # not Unix
+    return None
+  return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def time_calls(fn: Callable[[], Any], *, repeats: int, warmup: int,
                max_seconds: float = 0.0, min_repeats: int = 1) -> tuple[dict, bool, Any]:
   """Times ``fn()`` (which must block until its result is ready).
@@ -397,20 +406,25 @@ def time_calls(fn: Callable[[], Any], *, repeats: int, warmup: int,
     min_repeats: see ``max_seconds``.
 
   Returns:
-    ``(timing_stats(...), capped, result)``: ``capped`` is True when ``max_seconds`` cut the
+    ``(timing_stats(...) + faults_per_call, capped, result)``: ``faults_per_call`` is the
+    process's minor page faults per timed call (memory the allocator maps afresh and the call
+    touches; None without ``resource``), ``capped`` is True when ``max_seconds`` cut the
     repeats; ``result`` is what the last call returned.
   """
   result = None
   for _ in range(warmup):
     result = fn()
   times = []
+  faults = minor_faults()
   while len(times) < repeats:
     start = time.perf_counter()
     result = fn()
     times.append(time.perf_counter() - start)
     if max_seconds > 0 and len(times) >= min_repeats and sum(times) >= max_seconds:
       break
-  return timing_stats(times), len(times) < repeats, result
+  stats = timing_stats(times)
+  stats["faults_per_call"] = None if faults is None else (minor_faults() - faults) / len(times)
+  return stats, len(times) < repeats, result
 
 
 def memory_stats(compiled) -> dict[str, int] | None:
@@ -866,7 +880,10 @@ def _progress(row: dict, elapsed: float) -> str:
     temp = (ours["memory"] or {}).get("temp_bytes")
     text += f"temp {fmt(None if temp is None else temp / MIB, '.1f')} MB (compile only)"
   else:
-    text += f"{ours['median_ms']:.1f} ms (compile {ours['compile_s']:.1f} s)"
+    text += f"{ours['median_ms']:.1f} ms (compile {ours['compile_s']:.1f} s"
+    if ours.get("faults_per_call") is not None:
+      text += f", {ours['faults_per_call']:,.0f} page faults a call"
+    text += ")"
   if pml:
     text += f", PML {pml['median_ms']:.1f} ms, x{row['ratio']:.2f}" if row["ratio"] else ""
   return text

@@ -2,6 +2,7 @@
 
 import json
 import math
+import platform
 import time
 
 import numpy as np
@@ -137,6 +138,16 @@ def test_time_calls_caps_at_max_seconds():
                                       max_seconds=0.03, min_repeats=3)
   assert capped and 3 <= stats["repeats"] < 50
   assert stats["min_ms"] >= 10 and stats["q25_ms"] <= stats["median_ms"] <= stats["q75_ms"]
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc thresholds")
+def test_time_calls_counts_page_faults():
+  def touch_40_mib():   # above glibc's 32 MiB ceiling for reusing freed blocks: mapped afresh
+    block = bytearray(40 << 20)
+    block[::4096] = b"\x01" * len(range(0, len(block), 4096))   # one write per 4 KiB page
+    return block[-4096]
+  assert bench.time_calls(touch_40_mib, repeats=3, warmup=1)[0]["faults_per_call"] >= 5000
+  assert bench.time_calls(lambda: sum(range(100)), repeats=3, warmup=1)[0]["faults_per_call"] < 50
 
 
 def test_goals_compare_with_pml_or_with_the_floor():
