@@ -489,9 +489,10 @@ def bench_floor(x: np.ndarray, *, repeats: int, warmup: int, seed: int = 0,
                 max_seconds: float = 0.0) -> dict:
   """The floor: forward + backward of ``sum(W * (X X^T))`` for a fixed random ``W [B, B]``.
 
-  Its gradient ``(W + W^T) X`` is the backward matmul an objective on ``S [B, B]`` pays, so
-  the time is the least any objective of this benchmark can take. Same fields as
-  :func:`bench_ours`.
+  Its gradient ``(W + W^T) X`` is the backward matmul an objective on ``S [B, B]`` pays (JAX
+  differentiates both operands of ``X X^T``: ``W X + W^T X``, so three GEMMs in all, as in
+  every objective here), so the time is the least any objective of this benchmark can take.
+  Same fields as :func:`bench_ours`.
   """
   b = x.shape[0]
   w = jax.device_put(np.random.default_rng(seed).standard_normal((b, b)).astype(np.float32))
