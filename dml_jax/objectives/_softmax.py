@@ -77,10 +77,11 @@ def margin_cross_entropy(cos: jax.Array, labels: jax.Array, target_fn, scale: fl
   """Per anchor ``CE(scale * l, y) = logsumexp_c(scale * l_c) - scale * l_y`` with logits
   ``l_c = cos_c`` except ``l_y = target_fn(cos_y)``: float ``[B, C]``, int ``[B]`` -> ``[B]``.
 
-  The same as ``-log_softmax`` at the true class, with a custom VJP
-  ``dcos_c = scale g (p_c - [c = y] (1 - p_y) f'(cos_y))`` (``p`` the softmax) that recomputes
-  ``p`` from the cosines and the stored ``logsumexp``, so XLA keeps no ``[B, C]`` logits or
-  probabilities between the passes. ``target_fn`` acts elementwise on ``[B]``."""
+  The same as ``-log_softmax`` at the true class, with a custom VJP (``p`` the softmax,
+  ``f = target_fn``) ``dcos_c = scale g p_c`` for ``c != y`` and ``dcos_y = scale g (p_y - 1)
+  f'(cos_y)``, which recomputes ``p`` from the cosines and the stored ``logsumexp``, so XLA
+  keeps no ``[B, C]`` logits or probabilities between the passes. ``target_fn`` acts
+  elementwise on ``[B]``."""
   return _margin_ce_fwd(cos, labels, target_fn, scale)[0]
 
 
