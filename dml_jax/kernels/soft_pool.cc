@@ -162,8 +162,9 @@ ffi::Error ShapeOf(const ffi::Buffer<ffi::F32>& cos, int32_t k, Shape* s) {
 constexpr int64_t kGrainElements = 1 << 16;   // cosines per task
 
 ffi::Error ForwardImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> cos, int32_t centres,
-                       float gamma, int32_t max_shift, int32_t vectorized, ffi::ResultBuffer<ffi::F32> kept,
-                       ffi::ResultBuffer<ffi::F32> pooled, ffi::ResultBuffer<ffi::F32> z) {
+                       float gamma, int32_t max_shift, int32_t vectorized,
+                       ffi::ResultBuffer<ffi::F32> kept, ffi::ResultBuffer<ffi::F32> pooled,
+                       ffi::ResultBuffer<ffi::F32> z) {
   Shape s;
   if (auto e = ShapeOf(cos, centres, &s); e.failure()) return e;
   if (kept->typed_data() != cos.typed_data()) {   // not aliased by the caller: copy
