@@ -6,6 +6,7 @@ and XLA's GEMM rate on the shapes involved. One process; ms are medians of ``--r
   taskset -c 1 python benchmarks/conv_parts.py                 # the README's numbers (one core)
   python benchmarks/conv_parts.py --batch=4 --size=8 --reps=2   # seconds
   python benchmarks/conv_parts.py --weight_grads --batch=8 --size=224
+  python benchmarks/conv_parts.py --batch_norm --batch=8 --size=224
 
 The gradient parts are the time of ``grad`` w.r.t. that input alone minus the forward's.
 
@@ -14,6 +15,12 @@ The gradient parts are the time of ``grad`` w.r.t. that input alone minus the fo
 (``models.conv.direct_kernel_grad(pack=False / True)``) and, for the 1 x 1 layers, by XLA's
 matmul over the pixels; the forms take turns call by call (``--reps`` rounds, medians), and
 the totals weigh each shape by its number of layers. ``auto`` is the form the network runs.
+
+``--batch_norm``: instead, train-mode BatchNorm + ReLU forward + backward (the gradient of
+``sum(G relu(bn(x)))`` w.r.t. ``x``, scale and bias) at the activation shapes of ResNet-50 at
+``--size`` px and ``--batch`` images: ``nnx.BatchNorm`` then ``nnx.relu``, differentiated by
+JAX, against ``models.resnet.BatchNorm(relu=True)`` (``models.norm.batch_norm``, its own VJP);
+the two take turns call by call (medians of ``--reps`` rounds), with XLA's temp bytes.
 """
 
 from __future__ import annotations
@@ -26,8 +33,9 @@ import time
 
 import jax
 import jax.numpy as jnp
+from flax import nnx
 
-from dml_jax.models import conv
+from dml_jax.models import conv, resnet
 
 NHWC = ("NHWC", "HWIO", "NHWC")
 
@@ -137,6 +145,57 @@ def print_weight_grads(rows: list[dict], batch: int, size: int) -> None:
         f"{sum(r['count'] * r['ms'][r['auto']] for r in rows):.1f}")
 
 
+def resnet50_activations(size: int) -> list[tuple[int, int]]:
+  """``(side, channels)`` of the BatchNorm layers of ResNet-50 at ``size`` px (distinct ones)."""
+  out = [(size // 2, 64)]
+  for stage, width in enumerate((64, 128, 256, 512)):
+    side = size // 2 ** (stage + 2)
+    out += [(side, width), (side, 4 * width)]
+  return out
+
+
+def batch_norm_rows(shapes, *, batch: int, reps: int) -> list[dict]:
+  """ms and temp bytes of BatchNorm + ReLU forward + backward at ``[batch, side, side, C]``,
+  ``nnx`` (nnx.BatchNorm + nnx.relu) against ``fused`` (resnet.BatchNorm(relu=True))."""
+  rows = []
+  for side, c in shapes:
+    x = jax.random.normal(jax.random.key(0), (batch, side, side, c))
+    g = jax.random.normal(jax.random.key(1), x.shape)
+    fns = {}
+    for name, module, call in (
+        ("nnx", nnx.BatchNorm, lambda m, x: nnx.relu(m(x))),
+        ("fused", resnet.BatchNorm, lambda m, x: m(x, relu=True))):
+      graphdef, params, stats = nnx.split(module(c, use_running_average=False,
+                                                 rngs=nnx.Rngs(0)), nnx.Param, nnx.BatchStat)
+      loss = lambda x, p, graphdef=graphdef, stats=stats, call=call: jnp.sum(  # noqa: E731
+          g * call(nnx.merge(graphdef, p, stats, copy=True), x))
+      fns[name] = (jax.jit(jax.grad(loss, argnums=(0, 1))), params)
+    times = {name: [] for name in fns}
+    temp = {name: fn.lower(x, p).compile().memory_analysis().temp_size_in_bytes
+            for name, (fn, p) in fns.items()}
+    for name, (fn, p) in fns.items():
+      jax.block_until_ready(fn(x, p))
+    for _ in range(reps):
+      for name, (fn, p) in fns.items():
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(x, p))
+        times[name].append(1e3 * (time.perf_counter() - t0))
+    rows.append({"shape": list(x.shape), "ms": {n: statistics.median(t) for n, t in times.items()},
+                 "temp_bytes": temp})
+  return rows
+
+
+def print_batch_norm(rows: list[dict]) -> None:
+  print("BatchNorm + ReLU, forward + backward: ms (XLA temp MB)")
+  print("| activation | nnx.BatchNorm + relu | fused | nnx / fused |\n|---|---|---|---|")
+  for r in rows:
+    ms, mb = r["ms"], {n: b / 2 ** 20 for n, b in r["temp_bytes"].items()}
+    print(f"| {r['shape']} | {ms['nnx']:.1f} ({mb['nnx']:.0f}) | {ms['fused']:.1f} "
+          f"({mb['fused']:.0f}) | {ms['nnx'] / ms['fused']:.2f}x |")
+  total = {n: sum(r["ms"][n] for r in rows) for n in ("nnx", "fused")}
+  print(f"sum over the shapes, ms: nnx {total['nnx']:.1f}, fused {total['fused']:.1f}")
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--batch", type=int, default=128)
@@ -146,10 +205,19 @@ def main(argv=None) -> int:
   parser.add_argument("--reps", type=int, default=5)
   parser.add_argument("--weight_grads", action="store_true",
                       help="ResNet-50's weight-gradient shapes instead (see the docstring)")
+  parser.add_argument("--batch_norm", action="store_true",
+                      help="BatchNorm + ReLU at ResNet-50's activation shapes instead")
   parser.add_argument("--shapes", type=int, default=0,
                       help="--weight_grads: only the first N shapes (0: all)")
   parser.add_argument("--out", default="")
   args = parser.parse_args(argv)
+  if args.batch_norm:
+    rows = batch_norm_rows(resnet50_activations(args.size), batch=args.batch, reps=args.reps)
+    print_batch_norm(rows)
+    if args.out:
+      with open(args.out, "w") as f:
+        json.dump({"config": vars(args), "batch_norm": rows}, f, indent=1)
+    return 0
   if args.weight_grads:
     shapes = resnet50_weight_grads(args.size)
     rows = weight_grad_rows(shapes[:args.shapes or None], batch=args.batch, reps=args.reps)

@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from dml_jax.models import conv, heads, pooling
+from dml_jax.models import conv, heads, norm, pooling
 
 # depth -> (block kind, blocks per stage), as torchvision's resnet18 / resnet34 / resnet50.
 RESNET_SPECS: dict[int, tuple[str, tuple[int, int, int, int]]] = {
@@ -59,21 +59,42 @@ _conv_init = nnx.initializers.variance_scaling(2.0, "fan_out", "normal")
 
 
 class BatchNorm(nnx.BatchNorm):
-  """``nnx.BatchNorm`` that can be frozen: ``frozen=True`` always uses the running averages.
+  """``nnx.BatchNorm`` that can be frozen and can apply the ReLU that follows it.
 
   ``y = scale (x - mean) / sqrt(var + eps) + bias``; with ``frozen`` the ``mean`` / ``var`` are
   the stored running averages in train mode too (``model.train()`` cannot unfreeze it), and
-  they are never updated. Same state names as ``nnx.BatchNorm`` (scale, bias, mean, var).
+  they are never updated. ``relu=True`` returns ``max(y, 0)``. Same state names as
+  ``nnx.BatchNorm`` (scale, bias, mean, var). With the batch statistics, float32, the last axis
+  as features and no ``axis_name`` / ``mask``, it runs :func:`norm.batch_norm` (the same
+  values, a closed-form VJP); otherwise ``nnx.BatchNorm`` (then ``nnx.relu``).
   """
 
   def __init__(self, num_features: int, *, frozen: bool = False, **kwargs):
     super().__init__(num_features, **kwargs)
     self.frozen = frozen
 
-  def __call__(self, x, use_running_average: bool | None = None, *, mask=None):
+  def __call__(self, x, use_running_average: bool | None = None, *, mask=None,
+               relu: bool = False):
     if self.frozen:
       use_running_average = True
-    return super().__call__(x, use_running_average=use_running_average, mask=mask)
+    if use_running_average is None:
+      use_running_average = self.use_running_average
+    if use_running_average is False and mask is None and self._fusable(x):
+      y, mean, var = norm.batch_norm(x, self.scale[...], self.bias[...], self.epsilon, relu)
+      m = self.momentum
+      self.mean[...] = jax.lax.stop_gradient(m * self.mean[...] + (1 - m) * mean)
+      self.var[...] = jax.lax.stop_gradient(m * self.var[...] + (1 - m) * var)
+      return y
+    y = super().__call__(x, use_running_average=use_running_average, mask=mask)
+    return nnx.relu(y) if relu else y
+
+  def _fusable(self, x) -> bool:
+    """Whether :func:`norm.batch_norm` computes this call (see the class docstring)."""
+    f32 = jnp.dtype(jnp.float32)
+    return (x.dtype == f32 and self.dtype in (None, f32) and self.axis in (-1, x.ndim - 1)
+            and self.axis_name is None and self.scale is not None and self.bias is not None
+            and self.scale[...].dtype == f32 and self.bias[...].dtype == f32
+            and self.use_fast_variance)
 
 
 def check_options(*, pooling: str, bn_mode: str, dtype: str,
@@ -142,7 +163,7 @@ class BasicBlock(nnx.Module):
     return self.downsample_bn(self.downsample_conv(x)) if self.has_downsample else x
 
   def __call__(self, x: jax.Array) -> jax.Array:
-    y = nnx.relu(self.bn1(self.conv1(x)))
+    y = self.bn1(self.conv1(x), relu=True)
     y = self.bn2(self.conv2(y))
     return nnx.relu(y + self.shortcut(x))
 
@@ -173,8 +194,8 @@ class Bottleneck(BasicBlock):
       self.downsample_bn = BatchNorm(out, dtype=dtype, rngs=rngs, **bn)
 
   def __call__(self, x: jax.Array) -> jax.Array:
-    y = nnx.relu(self.bn1(self.conv1(x)))
-    y = nnx.relu(self.bn2(self.conv2(y)))
+    y = self.bn1(self.conv1(x), relu=True)
+    y = self.bn2(self.conv2(y), relu=True)
     y = self.bn3(self.conv3(y))
     return nnx.relu(y + self.shortcut(x))
 
@@ -208,7 +229,7 @@ class ResNetBackbone(nnx.Module):
 
   def __call__(self, x: jax.Array) -> jax.Array:
     x = x.astype(self.dtype)
-    x = nnx.relu(self.bn1(self.conv1(x)))
+    x = self.bn1(self.conv1(x), relu=True)
     x = pooling.max_pool(x, (3, 3), (2, 2), ((1, 1), (1, 1)), impl=self.impl)
     for name in ("layer1", "layer2", "layer3", "layer4"):
       for blk in getattr(self, name):

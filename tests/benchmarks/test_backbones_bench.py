@@ -84,3 +84,16 @@ def test_conv_parts_weight_grads_cover_resnet50_and_write_json(tmp_path):
   assert len(rows) == 2 and rows[0]["window"] == 1
   assert set(rows[0]["ms"]) == {"kernel_unpacked", "kernel_packed", "xla_matmul"}
   assert all(v > 0 for r in rows for v in r["ms"].values())
+
+
+def test_conv_parts_batch_norm_covers_resnet50_and_writes_json(tmp_path):
+  parts = load_benchmark("conv_parts")
+  # stem 112 px x 64, then (64, 256), (128, 512), (256, 1024), (512, 2048) at 56 / 28 / 14 / 7
+  assert parts.resnet50_activations(224) == [(112, 64), (56, 64), (56, 256), (28, 128),
+                                              (28, 512), (14, 256), (14, 1024), (7, 512),
+                                              (7, 2048)]
+  out = tmp_path / "batch_norm.json"
+  assert parts.main(["--batch_norm", "--batch=2", "--size=32", "--reps=1", f"--out={out}"]) == 0
+  rows = json.loads(out.read_text())["batch_norm"]
+  assert [r["shape"] for r in rows][:2] == [[2, 16, 16, 64], [2, 8, 8, 64]]
+  assert all(set(r["ms"]) == {"nnx", "fused"} and min(r["ms"].values()) > 0 for r in rows)

@@ -169,6 +169,38 @@ def test_train_mode_updates_stats_and_trainer_freeze_bn_graphdef_freezes():
                          new_params["backbone"]["bn1"]["scale"][...])
 
 
+def _grads_and_stats_fn():
+  @jax.jit
+  def grads_and_stats(graphdef, params, batch_stats, x):
+    def loss_fn(p):
+      model = nnx.merge(graphdef, p, batch_stats, copy=True)
+      e = model(x)
+      return jnp.sum(e[0] * e[1]) - jnp.sum(e[0] * e[2]), nnx.state(model, nnx.BatchStat)
+    return jax.grad(loss_fn, has_aux=True)(params)
+  return grads_and_stats
+
+
+def test_fused_batch_norm_trains_like_nnx_batch_norm(monkeypatch):
+  # Train-mode BatchNorm (+ ReLU) by models.norm.batch_norm against nnx.BatchNorm + nnx.relu:
+  # ResNet-18's gradients and updated running statistics at 64 px, batch 8 (32 values per
+  # channel in the last stage; at 32 px and batch 4 there are 4, and rounding dominates).
+  model = _filled("resnet18", dim=16)
+  model.train()
+  graphdef, params, stats = nnx.split(model, nnx.Param, nnx.BatchStat)
+  x = jax.random.normal(jax.random.key(1), (8, 64, 64, 3))
+  calls = []
+  batch_norm = resnet.norm.batch_norm
+  monkeypatch.setattr(resnet.norm, "batch_norm", lambda *a: calls.append(a[-1]) or batch_norm(*a))
+  fused = _grads_and_stats_fn()(graphdef, params, stats, x)
+  assert calls.count(True) == 9 and calls.count(False) == 11   # traced once: 20 BN layers
+  monkeypatch.setattr(resnet.BatchNorm, "_fusable", lambda self, x: False)
+  plain = _grads_and_stats_fn()(graphdef, params, stats, x)
+  assert len(calls) == 20
+  for a, b in zip(jax.tree.leaves(fused), jax.tree.leaves(plain)):
+    a, b = np.asarray(a), np.asarray(b)
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * max(1e-6, float(np.max(np.abs(b)))))
+
+
 # bf16 vs float32, random weights, train-mode BN, 32 px: per coordinate of unit-norm 16-d
 # embeddings (measured max 0.073) and per-example cosine.
 BF16_ATOL, BF16_MIN_COSINE = 0.1, 0.98
