@@ -103,7 +103,7 @@ class BNInceptionBackbone(nnx.Module):
                                  dtype=dtype, impl=impl, rngs=rngs))
 
   def _unit(self, name: str, x: jax.Array) -> jax.Array:
-    return nnx.relu(getattr(self, name)(x))
+    return getattr(self, name)(x, relu=True)
 
   def _inception(self, spec, x: jax.Array) -> jax.Array:
     tag, _, c1, _, _, _, _, pool, proj, _ = spec

@@ -113,7 +113,8 @@ def check_options(*, pooling: str, bn_mode: str, dtype: str,
 class ConvBN(nnx.Module):
   """Convolution (torch-style explicit padding) followed by BatchNorm, ``[B,H,W,I] -> [B,H',W',O]``.
 
-  ``H' = floor((H + 2 pad - k) / stride) + 1`` as ``torch.nn.Conv2d``. No activation.
+  ``H' = floor((H + 2 pad - k) / stride) + 1`` as ``torch.nn.Conv2d``. ``relu=True`` applies
+  ReLU after the BatchNorm (in it: :class:`BatchNorm`), else no activation.
   ``impl``: ``conv.CONV_IMPLS`` (how the convolution is computed; same parameters).
   """
 
@@ -124,8 +125,8 @@ class ConvBN(nnx.Module):
                       use_bias=use_bias, dtype=dtype, impl=impl, rngs=rngs)
     self.bn = BatchNorm(out_features, dtype=dtype, rngs=rngs, **bn)
 
-  def __call__(self, x: jax.Array) -> jax.Array:
-    return self.bn(self.conv(x))
+  def __call__(self, x: jax.Array, *, relu: bool = False) -> jax.Array:
+    return self.bn(self.conv(x), relu=relu)
 
 
 def _conv(in_f, out_f, kernel, *, stride, padding, dtype, impl, rngs, use_bias=False):
