@@ -109,15 +109,19 @@ def test_registry_and_option_errors():
       resnet.ResNet18(embedding_dim=4, rngs=nnx.Rngs(0), **bad)
 
 
+def _grads_and_stats(graphdef, params, batch_stats, x):
+  """Gradients of ``sum(e0 e1) - sum(e0 e2)`` w.r.t. ``params`` and the updated statistics."""
+  def loss_fn(p):
+    model = nnx.merge(graphdef, p, batch_stats, copy=True)
+    e = model(x)
+    return jnp.sum(e[0] * e[1]) - jnp.sum(e[0] * e[2]), nnx.state(model, nnx.BatchStat)
+  return jax.grad(loss_fn, has_aux=True)(params)
+
+
 def _train_step_fn():
   @jax.jit
   def step(graphdef, params, batch_stats, x):
-    def loss_fn(p):
-      model = nnx.merge(graphdef, p, batch_stats, copy=True)
-      e = model(x)
-      loss = jnp.sum(e[0] * e[1]) - jnp.sum(e[0] * e[2])
-      return loss, nnx.state(model, nnx.BatchStat)
-    (_, new_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+    grads, new_stats = _grads_and_stats(graphdef, params, batch_stats, x)
     return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads), new_stats
   return step
 
@@ -169,17 +173,6 @@ def test_train_mode_updates_stats_and_trainer_freeze_bn_graphdef_freezes():
                          new_params["backbone"]["bn1"]["scale"][...])
 
 
-def _grads_and_stats_fn():
-  @jax.jit
-  def grads_and_stats(graphdef, params, batch_stats, x):
-    def loss_fn(p):
-      model = nnx.merge(graphdef, p, batch_stats, copy=True)
-      e = model(x)
-      return jnp.sum(e[0] * e[1]) - jnp.sum(e[0] * e[2]), nnx.state(model, nnx.BatchStat)
-    return jax.grad(loss_fn, has_aux=True)(params)
-  return grads_and_stats
-
-
 def test_fused_batch_norm_trains_like_nnx_batch_norm(monkeypatch):
   # Train-mode BatchNorm (+ ReLU) by models.norm.batch_norm against nnx.BatchNorm + nnx.relu:
   # ResNet-18's gradients and updated running statistics at 64 px, batch 8 (32 values per
@@ -191,11 +184,12 @@ def test_fused_batch_norm_trains_like_nnx_batch_norm(monkeypatch):
   calls = []
   batch_norm = resnet.norm.batch_norm
   monkeypatch.setattr(resnet.norm, "batch_norm", lambda *a: calls.append(a[-1]) or batch_norm(*a))
-  fused = _grads_and_stats_fn()(graphdef, params, stats, x)
+  fused = jax.jit(_grads_and_stats)(graphdef, params, stats, x)
   assert calls.count(True) == 9 and calls.count(False) == 11   # traced once: 20 BN layers
-  monkeypatch.setattr(resnet.BatchNorm, "_fusable", lambda self, x: False)
-  plain = _grads_and_stats_fn()(graphdef, params, stats, x)
-  assert len(calls) == 20
+  declined = []
+  monkeypatch.setattr(resnet.BatchNorm, "_fusable", lambda self, x: declined.append(1) and False)
+  plain = jax.jit(_grads_and_stats)(graphdef, params, stats, x)
+  assert len(calls) == 20 and len(declined) == 20   # retraced: every layer took nnx's path
   for a, b in zip(jax.tree.leaves(fused), jax.tree.leaves(plain)):
     a, b = np.asarray(a), np.asarray(b)
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * max(1e-6, float(np.max(np.abs(b)))))
