@@ -168,7 +168,7 @@ def _loss_of_vectors(f_a, f_p, f_n, *, loss: str, temperature: float, triplet_ma
   if loss == "triplet":
     margin = 8.0 if triplet_margin is None else triplet_margin  # 8 > max D: always active
     return losses.triplet(jnp.sum((f_a - f_p) ** 2), jnp.sum((f_a - f_n) ** 2), margin=margin)
-  s_ap, s_an = jnp.dot(f_a, f_p), jnp.dot(f_a, f_n)
+  s_ap, s_an = jnp.sum(f_a * f_p), jnp.sum(f_a * f_n)
   if loss == "nca":
     return losses.nca(s_ap, s_an, temperature=temperature)
   return losses.nca_2nd(s_ap, s_an, temperature=temperature)

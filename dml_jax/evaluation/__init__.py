@@ -13,6 +13,10 @@ spectral decay rho; the protocols (``protocols``), computing them (``compute``),
   evaluation.nmi(labels, assignment)
   evaluation.nearest_neighbors(query, gallery=None, *, k, similarity='cosine', ...)
   evaluation.DEFAULT_KS   # Recall@K cut-offs of the literature per dataset
+
+The neighbour search computes its similarities in float32 at full precision on every platform
+(no TF32 on GPUs), so the retrieval metrics of the same embeddings are the same on the CPU, a
+GPU or a TPU (``knn``, "Precision").
 """
 
 from dml_jax.evaluation.protocols import DEFAULT_KS

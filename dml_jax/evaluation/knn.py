@@ -43,6 +43,13 @@ keeps it because the running best (earlier gallery blocks, lower indices) comes 
 candidates. ``top_k`` orders ``-0.0`` below ``+0.0``, so zeros are made positive before the
 search, and non-finite similarities (overflow) are clipped to the finite float32 range, so
 that masked items (self, padding; ``-inf``) are never returned.
+
+Precision. Every tile of ``S`` is a float32 product at full precision on every platform
+(``similarity.inner_products``): on a GPU, where XLA's default float32 product is TF32, two
+neighbours closer than TF32's resolution (about ``1e-3`` in a cosine) would otherwise swap, and
+the ranking would differ from the CPU's. With it the search is exact at float32 precision
+everywhere: the GPU's neighbours and metrics equal the CPU's on the same embeddings, up to ties
+that float32 rounding itself decides.
 """
 
 from __future__ import annotations

@@ -64,8 +64,8 @@ def _by_row_blocks(fn, num_rows: int, row_bytes: int, *args):
 def _gathered_row_sums(m: jax.Array, idx: jax.Array, coef: jax.Array) -> jax.Array:
   """``out[a, n] = sum_k coef[a, k] m[idx[a, k], n]``: ``m [N, N]``, ``idx``/``coef [B, P]``
   -> float32 ``[B, N]`` (row gathers, by row blocks)."""
-  return _by_row_blocks(lambda i, c: jnp.einsum("bk,bkn->bn", c, m[i]), idx.shape[0],
-                        4 * idx.shape[1] * m.shape[1], idx, coef)
+  rows = lambda i, c: jnp.einsum("bk,bkn->bn", c, m[i], precision=sim.PRECISION)
+  return _by_row_blocks(rows, idx.shape[0], 4 * idx.shape[1] * m.shape[1], idx, coef)
 
 
 @jax.custom_vjp
@@ -73,8 +73,8 @@ def _pair_row_dots(w, v, pidx, ok, tidx):
   """``t[a, k] = sum_n w[a, n] v[pidx[a, k], n]`` -> float32 ``[B, P]`` (``w``, ``v``
   ``[B, B]``; ``pidx``, ``ok`` from ``compact_rows`` of a symmetric mask; ``tidx[p, q]`` the
   slot of ``p`` in the list of anchor ``pidx[p, q]``), 0 where not ``ok``."""
-  total = _by_row_blocks(lambda w_, i: jnp.einsum("bn,bkn->bk", w_, v[i]), pidx.shape[0],
-                         4 * pidx.shape[1] * v.shape[1], w, pidx)
+  dots = lambda w_, i: jnp.einsum("bn,bkn->bk", w_, v[i], precision=sim.PRECISION)
+  total = _by_row_blocks(dots, pidx.shape[0], 4 * pidx.shape[1] * v.shape[1], w, pidx)
   return jnp.where(ok, total, 0.0)
 
 
@@ -177,7 +177,7 @@ def angular(*, alpha: float = 40.0):
     # sum_n [n in N_a] e^{4 t (S_an + R_pn)} = (W V^T)[a, p] with W = [N_a] e^{4 t (S_an - 1)},
     # V = e^{4 t (R_pn - 1)} (bounded by 1: S, R <= 1), R the references' own similarities.
     w = jnp.where(neg, jnp.exp(4.0 * tan2 * (s - 1.0)), 0.0)             # [B, N]
-    total = w @ jnp.exp(4.0 * tan2 * (r - 1.0)).T                          # [B, N]
+    total = sim.inner_products(w, jnp.exp(4.0 * tan2 * (r - 1.0)))           # [B, N]
     ok = pos & (total > 0)
     lse = jnp.log(jnp.where(ok, total, 1.0)) + 8.0 * tan2
     return jnp.where(ok, jax.nn.softplus(lse - 2.0 * (1.0 + tan2) * s), 0.0)
