@@ -56,3 +56,26 @@ def load_benchmark(name: str):
   if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
   return importlib.import_module(f"benchmarks.{name}")
+
+
+def require_kernel(source: str) -> dict:
+  """The targets of the C++ kernel ``source`` (``dml_jax.kernels.load``), or skip the calling
+  test saying why it is not available here (another backend, another CPU, switched off, no
+  compiler)."""
+  from dml_jax import kernels  # pylint: disable=import-outside-toplevel
+  import pytest  # pylint: disable=import-outside-toplevel
+  targets = kernels.load(source)
+  if targets is None:
+    pytest.skip(f"the C++ kernel {source} is not available here: "
+                f"{kernels.unavailable() or 'its build failed (no compiler?)'}")
+  return targets
+
+
+def require_compiler() -> None:
+  """Skip the calling test where there is no C++ compiler (``dml_jax.kernels.compiler``)."""
+  from dml_jax import kernels  # pylint: disable=import-outside-toplevel
+  import pytest  # pylint: disable=import-outside-toplevel
+  try:
+    kernels.compiler()
+  except OSError as e:
+    pytest.skip(str(e))

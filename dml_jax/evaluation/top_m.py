@@ -179,12 +179,12 @@ def selection_targets(selection: str) -> dict[str, str] | None:
     raise ValueError(f"selection must be one of {SELECTIONS}, got {selection!r}.")
   if selection == "xla":
     return None
-  targets = kernels.load("top_m.cc")
-  if targets is None and selection == "kernel":
-    raise RuntimeError("selection='kernel': the C++ tile merge is not available (it needs "
-                       f"the CPU backend, a C++ compiler and {kernels.SWITCH_ENV} unset or "
-                       "1); use selection='auto' or 'xla'.")
-  return targets
+  if selection == "kernel":
+    try:
+      return kernels.require("top_m.cc")
+    except RuntimeError as e:
+      raise RuntimeError(f"selection='kernel': {e} Use selection='auto' or 'xla'.") from None
+  return kernels.load("top_m.cc")
 
 
 def tile_waves(num_row_blocks: int, num_col_blocks: int, *,
@@ -297,9 +297,7 @@ def merge_tile_kernel(s, starts, best_a, best_b=None, *, exclude_self: bool = Fa
   Returns:
     ``(best_a, best_b)`` merged (``best_b`` ``None`` when not given).
   """
-  targets = kernels.load("top_m.cc")
-  if targets is None:
-    raise RuntimeError("the C++ tile merge is not available (see dml_jax.kernels).")
+  targets = kernels.require("top_m.cc")
   flags = dict(vectorized=np.int32(vectorized))
   if best_b is None:
     out = jax.ffi.ffi_call(targets["merge_rows"], (_like(best_a[0]), _like(best_a[1])),

@@ -9,9 +9,12 @@ or ``$DML_JAX_KERNEL_CACHE``; keyed by the source and headers, the flags, the co
 jaxlib versions), and registers its handlers with XLA for the CPU.
 
 Each user keeps the pure-XLA path it had and takes the kernel only when :func:`load` returns
-its handler names: ``None`` when there is no C++ compiler, the build fails (one warning says
-why), the platform is not the CPU, or ``DML_JAX_CPU_KERNELS=0``. Both paths give the same
-results (tested).
+its handler names: ``None`` when the default backend is not the CPU, the CPU is not x86-64
+with AVX2 and FMA (the kernels' fast loops need them; elsewhere XLA's own code is the better
+path), ``DML_JAX_CPU_KERNELS=0``, there is no C++ compiler, or the build fails (one warning
+says why). :func:`unavailable` says which. Both paths give the same results (tested); no
+result depends on a kernel being there. Code that calls a kernel directly gets one clear
+``RuntimeError`` from :func:`require` where it is not available.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import ctypes
 import functools
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -41,10 +45,47 @@ SOURCES = {
 BUILD_TIMEOUT_S = 300
 
 
+REQUIRED_CPU_FLAGS = ("avx2", "fma")
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+  """The instruction-set flags of this machine's CPU (Linux ``/proc/cpuinfo``; empty where
+  it cannot be read)."""
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+      for line in f:
+        if line.startswith("flags"):
+          return frozenset(line.partition(":")[2].split())
+  except OSError:
+    pass
+  return frozenset()
+
+
+def cpu_supported() -> bool:
+  """Whether this CPU runs the kernels' fast loops: x86-64 with AVX2 and FMA."""
+  if platform.machine().lower() not in ("x86_64", "amd64"):
+    return False
+  return set(REQUIRED_CPU_FLAGS) <= cpu_flags()
+
+
+def unavailable() -> str | None:
+  """Why the kernels are not used here (the switch, the backend or the CPU), or ``None``
+  when they may be (a build can still fail: :func:`load`)."""
+  if os.environ.get(SWITCH_ENV, "1") == "0":
+    return f"{SWITCH_ENV}=0"
+  backend = jax.default_backend()
+  if backend != "cpu":
+    return f"the default backend is {backend!r}, not the CPU"
+  if not cpu_supported():
+    return (f"the CPU ({platform.machine()}) is not x86-64 with "
+            f"{' and '.join(f.upper() for f in REQUIRED_CPU_FLAGS)}")
+  return None
+
+
 def enabled() -> bool:
-  """Whether the kernels may be used: the default backend is the CPU and
-  ``DML_JAX_CPU_KERNELS`` is not ``0``."""
-  return os.environ.get(SWITCH_ENV, "1") != "0" and jax.default_backend() == "cpu"
+  """Whether the kernels may be used (:func:`unavailable` gives no reason)."""
+  return unavailable() is None
 
 
 def load(source: str) -> dict[str, str] | None:
@@ -56,6 +97,17 @@ def load(source: str) -> dict[str, str] | None:
   if not enabled():
     return None
   return _load(source)
+
+
+def require(source: str) -> dict[str, str]:
+  """:func:`load`, or a ``RuntimeError`` saying why the kernel is not available (for code that
+  calls a kernel directly; the library's own users fall back to XLA instead)."""
+  targets = load(source)
+  if targets is None:
+    why = unavailable() or "it could not be built (see the warning above)"
+    raise RuntimeError(f"the C++ kernel {source} is not available: {why}. The XLA path "
+                       "computes the same; see dml_jax.kernels.")
+  return targets
 
 
 @functools.cache

@@ -311,7 +311,7 @@ def _soft_pool_kernel_fwd(cos, k, gamma, vectorized):
   # is then their only reader and may overwrite them in place (XLA copies an operand that a
   # custom call overwrites when another op, here the forward pass, also reads it).
   kept, pooled, z = jax.ffi.ffi_call(
-      kernels.load("soft_pool.cc")["forward"],
+      kernels.require("soft_pool.cc")["forward"],
       (jax.ShapeDtypeStruct(cos.shape, jnp.float32), row, row),
       vmap_method="broadcast_all", input_output_aliases={0: 0})(
           cos, centres=np.int32(k), gamma=np.float32(gamma),
@@ -322,7 +322,7 @@ def _soft_pool_kernel_fwd(cos, k, gamma, vectorized):
 def _soft_pool_kernel_bwd(k, gamma, vectorized, residuals, g):
   cos, pooled, z = residuals
   dcos = jax.ffi.ffi_call(
-      kernels.load("soft_pool.cc")["backward"], jax.ShapeDtypeStruct(cos.shape, jnp.float32),
+      kernels.require("soft_pool.cc")["backward"], jax.ShapeDtypeStruct(cos.shape, jnp.float32),
       vmap_method="broadcast_all", input_output_aliases={0: 0})(
           cos, g.astype(jnp.float32), pooled, z, centres=np.int32(k), gamma=np.float32(gamma),
           max_shift=np.int32(_max_shift(gamma)), vectorized=np.int32(vectorized))

@@ -6,6 +6,7 @@ import pytest
 
 from dml_jax.evaluation import knn
 from dml_jax.evaluation import top_m
+from dml_test_support import require_kernel
 from oracles import ranked_gallery
 
 
@@ -35,6 +36,8 @@ SELECTIONS = ["kernel", "xla"]  # the C++ merge and XLA's filtered top_k
     (7, 5, 8),     # chunk does not divide the tile: no filter.
 ])
 def test_top_m_self_matches_oracle_with_ties(kind, row_tile, col_tile, chunk, selection):
+  if selection == "kernel":
+    require_kernel("top_m.cc")
   x = integer_points(np.random.default_rng(0), 70)
   for m in (1, 3, 9):
     idx = top_m.top_m_neighbors(x, m=m, kind=kind, row_tile=row_tile, col_tile=col_tile,
@@ -45,6 +48,8 @@ def test_top_m_self_matches_oracle_with_ties(kind, row_tile, col_tile, chunk, se
 
 @pytest.mark.parametrize("selection", SELECTIONS)
 def test_top_m_all_equal_points_rank_by_index(selection):
+  if selection == "kernel":
+    require_kernel("top_m.cc")
   # Every similarity ties: the neighbours are the other indices in increasing order, across
   # both the S_ij and the S_ij^T updates.
   x = np.ones((40, 3), np.float32)
@@ -58,6 +63,8 @@ def test_top_m_all_equal_points_rank_by_index(selection):
 @pytest.mark.parametrize("num_query,num_gallery", [(30, 53), (53, 30)])
 def test_top_m_separate_gallery_matches_oracle(row_tile, col_tile, num_query, num_gallery,
                                                selection):
+  if selection == "kernel":
+    require_kernel("top_m.cc")
   rng = np.random.default_rng(1)
   q = rng.normal(size=(num_query, 5)).astype(np.float32)
   g = rng.normal(size=(num_gallery, 5)).astype(np.float32)
@@ -161,6 +168,7 @@ def awkward_tile(rng, rows, cols):
 @pytest.mark.parametrize("both", [False, True])
 @pytest.mark.parametrize("rows,cols,m", [(11, 13, 1), (16, 24, 4), (9, 40, 6)])
 def test_merge_kernel_matches_loop_oracle(rows, cols, m, both, vectorized):
+  require_kernel("top_m.cc")
   # Two tiles in gallery order into the same lists (the second merges into what the first
   # left), padding cut by num_items, self pairs excluded in the rows-only form; both the AVX2
   # and the scalar forms of the kernel.
@@ -205,6 +213,8 @@ def test_merge_kernel_matches_loop_oracle(rows, cols, m, both, vectorized):
 
 @pytest.mark.parametrize("selection", SELECTIONS)
 def test_top_m_overflowing_similarities_match_oracle(selection):
+  if selection == "kernel":
+    require_kernel("top_m.cc")
   # Each point is +-2^64 or +-2^60 on one axis, so a dot product has one non-zero term (the
   # same in any summation order, FMA included): +-2^128 overflows to +-inf, +-2^124 and
   # +-2^120 are finite. Sanitised, the infinities are the highest / lowest finite float32

@@ -4,11 +4,14 @@ message."""
 
 import os
 
+import jax
 import numpy as np
 import pytest
 
 from dml_jax import kernels
 from dml_jax.evaluation import top_m
+from dml_test_support import require_compiler
+from dml_test_support import require_kernel
 
 
 @pytest.fixture
@@ -18,6 +21,7 @@ def fresh_cache(tmp_path, monkeypatch):
 
 
 def test_build_compiles_once_then_reuses_the_cached_library(fresh_cache):
+  require_compiler()
   path = kernels.build("top_m.cc")
   assert os.path.dirname(path) == str(fresh_cache) and path.endswith(".so")
   stamp = os.stat(path).st_mtime_ns
@@ -27,6 +31,7 @@ def test_build_compiles_once_then_reuses_the_cached_library(fresh_cache):
 
 
 def test_load_registers_the_handlers():
+  require_kernel("top_m.cc")
   assert kernels.load("top_m.cc") == {"merge_rows": "dml_jax_top_m_merge_rows",
                                       "merge_both": "dml_jax_top_m_merge_both"}
   assert kernels.load("soft_pool.cc") == {"forward": "dml_jax_soft_pool_forward",
@@ -61,6 +66,7 @@ def test_no_compiler_warns_once_and_falls_back(fresh_cache, monkeypatch):
 
 
 def test_a_failed_compile_reports_the_compiler_message(fresh_cache, tmp_path, monkeypatch):
+  require_compiler()
   bad = tmp_path / "bad.cc"
   bad.write_text("this is not C++\n")
   monkeypatch.setattr(kernels, "source_path", lambda source: str(bad))
@@ -72,3 +78,48 @@ def test_a_failed_compile_reports_the_compiler_message(fresh_cache, tmp_path, mo
 def test_selection_is_checked():
   with pytest.raises(ValueError, match=r"selection must be one of .*'fast'"):
     top_m.top_m_neighbors(np.eye(4, dtype=np.float32), m=1, selection="fast")
+
+
+@pytest.mark.parametrize("machine,flags,supported", [
+    ("x86_64", {"sse4_2", "avx", "avx2", "fma"}, True),
+    ("AMD64", {"avx2", "fma", "avx512f"}, True),
+    ("x86_64", {"sse4_2", "avx"}, False),          # no AVX2 / FMA: XLA is the better path
+    ("x86_64", {"avx2"}, False),
+    ("aarch64", {"asimd", "avx2", "fma"}, False),  # Arm: never the kernels
+])
+def test_kernels_need_x86_64_with_avx2_and_fma(monkeypatch, machine, flags, supported):
+  monkeypatch.setattr(kernels.platform, "machine", lambda: machine)
+  monkeypatch.setattr(kernels, "cpu_flags", lambda: frozenset(flags))
+  monkeypatch.delenv(kernels.SWITCH_ENV, raising=False)
+  assert kernels.cpu_supported() is supported
+  if jax.default_backend() == "cpu":
+    assert kernels.enabled() is supported
+    if not supported:   # the XLA path, silently; a direct call says why
+      assert kernels.load("soft_pool.cc") is None
+      assert "not x86-64 with AVX2 and FMA" in kernels.unavailable()
+      with pytest.raises(RuntimeError, match=rf"soft_pool.cc is not available: the CPU "
+                                             rf"\({machine}\) is not x86-64 with AVX2 and FMA"):
+        kernels.require("soft_pool.cc")
+
+
+def test_cpu_flags_of_this_machine():
+  flags = kernels.cpu_flags()
+  assert isinstance(flags, frozenset)
+  if os.path.exists("/proc/cpuinfo") and kernels.platform.machine() == "x86_64":
+    assert "sse2" in flags   # every x86-64 CPU has it
+
+
+def test_direct_calls_without_the_kernel_say_why(monkeypatch):
+  # Code calling a kernel directly gets one clear error, not an index into None.
+  from dml_jax.models import conv  # pylint: disable=import-outside-toplevel
+  from dml_jax.objectives import _softmax  # pylint: disable=import-outside-toplevel
+  monkeypatch.setenv(kernels.SWITCH_ENV, "0")
+  cos = jax.numpy.zeros((2, 8), jax.numpy.float32)
+  with pytest.raises(RuntimeError, match="soft_pool.cc is not available: DML_JAX_CPU_KERNELS=0"):
+    _softmax.soft_pool_kernel(cos, 2, 0.1)
+  with pytest.raises(RuntimeError, match="conv.cc is not available"):
+    conv.direct_valid(jax.numpy.ones((1, 4, 4, 8)), jax.numpy.ones((3, 3, 8, 8)),
+                      strides=(1, 1))
+  with pytest.raises(RuntimeError, match="top_m.cc is not available"):
+    top_m.merge_tile_kernel(cos, jax.numpy.zeros(3, jax.numpy.int32),
+                            (jax.numpy.zeros((2, 1)), jax.numpy.zeros((2, 1), jax.numpy.int32)))

@@ -12,6 +12,7 @@ import pytest
 
 import objective_support as support
 from objective_support import D, NUM_CLASSES
+from dml_test_support import require_kernel
 from oracles import LABELS, fd_grad
 from oracles import random_batch as batch
 from dml_jax import objectives
@@ -107,6 +108,7 @@ def test_soft_pool_kernel_equals_xla(shape, gamma, vectorized):
   # The C++ soft pool (AVX2 and scalar forms; C not a multiple of 8; a leading batch axis)
   # against the XLA one: values and the VJP, cosines spanning [-1, 1].
   from dml_jax.objectives import _softmax  # pylint: disable=import-outside-toplevel
+  require_kernel("soft_pool.cc")
   rng = np.random.default_rng(len(shape) * 10 + shape[-1])
   k = shape[-2]
   flat = shape[:-2] + (k * shape[-1],)
