@@ -1,29 +1,63 @@
 #!/usr/bin/env bash
-# Checks for a lent GPU machine, in one call: bash benchmarks/device/gpu_check.sh [PART ...]
-#   versions   JAX / Flax versions, and which convolution the models lower to there
-#   bf16       ResNet-50 224 px training throughput, bfloat16, real / synthetic / input only
-#   f32        the same step in float32, synthetic input
-#   workers    bf16 real input with grain worker processes (data.num_workers) instead of threads
-#              (WORKERS="8:2 15:1": workers:threads pairs)
-#   retrieval  SOP-scale exact retrieval (N = 60,000, D = 512)
-# (default: versions bf16 f32 retrieval). Logs and JSON go to $OUT (or runs/gpu_check). The
-# machine's image lacks ml_collections, tensorboardX, grain, array-record and portpicker: put
-# their wheels in .whl (README "Measured on a GPU" says how) and carry it.
+# Checks on a GPU machine, part by part: bash benchmarks/device/gpu_check.sh PART [PART ...]
+#   versions    JAX / Flax / PyTorch versions, the device, what the models' convolutions lower to
+#   tests       the numerics test files at the platform's default precision (objectives, mining,
+#               losses, evaluation, precision, kernels, memory) -> tests.json (+ tests.log)
+#   cross       every objective's loss and gradient and the exact kNN / retrieval metrics on the
+#               GPU against the CPU of the same process (benchmarks/device/cross_platform.py)
+#   main        the main job: train.py digits_evenodd_eps, then eval.py on its workdir -> main.log
+#   throughput  ResNet-50 224 px training images/s: dml_jax real / cached / synthetic input in
+#               bfloat16, synthetic in float32, and the PyTorch peer (eager and torch.compile)
+#               in the same call -> throughput.json
+#   omniglot    EPS Table 3 at the paper's scale (configs/omniglot_resnet50.py): Trip. + SH and
+#               EPS + Trip. + SH, SEEDS seeds each (default 2), all runs at once on the GPU
+#               -> omniglot.json, omniglot.md, omniglot.log
+#   retrieval   SOP-scale exact retrieval (N = 60,000, D = 512) -> evaluation JSON
+#   workers     bf16 real input with grain worker processes (WORKERS="8:2 15:1")
+# Each part ends within 8 minutes on one H100 / H200 with 16 CPU cores. Needs on the machine:
+# Python 3.12 with JAX (CUDA), Flax, optax, orbax, chex, absl, numpy, scikit-learn, pillow,
+# matplotlib, tqdm, pytest, pytest-xdist, PyTorch + torchvision (the peer); the wheels of the
+# five packages such machines often lack go in .whl/ and are installed first (7 MB):
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl \
+#     ml_collections==1.1.0 tensorboardX==2.6.5 grain==0.2.18 array-record==0.8.6 portpicker==1.6.0
+# Data: the official Omniglot zips (15 MB) in OMNIGLOT_ROOT (default .gpu_data/omniglot).
+# Results go to $OUT (default runs/gpu_check); benchmarks/device/gpu_table.py makes the docs'
+# table of them.
 set -u
 OUT=${OUT:-runs/gpu_check}; mkdir -p "$OUT"
-if ls .whl/*.whl >/dev/null 2>&1; then
+OMNIGLOT_ROOT=${OMNIGLOT_ROOT:-.gpu_data/omniglot}
+SEEDS=${SEEDS:-2}
+if ! python3 -c "import ml_collections, grain, tensorboardX" 2>/dev/null && ls .whl/*.whl \
+    >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 TP="python3 benchmarks/train_throughput.py --batch_size=256 --group_size=8 --num_classes=80
-    --per_class=16 --dtypes=bfloat16"
-for part in "${@:-versions bf16 f32 retrieval}"; do for p in $part; do case $p in
+    --per_class=16"
+stamp() { python3 - "$@" <<'PY'
+import json, sys, datetime, jax
+path, part, commit = sys.argv[1:4]
+d = json.load(open(path))
+d = d if isinstance(d, dict) else {"rows": d}
+d["stamp"] = {"part": part, "commit": commit, "date": datetime.date.today().isoformat(),
+              "device": jax.devices()[0].device_kind, "jax": jax.__version__}
+json.dump(d, open(path, "w"), indent=1)
+PY
+}
+for part in "$@"; do case $part in
 versions)
   nvidia-smi -L; nproc
   python3 - <<'PY' 2>&1 | tee "$OUT/versions.txt"
 import jax, flax, optax, jax.numpy as jnp
 print("jax", jax.__version__, "flax", flax.__version__, "optax", optax.__version__, jax.devices())
+try:
+  import torch, torchvision
+  print("torch", torch.__version__, "torchvision", torchvision.__version__)
+except ImportError:
+  print("torch: not installed")
 from dml_jax.models import conv
 x = jnp.ones((8, 32, 32, 16), jnp.bfloat16); w = jnp.ones((3, 3, 16, 32), jnp.bfloat16)
 f = jax.jit(lambda x, w: conv.conv_auto(x, w, (1, 1), "SAME",
@@ -33,20 +67,78 @@ print("conv_auto on", jax.default_backend(), "-> convolution ops:", hlo.count("c
       "custom-calls:", hlo.count("custom-call("), "dots:", hlo.count(" dot("))
 PY
   ;;
-bf16)
-  timeout 200 $TP --num_workers=0 --num_threads=16 --steps=30 --warmup=3 --out="$OUT/throughput_bf16.json" \
-    2>&1 | tee "$OUT/throughput_bf16.log" | tail -4 ;;
-f32)
-  timeout 120 $TP --dtypes=float32 --num_threads=16 --steps=20 --warmup=2 --inputs=synthetic \
-    --out="$OUT/throughput_f32.json" 2>&1 | tee "$OUT/throughput_f32.log" | tail -4 ;;
-workers)
-  for wt in ${WORKERS:-8:2 15:1}; do
-    timeout 150 $TP --num_workers=${wt%:*} --num_threads=${wt#*:} --steps=30 --warmup=3 \
-      --inputs=real,input_only --out="$OUT/throughput_bf16_w${wt%:*}.json" \
-      2>&1 | tee "$OUT/throughput_bf16_w${wt%:*}.log" | tail -2
-  done ;;
+tests)
+  t0=$(date +%s)
+  timeout 420 python3 -m pytest -q -n ${TEST_WORKERS:-8} -p no:cacheprovider \
+    --junitxml="$OUT/tests.xml" tests/objectives tests/mining tests/test_losses.py \
+    tests/evaluation tests/test_precision.py tests/kernels tests/test_memory.py \
+    > "$OUT/tests.log" 2>&1
+  echo "pytest exit $? after $(( $(date +%s) - t0 )) s"; tail -25 "$OUT/tests.log"
+  python3 - "$OUT/tests.xml" "$OUT/tests.json" $(( $(date +%s) - t0 )) <<'PY'
+import json, sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+suite = root if root.tag == "testsuite" else root[0]
+cases = suite.findall("testcase")
+failed = [f"{c.get('classname')}::{c.get('name')}" for c in cases
+          if c.find("failure") is not None or c.find("error") is not None]
+skipped = sum(c.find("skipped") is not None for c in cases)
+json.dump({"tests": len(cases), "failed": len(failed), "skipped": skipped,
+           "passed": len(cases) - len(failed) - skipped, "seconds": int(sys.argv[3]),
+           "precision": "platform default (no JAX_DEFAULT_MATMUL_PRECISION)",
+           "failures": failed}, open(sys.argv[2], "w"), indent=1)
+PY
+  rm -f "$OUT/tests.xml"; stamp "$OUT/tests.json" tests "$COMMIT" ;;
+cross)
+  timeout 420 python3 benchmarks/device/cross_platform.py --out="$OUT/cross_platform.json"
+  stamp "$OUT/cross_platform.json" cross "$COMMIT" ;;
+main)
+  rm -rf /tmp/gpu_main
+  { time python3 train.py --config=configs/digits_evenodd_eps.py --workdir=/tmp/gpu_main \
+      --noprogress; time python3 eval.py --workdir=/tmp/gpu_main --noprogress; } \
+    > "$OUT/main.log" 2>&1
+  echo "main exit $?"; tail -30 "$OUT/main.log" ;;
+throughput)
+  timeout 240 $TP --dtypes=bfloat16 --inputs=real,cached,synthetic --num_workers=-1 --steps=30 \
+    --warmup=3 --out="$OUT/tp_bf16.json" 2>&1 | tail -5
+  timeout 100 $TP --dtypes=float32 --inputs=synthetic --steps=20 --warmup=2 \
+    --out="$OUT/tp_f32.json" 2>&1 | tail -3
+  timeout 200 python3 benchmarks/device/torch_peer.py --batch_size=256 --modes=eager,compiled \
+    --out="$OUT/tp_torch.json" 2>&1 | tail -3
+  python3 - "$OUT" <<'PY'
+import json, os, sys
+out = sys.argv[1]; rows = []
+for name in ("tp_bf16.json", "tp_f32.json", "tp_torch.json"):
+  path = os.path.join(out, name)
+  if os.path.exists(path):
+    d = json.load(open(path)); rows += d if isinstance(d, list) else d.get("rows", [d])
+    os.remove(path)
+json.dump({"rows": rows}, open(os.path.join(out, "throughput.json"), "w"), indent=1)
+PY
+  stamp "$OUT/throughput.json" throughput "$COMMIT" ;;
+omniglot)
+  W=/tmp/omniglot_resnet50; rm -rf "$W"; mkdir -p "$W"; t0=$(date +%s)
+  SWEEP="python3 -m dml_jax.experiments sweep --config=configs/omniglot_resnet50.py
+         --workdir=$W --set=data.options.root=$OMNIGLOT_ROOT --set=data.num_workers=3"
+  for s in $(seq 0 $((SEEDS - 1))); do for pos in random easy; do
+    $SWEEP --grid=loss.positive=$pos --seeds=1 --seed_offset=$s ${OMNI_SET:-} \
+      > "$W/log_${pos}_$s.txt" 2>&1 &
+  done; done
+  wait; t1=$(date +%s)
+  $SWEEP --grid=loss.positive=random,easy --seeds=$SEEDS ${OMNI_SET:-} > "$W/log_summary.txt" 2>&1
+  tail -n 5 "$W"/log_*.txt > "$OUT/omniglot.log"; cat "$W/sweep.md"
+  cp "$W/sweep.md" "$OUT/omniglot.md"
+  python3 benchmarks/device/omniglot_summary.py --workdir="$W" --seconds=$((t1 - t0)) \
+    --out="$OUT/omniglot.json"
+  stamp "$OUT/omniglot.json" omniglot "$COMMIT" ;;
 retrieval)
   timeout 80 python3 benchmarks/evaluation.py --sizes=60000 --methods=dml_jax \
     --out="$OUT/eval" 2>&1 | tee "$OUT/evaluation.log" | tail -4 ;;
-*) echo "unknown part $p; allowed: versions bf16 f32 workers retrieval" >&2; exit 2 ;;
-esac; done; done
+workers)
+  for wt in ${WORKERS:-8:2 15:1}; do
+    timeout 150 $TP --dtypes=bfloat16 --num_workers=${wt%:*} --num_threads=${wt#*:} --steps=30 \
+      --warmup=3 --inputs=real,input_only --out="$OUT/throughput_bf16_w${wt%:*}.json" \
+      2>&1 | tail -2
+  done ;;
+*) echo "unknown part $part; allowed: versions tests cross main throughput omniglot retrieval" \
+        "workers" >&2; exit 2 ;;
+esac; done
