@@ -25,7 +25,9 @@ centre crop of the longer side).
 
 Randomness comes only from the ``numpy.random.Generator`` passed in; the pipeline derives it
 from ``(seed, step, row)``, so an augmented batch is reproducible and independent of the
-number of workers. Resizing is bilinear with antialiasing (Pillow), like torchvision on PIL
+number of workers. ``sample_crop`` makes every draw (the crop box in the pixels of
+``crop_source``, then the flip); the cached path (``cache``, ``device_augment``) calls it with
+the same generator, so both paths cut the same boxes. Resizing is bilinear with antialiasing (Pillow), like torchvision on PIL
 images. JPEG bytes are decoded with Pillow's ``draft`` mode at the smallest DCT scale that
 still leaves the shorter side at least as large as the resize target, which is where most of
 the decode time goes.
@@ -36,6 +38,7 @@ from __future__ import annotations
 import io
 import math
 import os
+from typing import NamedTuple
 
 import numpy as np
 from PIL import Image
@@ -210,6 +213,68 @@ def eval_transform(record, *, image_size: int, resize_size: int, channels: int =
   return normalize(image, mean=mean, std=std)
 
 
+class Crop(NamedTuple):
+  """One training example's random parameters: the box ``(left, top, width, height)`` in the
+  pixels of its crop source (``crop_source``; ``'pad_crop'`` boxes may reach ``pad`` pixels
+  outside it, into the zero padding) and whether the crop is flipped horizontally."""
+
+  left: int
+  top: int
+  width: int
+  height: int
+  flip: bool
+
+
+def crop_source(record, *, augmentation: str, image_size: int, resize_size: int,
+                channels: int = 3) -> Image.Image:
+  """The image a training crop is cut from (its size is what ``sample_crop`` draws for).
+
+  * ``'resize_crop'``, ``'none'``: shorter side resized to ``resize_size`` (JPEG draft);
+  * ``'pad_crop'``: shorter side resized to ``image_size``, centre crop ``image_size`` squared;
+  * ``'random_resized_crop'``: the record at full resolution.
+  """
+  if augmentation in ("resize_crop", "none"):
+    image = load_image(record, channels=channels, min_shorter_side=resize_size)
+    return resize_shorter(image, resize_size)
+  if augmentation == "pad_crop":
+    image = load_image(record, channels=channels, min_shorter_side=image_size)
+    return center_crop(resize_shorter(image, image_size), image_size)
+  if augmentation == "random_resized_crop":
+    return load_image(record, channels=channels)
+  raise ValueError(f"Unknown augmentation {augmentation!r}; valid: {', '.join(AUGMENTATIONS)}.")
+
+
+def sample_crop(augmentation: str, rng: np.random.Generator, size: tuple[int, int], *,
+                image_size: int, flip: bool = True, pad: int = 10, scale=(0.08, 1.0),
+                ratio=(3 / 4, 4 / 3)) -> Crop:
+  """Draws an example's crop box and flip from ``rng``, for a crop source of ``size``
+  ``(width, height)``: the only randomness of ``train_transform`` (and of the cached path,
+  which calls it with the same generator, so both cut the same boxes).
+
+  Draws, in order: ``'resize_crop'`` left then top of an ``image_size`` square (uniform);
+  ``'pad_crop'`` the same on the source padded by ``pad`` (the box is returned in the
+  unpadded source's pixels, ``-pad .. pad``); ``'random_resized_crop'``
+  ``random_resized_crop_box``; ``'none'`` nothing (the centre crop, never flipped); then,
+  with ``flip``, one ``rng.random() < 0.5``.
+  """
+  w, h = size
+  s = image_size
+  if augmentation == "none":
+    return Crop(int(round((w - s) / 2.0)), int(round((h - s) / 2.0)), s, s, False)
+  if augmentation == "resize_crop":
+    left, top = int(rng.integers(0, w - s + 1)), int(rng.integers(0, h - s + 1))
+    box = (left, top, s, s)
+  elif augmentation == "pad_crop":
+    left = int(rng.integers(0, w + 2 * pad - s + 1))
+    top = int(rng.integers(0, h + 2 * pad - s + 1))
+    box = (left - pad, top - pad, s, s)
+  elif augmentation == "random_resized_crop":
+    box = random_resized_crop_box(w, h, rng, scale=scale, ratio=ratio)
+  else:
+    raise ValueError(f"Unknown augmentation {augmentation!r}; valid: {', '.join(AUGMENTATIONS)}.")
+  return Crop(*box, bool(flip and rng.random() < 0.5))
+
+
 def train_transform(record, rng: np.random.Generator, *, augmentation: str, image_size: int,
                     resize_size: int, channels: int = 3, mean=IMAGENET_MEAN,
                     std=IMAGENET_STD, flip: bool = True, pad: int = 10,
@@ -241,22 +306,19 @@ def train_transform(record, rng: np.random.Generator, *, augmentation: str, imag
   if augmentation == "none":
     return eval_transform(record, image_size=image_size, resize_size=resize_size,
                           channels=channels, mean=mean, std=std)
-  if augmentation == "resize_crop":
-    image = load_image(record, channels=channels, min_shorter_side=resize_size)
-    image = random_crop(resize_shorter(image, resize_size), image_size, rng)
-  elif augmentation == "random_resized_crop":
-    image = load_image(record, channels=channels)
-    left, top, w, h = random_resized_crop_box(*image.size, rng, scale=scale, ratio=ratio)
-    image = image.resize((image_size, image_size), Image.BILINEAR,
-                         box=(left, top, left + w, top + h))
+  image = crop_source(record, augmentation=augmentation, image_size=image_size,
+                      resize_size=resize_size, channels=channels)
+  crop = sample_crop(augmentation, rng, image.size, image_size=image_size, flip=flip, pad=pad,
+                     scale=scale, ratio=ratio)
+  box = (crop.left, crop.top, crop.left + crop.width, crop.top + crop.height)
+  if augmentation == "random_resized_crop":
+    image = image.resize((image_size, image_size), Image.BILINEAR, box=box)
   elif augmentation == "pad_crop":
-    image = load_image(record, channels=channels, min_shorter_side=image_size)
-    image = center_crop(resize_shorter(image, image_size), image_size)
     padded = Image.new(image.mode, (image_size + 2 * pad, image_size + 2 * pad))
     padded.paste(image, (pad, pad))
-    image = random_crop(padded, image_size, rng)
+    image = padded.crop(tuple(b + pad for b in box))
   else:
-    raise ValueError(f"Unknown augmentation {augmentation!r}; valid: {', '.join(AUGMENTATIONS)}.")
-  if flip and rng.random() < 0.5:
+    image = image.crop(box)
+  if crop.flip:
     image = image.transpose(Image.FLIP_LEFT_RIGHT)
   return normalize(image, mean=mean, std=std)
