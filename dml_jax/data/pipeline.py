@@ -18,6 +18,11 @@ back to steps, so:
 
 In-memory datasets (numpy image arrays, e.g. the embedded digits) skip grain: rows are
 gathered directly and ``augmentation`` must be ``'none'``.
+
+``cached_batches`` is the same sampling and the same per-example generators over a
+``cache.DecodedCache`` (images decoded once): it yields each batch's crop windows and
+parameters (``crop_windows.DeviceInputs``) for ``device_augment.augment`` to finish on the
+device; the crop boxes and flips are the ones ``train_batches`` draws.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from dml_jax.data import augment
+from dml_jax.data import crop_windows
 from dml_jax.data.images import LazyImages
 
 
@@ -181,3 +187,69 @@ def _grain_batches(images, labels, sampler, rows, *, seed, start_step, num_steps
       # (and unlinked) as soon as grain drops the batch, not at interpreter exit.
       images, labels = np.array(images), np.array(labels)
     yield int(steps[0]), images, labels
+
+
+class _CachedBatch:
+  """``step -> {'step', 'windows', 'boxes', 'valid', 'flips', 'label'}`` of this process's
+  rows (``crop_windows.host_inputs``), the crops drawn as ``train_batches`` draws them."""
+
+  def __init__(self, cache, labels: np.ndarray, sampler, *, rows: range, seed: int,
+               flip: bool, pad: int):
+    self.cache, self.labels, self.sampler = cache, labels, sampler
+    self.rows, self.seed, self.flip, self.pad = rows, seed, flip, pad
+
+  def __call__(self, step: int) -> dict:
+    spec, step = self.cache.spec, int(step)
+    idx = self.sampler.batch_indices(step)[self.rows.start:self.rows.stop:self.rows.step]
+    crops = []
+    for row, i in zip(self.rows, idx):
+      h, w = self.cache.source_hw[i]
+      rng = None if spec.augmentation == "none" else example_rng(self.seed, step, row)
+      crops.append(augment.sample_crop(spec.augmentation, rng, (int(w), int(h)),
+                                       image_size=spec.image_size, flip=self.flip,
+                                       pad=self.pad))
+    inputs = crop_windows.host_inputs(
+        self.cache.images, self.cache.source_hw, idx, crops, augmentation=spec.augmentation,
+        image_size=spec.image_size, resize_size=spec.resize_size, channels=spec.channels)
+    return {"step": np.int64(step), **inputs._asdict(), "label": self.labels[idx]}
+
+
+def cached_batches(cache, labels, sampler, *, seed: int, start_step: int, num_steps: int,
+                   rows: slice = slice(None), flip: bool = True, pad: int = 10,
+                   num_threads: int = 2, prefetch: int = 2
+                   ) -> Iterator[tuple[int, crop_windows.DeviceInputs, np.ndarray]]:
+  """Yields ``(step, DeviceInputs of b rows, labels [b] int32)`` for ``step = start_step ..
+  num_steps - 1`` from a ``cache.DecodedCache`` (its ``spec`` names the augmentation).
+
+  Row ``k`` of a step is the example ``train_batches`` would give it, with the crop box and
+  flip drawn from the same ``example_rng(seed, step, row)``; ``device_augment.augment`` turns
+  the inputs into the float batch. ``num_threads`` threads cut up to ``prefetch`` batches
+  ahead (numpy copies: two threads keep up with a GPU).
+
+  Raises:
+    ValueError: rows that select nothing, bad counts, a cache of another length than
+      ``labels``.
+  """
+  if num_threads < 1 or prefetch < 0:
+    raise ValueError(f"num_threads must be >= 1 and prefetch >= 0, got {num_threads}, "
+                     f"{prefetch}.")
+  labels = np.asarray(labels).astype(np.int32)
+  if len(cache) != len(labels):
+    raise ValueError(f"The cache holds {len(cache)} images but there are {len(labels)} "
+                     "labels; build it from the same split.")
+  fn = _CachedBatch(cache, labels, sampler, rows=_rows(rows, sampler.batch_size), seed=seed,
+                    flip=flip, pad=pad)
+  return _cached_iter(fn, start_step=start_step, num_steps=num_steps, num_threads=num_threads,
+                      prefetch=prefetch)
+
+
+def _cached_iter(fn, *, start_step, num_steps, num_threads, prefetch):
+  if num_steps <= start_step:
+    return
+  import grain  # pylint: disable=import-outside-toplevel
+  ds = grain.MapDataset.range(start_step, num_steps).map(fn).to_iter_dataset(
+      grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=max(1, prefetch)))
+  for batch in ds:
+    inputs = crop_windows.DeviceInputs(batch["windows"], batch["boxes"], batch["valid"],
+                                         batch["flips"])
+    yield int(batch["step"]), inputs, batch["label"]

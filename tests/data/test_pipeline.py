@@ -176,3 +176,66 @@ def test_resolve_workers_rejects_other_negative_values():
 def test_lazy_images_view_is_used_by_augment(inshop_train):
   assert isinstance(inshop_train.images, LazyImages)
   assert augment.decode(inshop_train.images.record(0)).shape == (16, 20, 3)
+
+
+# ------------------------------------------------------------------------------------------
+# The cached path: pipeline.cached_batches + device_augment.augment.
+
+
+def cached(split, sampler, augmentation="resize_crop", *, start=0, steps=3, **kwargs):
+  """``[(step, float images, labels)]`` of the cached path, augmented by the device step."""
+  from dml_jax.data import cache, device_augment  # pylint: disable=import-outside-toplevel
+  import jax  # pylint: disable=import-outside-toplevel
+  c = cache.build(split.images, cache.CacheSpec(augmentation, 12, 14))
+  fn = jax.jit(lambda x: device_augment.augment(x, augmentation=augmentation, image_size=12,
+                                                mean=OPTIONS.mean, std=OPTIONS.std))
+  out = []
+  for step, inputs, labels in pipeline.cached_batches(c, split.labels, sampler, seed=3,
+                                                      start_step=start, num_steps=steps,
+                                                      **kwargs):
+    out.append((step, np.asarray(fn(inputs)), labels))
+  return out
+
+
+@pytest.mark.parametrize("augmentation", ["resize_crop", "pad_crop"])
+def test_cached_batches_equal_the_streaming_batches(inshop_train, augmentation):
+  # Same sampler rows, same generators, same crop sources: the same batches (1e-5: float
+  # rounding of the normalisation; one uint8 level is 0.017).
+  sampler = make_sampler(inshop_train)
+  host = batches(inshop_train, sampler, steps=3, augmentation=augmentation)
+  device = cached(inshop_train, sampler, augmentation, steps=3)
+  for (s1, x1, y1), (s2, x2, y2) in zip(host, device, strict=True):
+    assert s1 == s2 and x2.dtype == np.float32 and y2.dtype == np.int32
+    np.testing.assert_allclose(x2, x1, atol=1e-5, rtol=0)
+    np.testing.assert_array_equal(y2, y1)
+
+
+def test_cached_batches_resume_exactly_and_split_rows(inshop_train):
+  sampler = make_sampler(inshop_train)
+  full = cached(inshop_train, sampler, "random_resized_crop", steps=4, num_threads=2)
+  resumed = cached(inshop_train, sampler, "random_resized_crop", start=2, steps=4)
+  assert [s for s, _, _ in resumed] == [2, 3]
+  for (s1, x1, y1), (s2, x2, y2) in zip(full[2:], resumed, strict=True):
+    assert s1 == s2
+    np.testing.assert_array_equal(x1, x2)
+    np.testing.assert_array_equal(y1, y2)
+  halves = [cached(inshop_train, sampler, "random_resized_crop", steps=2, rows=rows)
+            for rows in (slice(0, 4), slice(4, 8))]
+  for step in range(2):
+    for part in (1, 2):
+      np.testing.assert_array_equal(
+          np.concatenate([halves[0][step][part], halves[1][step][part]]), full[step][part])
+
+
+def test_bad_cached_batches_arguments(inshop_train):
+  from dml_jax.data import cache  # pylint: disable=import-outside-toplevel
+  sampler = make_sampler(inshop_train)
+  c = cache.build(inshop_train.images, cache.CacheSpec("resize_crop", 12, 14))
+  run = lambda **kw: pipeline.cached_batches(c, kw.pop("labels", inshop_train.labels), sampler,
+                                             seed=0, start_step=0, num_steps=1, **kw)
+  with pytest.raises(ValueError, match="select no row"):
+    run(rows=slice(8, 8))
+  with pytest.raises(ValueError, match="num_threads must be >= 1"):
+    run(num_threads=0)
+  with pytest.raises(ValueError, match="holds 24 images but there are 3 labels"):
+    run(labels=np.arange(3))
