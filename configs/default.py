@@ -47,6 +47,12 @@ def get_config() -> ml_collections.ConfigDict:
   c.data.num_workers = -1         # grain worker processes (0: threads of the trainer only;
                                   # -1: 0 on the CPU, up to 8 on an accelerator)
   c.data.prefetch = 2             # batches decoded ahead
+  # Decoded-image cache (dml_jax/data/cache.py): 'auto' (decode each training image once into
+  # memory and augment on the device when the cache fits cache_max_gb, else stream), 'memory',
+  # 'mmap' (a memory map in <workdir>/data_cache/, reused by reruns) or 'none' (decode and
+  # augment on the host every epoch). The same crops and flips either way.
+  c.data.cache = "auto"
+  c.data.cache_max_gb = 8.0       # budget of 'auto' (GB of uint8 pixels; CUB at 256 px: 1.5)
   c.data.label_noise = 0.0        # rate p of uniform label noise on the train split (eq. 6)
   c.data.clean_fraction = 1.0     # < 1: the clean 'topline', a random subset of the train split
   c.data.noise_seed = 0           # seed of the label noise / the clean subset (not c.seed)

@@ -38,8 +38,10 @@ from dml_jax import overrides
 from dml_jax import parallel
 from dml_jax import signals
 from dml_jax import similarity as similarity_lib
+from dml_jax import train_input
 from dml_jax import workdir as workdir_lib
 from dml_jax import writers
+from dml_jax.data import cache as cache_lib
 from dml_jax.data import noise as noise_lib
 from dml_jax.data import pipeline
 from dml_jax.evaluation import compute
@@ -73,6 +75,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     raise ValueError(f"config.eval_every_steps must be >= 0, got {config.eval_every_steps}.")
   pipeline.resolve_workers(config.data.num_workers, config.data.num_threads, platform="cpu",
                            cpus=1)   # only checks the value
+  cache_lib.check_mode(config.data.cache, config.data.cache_max_gb)
   if not 1 <= config.data.group_size <= config.batch_size:
     raise ValueError(f"data.group_size={config.data.group_size} must be between 1 and "
                      f"batch_size={config.batch_size} (examples per class in a batch).")
@@ -278,25 +281,15 @@ def _train_step_fn(setup: Setup) -> Callable:
   return train_step
 
 
-def input_workers(config: ml_collections.ConfigDict) -> tuple[int, int]:
-  """``(num_workers, num_threads)``: ``data.num_workers`` resolved for the default backend and
-  the CPUs this process may use (``pipeline.resolve_workers``)."""
-  return pipeline.resolve_workers(config.data.num_workers, config.data.num_threads,
-                                  platform=jax.default_backend(),
-                                  cpus=len(os.sched_getaffinity(0)))
+input_workers = train_input.input_workers
 
 
-def train_batches(setup: Setup, *, start_step: int = 0):
-  """The training loop's batches ``(step, images, labels)`` from ``start_step`` on:
-  ``pipeline.train_batches`` with the config's data options, this process's rows of every
-  global batch and ``data.num_workers`` resolved by :func:`input_workers`."""
-  c, train = setup.config, setup.splits["train"]
-  num_workers, num_threads = input_workers(c)
-  return pipeline.train_batches(
-      train.images, train.labels, setup.sampler, seed=c.seed, start_step=start_step,
-      num_steps=setup.num_train_steps, rows=parallel.process_slice(c.batch_size),
-      augmentation=c.data.augmentation, flip=c.data.flip, pad=c.data.pad,
-      num_threads=num_threads, num_workers=num_workers, prefetch=c.data.prefetch)
+def train_batches(setup: Setup, *, start_step: int = 0, cache=None):
+  """``train_input.train_batches`` of ``setup`` from ``start_step`` on: host float batches, or
+  with a ``cache`` (``train_input.input_cache``) inputs for ``train_input.make_feed``."""
+  return train_input.train_batches(setup.config, setup.splits["train"], setup.sampler,
+                                   start_step=start_step, num_steps=setup.num_train_steps,
+                                   cache=cache)
 
 
 def make_train_step(setup: Setup) -> Callable:
@@ -474,8 +467,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   if workdir_lib.is_main_process():
     print(f"dml_jax: {parallel.describe(setup.mesh, config.batch_size)}; outputs: "
           f"{writers.describe(workdir, writer.backends)}", flush=True)
-    if config.data.name in data_lib.IMAGE_DATASETS:
-      print(f"dml_jax: {pipeline.describe_workers(*input_workers(config))}", flush=True)
+  log = ((lambda line: print(f"dml_jax: {line}", flush=True))
+         if workdir_lib.is_main_process() else None)
+  examples = (setup.num_train_steps - start) * config.batch_size
+  cache = (train_input.input_cache(config, setup.splits["train"].images, workdir=workdir,
+                                   examples=examples, log=log) if examples > 0 else None)
+  if log and cache is not None:
+    log(f"training images: {cache}, augmented on the device (data.cache)")
+  elif log and config.data.name in data_lib.IMAGE_DATASETS:
+    log(pipeline.describe_workers(*input_workers(config)))
   # Every process computes the histograms (a collective program); process 0 writes them.
   batch_similarity = (make_batch_similarity_fn(setup) if writers.config_backends(config)
                       else None)
@@ -483,7 +483,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   key_fn = make_step_key_fn(config.seed)
   embed_fn = make_embed_fn(setup)
   total = setup.num_train_steps
-  batches = train_batches(setup, start_step=start)
+  batches = train_batches(setup, start_step=start, cache=cache)
+  feed = train_input.make_feed(config, setup.mesh, cache)
   bar = tqdm.tqdm(total=total, initial=start, unit="step", dynamic_ncols=True,
                   mininterval=0.5, disable=not (show_progress and workdir_lib.is_main_process()))
   window_t, window_n = time.perf_counter(), 0
@@ -503,10 +504,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
           "hyper-parameters.")
 
   try:
-    for batch_step, local_images, local_labels in batches:
+    for batch_step, local_inputs, local_labels in batches:
       step = batch_step + 1
-      images, labels = parallel.global_batch(setup.mesh, local_images, local_labels,
-                                             batch_size=config.batch_size)
+      images, labels = feed(local_inputs, local_labels)
       state, halted, history[step] = train_step(state, halted, images, labels, key_fn(step))
       window_n += config.batch_size
       bar.update(1)

@@ -6,7 +6,9 @@
   never before: a rerun that stops leaves the workdir byte-identical);
 * ``run.json``: facts resolved at start (``num_train_steps`` from ``num_epochs``);
 * ``metrics.jsonl``: a JSON row per log step and per evaluation;
-* ``checkpoints/<step>``, ``eval_step_<N>.json``, PNGs, ``train_labels.*`` (label noise).
+* ``checkpoints/<step>``, ``eval_step_<N>.json``, PNGs, ``train_labels.*`` (label noise);
+* ``data_cache/``: the memory-mapped decoded-image cache (``data.cache='mmap'``), reused by a
+  rerun and kept by ``--overwrite`` (it is checked against its records' fingerprint).
 
 A rerun on an existing workdir resumes it. It may change only the keys of
 :data:`RESUMABLE_KEYS` (extending a run, logging, evaluation, where the data is read from);
@@ -66,17 +68,22 @@ ADDED_CONFIG_KEYS = {
     "log.wandb": False,
     "log.wandb_project": "dml_jax",
     "keep_host_memory": False,
+    "data.cache": "none",
+    "data.cache_max_gb": 8.0,
 }
 
 # Dotted keys (a trailing '.' means the whole block) that a rerun may change on a workdir
 # with checkpoints: they extend the run, or change logging (``log.``), evaluation, the number
 # of devices (1 and N devices compute the same steps), where the same data files are read from
-# or how host memory is kept (``keep_host_memory``).
+# or how host memory is kept (``keep_host_memory``), or whether images come from the
+# decoded-image cache (``data.cache``, ``data.cache_max_gb``: the same crops and flips; equal
+# pixels for the crop augmentations, within a few levels for random_resized_crop).
 RESUMABLE_KEYS = (
     "num_train_steps", "num_epochs", "log_every_steps", "checkpoint_every_steps",
     "eval_every_steps", "scatter_every_steps", "max_checkpoints_to_keep", "num_devices",
     "eval.", "data.num_threads", "data.num_workers", "data.prefetch",
     "data.options.data_dir", "data.options.root", "log.", "keep_host_memory",
+    "data.cache", "data.cache_max_gb",
 )
 
 # What train.py writes into a workdir (removed by ``--overwrite``, nothing else is).
@@ -84,6 +91,14 @@ OUTPUTS = ("checkpoints", CONFIG_FILE, RUN_INFO_FILE, METRICS_FILE, "eval_step_*
            "eval_all_steps.json", "eval_all_steps.png", "train_labels.npz",
            "train_labels.json", "*_step_*.png", "tensorboard", "wandb_run_id.txt",
            "embeddings_step_*.npz")
+
+
+DATA_CACHE_DIR = "data_cache"
+
+
+def data_cache_dir(workdir: str) -> str:
+  """The folder of ``workdir``'s memory-mapped data caches."""
+  return os.path.join(workdir, DATA_CACHE_DIR)
 
 
 class WorkdirConflictError(ValueError):
