@@ -19,6 +19,10 @@ steps (compilation):
 * ``real``: ``pipeline.train_batches`` (n-per-class sampling, JPEG decoding, the config's
   augmentation, prefetching threads) -> ``parallel.global_batch`` -> the step, ``--steps``
   steps, ended by fetching the guard flag (as the loop does at a log step);
+* ``cached``: the decoded-image cache (``data.cache``): the training images decoded once in
+  memory (``cache_build_s``, ``cache_gb``), then ``pipeline.cached_batches`` (the same crop
+  boxes and flips, cut from the cache on the host) -> the jitted device augmentation
+  (``train_input.make_feed``) -> the step, ``--warmup`` + ``--steps`` steps;
 * ``synthetic``: the same step on one batch already on the devices, ``--steps`` steps: the
   compute alone;
 * ``input only``: ``--steps`` batches of a freshly started pipeline with no step, timed from
@@ -27,7 +31,8 @@ steps (compilation):
 
 Images/s = steps x global batch / seconds. If ``real`` is well below ``synthetic`` while
 ``input only`` is near ``real``, the input pipeline limits (raise ``data.num_threads`` /
-``data.num_workers``); if ``real`` ≈ ``synthetic``, the devices do. Prints a markdown table,
+``data.num_workers``, or use the cache: ``cached``); if ``real`` ≈ ``synthetic``, the devices
+do. Prints a markdown table,
 writes JSON (``--out``).
 """
 
@@ -49,9 +54,11 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from dml_jax import parallel  # noqa: E402
+from dml_jax import train_input  # noqa: E402
 from dml_jax import training  # noqa: E402
+from dml_jax.data import cache as cache_lib  # noqa: E402
 
-INPUTS = ("real", "synthetic", "input_only")
+INPUTS = ("real", "cached", "synthetic", "input_only")
 
 
 def write_jpegs(root: str, *, num_classes: int, per_class: int, size: tuple[int, int],
@@ -130,6 +137,28 @@ def measure(config, *, inputs: list[str], steps: int, warmup: int) -> dict:
       raise FloatingPointError("the loss became non-finite")
     out["real"] = steps * b / (time.perf_counter() - t0)
     out["loss"] = float(jax.device_get(metrics["loss"]))
+  if "cached" in inputs:
+    t0 = time.perf_counter()
+    cache = cache_lib.build(setup.splits["train"].images, train_input.cache_spec(config.data),
+                            num_threads=threads)
+    out["cache_build_s"], out["cache_gb"] = time.perf_counter() - t0, cache.nbytes / 1e9
+    feed = train_input.make_feed(config, setup.mesh, cache)
+    cached = training.train_batches(setup, start_step=warmup + steps, cache=cache)
+
+    def cached_steps(n, state, halted):
+      for _ in range(n):
+        s, x, y = next(cached)
+        images, labels = feed(x, y)
+        state, halted, metrics = step_fn(state, halted, images, labels, key_fn(s + 1))
+      return state, halted, metrics
+
+    state, halted, metrics = cached_steps(warmup, state, halted)   # compiles the augmentation
+    jax.block_until_ready((state, metrics))
+    t0 = time.perf_counter()
+    state, halted, metrics = cached_steps(steps, state, halted)
+    if int(jax.device_get(halted)):
+      raise FloatingPointError("the loss became non-finite")
+    out["cached"] = steps * b / (time.perf_counter() - t0)
   if "synthetic" in inputs:
     keys = [key_fn(i + 1) for i in range(steps)]
     jax.block_until_ready((images, labels, keys))
@@ -200,9 +229,9 @@ def main(argv: list[str] | None = None) -> int:
       print(json.dumps(r), flush=True)
   device = str(jax.devices()[0].device_kind)
   print(f"\n{jax.device_count()} × {device} ({jax.default_backend()})")
-  print("| model | px | dtype | global batch | real input (img/s) | synthetic (img/s) | "
-        "input only (img/s) | warm-up incl. compile (s) |")
-  print("|---|---|---|---|---|---|---|---|")
+  print("| model | px | dtype | global batch | real input (img/s) | cached input (img/s) | "
+        "synthetic (img/s) | input only (img/s) | warm-up incl. compile (s) |")
+  print("|---|---|---|---|---|---|---|---|---|")
   for r in rows:
     cells = [f"{r[k]:,.1f}" if k in r else "—" for k in INPUTS]
     print(f"| {r['model']} | {r['image_size']} | {r['dtype']} | {r['batch_size']} | "
