@@ -105,7 +105,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.batch_size = 512
   c.eval.metrics = ("retrieval", "clustering")   # + 'spectral_decay' adds rho (Roth et al.)
   c.eval.overcluster = 0          # > 0 adds NMI+ with k = overcluster * classes
-  c.eval.kmeans_n_init = 10       # KMeans restarts of NMI / NMI+ (seeded with c.seed)
+  c.eval.kmeans_n_init = 10       # k-means restarts of NMI / NMI+ (seeded with c.seed)
+  c.eval.kmeans = "jax"           # 'jax' (on the device) | 'sklearn' (its KMeans, as before)
   c.eval.rho_skip = 0             # largest singular values left out of rho
   c.eval.plot = True              # PNG scatter of the test embedding (PCA when D > 2)
   c.eval.retrieval_grid = 0       # > 0: PNG of this many queries of the first protocol and

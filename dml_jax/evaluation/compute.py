@@ -62,7 +62,8 @@ def evaluate_splits(embed_fn: Callable, splits: Mapping, *, protocols: tuple[str
                     plot_dir: str | None = None, step: int = 0,
                     metrics_groups: Sequence[str] = protocols_lib.DEFAULT_METRICS,
                     rho_skip: int = 0,
-                    kmeans_n_init: int = metrics.KMEANS_N_INIT, dataset: str | None = None,
+                    kmeans_n_init: int = metrics.KMEANS_N_INIT, kmeans: str = "jax",
+                    dataset: str | None = None,
                     show_progress: bool = False,
                     embedding_cache: dict | None = None) -> dict[str, dict[str, float]]:
   """Retrieval, clustering and spectral metrics for each protocol.
@@ -84,7 +85,9 @@ def evaluate_splits(embed_fn: Callable, splits: Mapping, *, protocols: tuple[str
     step: the checkpoint step (names the plot).
     metrics_groups: any of ``METRIC_GROUPS``; default ``('retrieval', 'clustering')``.
     rho_skip: largest singular values left out of ``rho`` (``metrics.spectral_decay``).
-    kmeans_n_init: KMeans restarts of NMI / NMI+ (default 10).
+    kmeans_n_init: k-means restarts of NMI / NMI+ (default 10).
+    kmeans: the k-means of NMI / NMI+, ``'jax'`` (default) or ``'sklearn'``
+      (``metrics.clustering_metrics``).
     dataset: the dataset name for ``ks=()``; ``None`` takes it from the split names
       (``'<dataset>:<split>'``).
     show_progress: progress bars for the embedding and the neighbour search.
@@ -128,7 +131,7 @@ def evaluate_splits(embed_fn: Callable, splits: Mapping, *, protocols: tuple[str
       if "clustering" in groups:
         row.update(metrics.clustering_metrics(
             geometry, labels, overcluster=_feasible_overcluster(overcluster, labels),
-            seed=seed, n_init=kmeans_n_init))
+            seed=seed, n_init=kmeans_n_init, kmeans=kmeans, show_progress=show_progress))
       if "spectral_decay" in groups:
         row["rho"] = metrics.spectral_decay(geometry, skip_largest=rho_skip)
     except ValueError as e:

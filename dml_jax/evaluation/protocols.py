@@ -188,6 +188,7 @@ EVAL_DEFAULTS = {
     "metrics": DEFAULT_METRICS,
     "rho_skip": 0,
     "kmeans_n_init": 10,
+    "kmeans": "jax",
 }
 
 
@@ -205,7 +206,8 @@ def eval_options(config: ml_collections.ConfigDict) -> dict:
       protocols=tuple(cfg.splits), ks=tuple(cfg.ks), similarity=cfg.similarity,
       batch_size=cfg.batch_size, overcluster=cfg.overcluster or None, seed=config.seed,
       metrics_groups=tuple(get("metrics")), rho_skip=int(get("rho_skip")),
-      kmeans_n_init=int(get("kmeans_n_init")), dataset=config.data.name)
+      kmeans_n_init=int(get("kmeans_n_init")), kmeans=str(get("kmeans")),
+      dataset=config.data.name)
 
 
 def validate_eval_config(config: ml_collections.ConfigDict, splits: dict) -> None:
@@ -217,6 +219,9 @@ def validate_eval_config(config: ml_collections.ConfigDict, splits: dict) -> Non
   groups = check_metrics(options["metrics_groups"])
   if not options["ks"] and "retrieval" in groups:
     default_ks(options["dataset"])
+  if options["kmeans"] not in ("jax", "sklearn"):
+    raise ValueError(f"eval.kmeans={options['kmeans']!r}: allowed: 'jax' (k-means on the "
+                     "device) or 'sklearn' (scikit-learn's KMeans).")
   if config.eval.get("retrieval_grid", 0):
     check_retrieval_grid(options["protocols"][0], splits,
                          num_queries=int(config.eval.retrieval_grid),

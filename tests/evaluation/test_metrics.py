@@ -283,12 +283,12 @@ def test_nmi_equals_sklearn_on_the_same_assignment(seed):
   assert evaluation.nmi(np.zeros(4, int), np.array([0, 1, 0, 1])) == 0.0
 
 
-def test_clustering_nmi_is_sklearn_nmi_of_the_seeded_kmeans():
+def test_clustering_nmi_with_kmeans_sklearn_is_sklearn_nmi_of_the_seeded_kmeans():
   from sklearn import cluster as sk_cluster  # pylint: disable=import-outside-toplevel
   from sklearn import metrics as sk_metrics  # pylint: disable=import-outside-toplevel
   rng = np.random.default_rng(1)
   x, y = rng.normal(size=(90, 3)), rng.integers(0, 4, size=90)
-  got = evaluation.clustering_metrics(x, y, overcluster=2, seed=3, n_init=4)
+  got = evaluation.clustering_metrics(x, y, overcluster=2, seed=3, n_init=4, kmeans="sklearn")
   for key, k in (("nmi", 4), ("nmi+", 8)):
     assignment = sk_cluster.KMeans(n_clusters=k, n_init=4, random_state=3).fit_predict(x)
     np.testing.assert_allclose(got[key], sk_metrics.normalized_mutual_info_score(y, assignment),

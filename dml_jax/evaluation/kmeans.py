@@ -1,0 +1,255 @@
+"""k-means in JAX, on the default device: k-means++ seeding, Lloyd iterations, restarts.
+
+``kmeans(x, n_clusters=k, seed=s, n_init=r)`` minimises the inertia
+``sum_i min_j |x_i - c_j|^2`` of ``x [N, D]`` (Euclidean; pass L2-normalised embeddings for
+the cosine geometry) and returns the assignment of the restart of lowest inertia.
+
+* **Seeding: greedy k-means++** (Arthur & Vassilvitskii; the greedy form is scikit-learn's),
+  drawn in rounds. The first centre is a uniformly random point. Every later one is the best of
+  ``L = 2 + floor(ln k)`` candidates drawn with probability proportional to ``D(x)^2``, the
+  squared distance to the nearest centre chosen so far: the candidate of lowest potential
+  ``sum_i min(D(x_i)^2, |x_i - c|^2)``. A round draws the candidates of ``b`` centres at once
+  (``b L`` points without replacement, proportional to ``D^2`` before the round: Gumbel
+  top-``bL``), takes the best of each group of ``L`` and updates ``D^2``; every step is a
+  blocked ``[rows, bL]`` product. With ``b = 1`` this is greedy k-means++ itself;
+  ``b = ceil((k - 1) / seeding_rounds)`` (default 256 rounds) keeps the seeding a few hundred
+  matrix products at large ``k`` (SOP: 11,316 clusters) instead of ``k`` passes over the data,
+  and is exact up to 257 clusters. ``greedy=False`` draws one candidate (plain k-means++).
+  (faiss, which pytorch-metric-learning's NMI uses, seeds with random points instead.)
+* **Lloyd iterations**: assign every point to its nearest centre, move each centre to the
+  mean of its points; a centre left without points moves to the point farthest from its own
+  centre (the farthest first), as scikit-learn does. Stops when the centres move by at most
+  ``tol`` times the mean per-dimension variance of ``x`` in squared distance (scikit-learn's
+  rule), when no assignment changes, or after ``max_iter`` iterations; the assignment returned
+  is the one of the final centres.
+* **The assignment step** is the evaluation's blocked similarity: row blocks of ``x`` against
+  all centres, ``S = 2 <x, c> - |c|^2`` (higher = closer, ``|x - c|^2 = |x|^2 - S``), a float32
+  product at full precision on every platform (``similarity.inner_products``), so a GPU assigns
+  as the CPU does. Memory: ``x`` and the centres on the device plus one ``[rows, k]`` tile
+  (``memory_bytes``, default 256 MiB).
+
+Restarts draw their seeds from ``seed`` (``jax.random``), so the result is a deterministic
+function of ``(x, k, seed, n_init)`` on a platform; it is not scikit-learn's random stream, so
+the clusterings (and NMI) differ from scikit-learn's by the spread of k-means itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tqdm
+
+from dml_jax import similarity
+
+DEFAULT_MEMORY_BYTES = 256 * 2 ** 20
+SEEDING_ROUNDS = 256
+MAX_ITER = 100
+TOL = 1e-4
+
+
+@dataclasses.dataclass(frozen=True)
+class KMeansResult:
+  """The restart of lowest inertia.
+
+  Attributes:
+    assignment: int32 ``[N]``, cluster ids in ``[0, k)``.
+    centres: float32 ``[k, D]``.
+    inertia: ``sum_i |x_i - c_{a_i}|^2``.
+    iterations: Lloyd iterations of that restart.
+    inertias: the final inertia of every restart.
+  """
+  assignment: np.ndarray
+  centres: np.ndarray
+  inertia: float
+  iterations: int
+  inertias: tuple[float, ...]
+
+
+def block_rows(num_points: int, num_clusters: int, memory_bytes: int) -> int:
+  """Rows per assignment tile: ``[rows, k]`` float32 tiles (with their temporaries) within
+  ``memory_bytes``, at least 8, at most ``N``."""
+  rows = memory_bytes // (4 * 4 * max(num_clusters, 1))
+  return int(max(8, min(num_points, rows)))
+
+
+def _blocks(x: jax.Array, rows: int) -> tuple[jax.Array, jax.Array]:
+  """``x [N, D]`` zero-padded to ``[nb, rows, D]`` and the validity mask ``[nb, rows]``."""
+  n = x.shape[0]
+  nb = -(-n // rows)
+  pad = nb * rows - n
+  xb = jnp.pad(x, ((0, pad), (0, 0))).reshape(nb, rows, x.shape[1])
+  valid = (jnp.arange(nb * rows) < n).reshape(nb, rows)
+  return xb, valid
+
+
+@functools.partial(jax.jit, static_argnames=("rows",))
+def assign(x: jax.Array, centres: jax.Array, *, rows: int) -> tuple[jax.Array, jax.Array]:
+  """Nearest centre of every point, by row blocks.
+
+  Args:
+    x: float32 ``[N, D]``.
+    centres: float32 ``[k, D]``.
+    rows: rows per block (:func:`block_rows`).
+
+  Returns:
+    ``(assignment int32 [N], squared distance float32 [N])``; ties go to the lower centre id.
+  """
+  n = x.shape[0]
+  cc = jnp.sum(jnp.square(centres), axis=1)
+  xb, _ = _blocks(x, rows)
+
+  def block(xr):
+    s = 2.0 * similarity.inner_products(xr, centres) - cc[None, :]      # [rows, k]
+    a = jnp.argmax(s, axis=1).astype(jnp.int32)
+    best = jnp.take_along_axis(s, a[:, None], axis=1)[:, 0]
+    return a, jnp.maximum(jnp.sum(jnp.square(xr), axis=1) - best, 0.0)
+
+  a, d2 = jax.lax.map(block, xb)
+  return a.reshape(-1)[:n], d2.reshape(-1)[:n]
+
+
+def local_trials(k: int) -> int:
+  """Candidates per centre of greedy k-means++: ``2 + floor(ln k)`` (scikit-learn's)."""
+  return 2 + int(math.log(k))
+
+
+@functools.partial(jax.jit, static_argnames=("k", "per_round", "trials", "rows"))
+def seed_centres(x: jax.Array, key: jax.Array, *, k: int, per_round: int, trials: int,
+                 rows: int) -> jax.Array:
+  """Greedy k-means++ centres ``[k, D]`` drawn in rounds of ``per_round`` (module docstring):
+  each centre is the best of ``trials`` candidates, in row blocks of ``rows``."""
+  n, d = x.shape
+  rounds = -(-(k - 1) // per_round)
+  first_key, key = jax.random.split(key)
+  first = x[jax.random.randint(first_key, (), 0, n)]
+  xx = jnp.sum(jnp.square(x), axis=1)
+  d2 = jnp.maximum(xx - 2.0 * similarity.inner_products(x, first[None])[:, 0]
+                   + jnp.sum(jnp.square(first)), 0.0)
+  chosen = jnp.zeros((1 + rounds * per_round, d), x.dtype).at[0].set(first)
+  xb, valid = _blocks(x, rows)
+  xxb = _blocks(xx[:, None], rows)[0][..., 0]
+
+  def distances(xr, xxr, c):                     # [rows, D], [rows], [m, D] -> [rows, m]
+    dist = xxr[:, None] - 2.0 * similarity.inner_products(xr, c) + jnp.sum(
+        jnp.square(c), axis=1)[None, :]
+    return jnp.maximum(dist, 0.0)
+
+  def one_round(r, carry):
+    chosen, d2 = carry
+    gumbel = jax.random.gumbel(jax.random.fold_in(key, r), (n,))
+    logits = jnp.where(d2 > 0, jnp.log(jnp.maximum(d2, 1e-30)), -jnp.inf) + gumbel
+    _, idx = jax.lax.top_k(logits, min(per_round * trials, n))
+    idx = jnp.resize(idx, (per_round * trials,))  # (only when N < per_round * trials)
+    candidates = x[idx]                                                     # [b * L, D]
+    d2b = _blocks(d2[:, None], rows)[0][..., 0]
+    # the potential sum_i min(D_i^2, |x_i - c|^2) of every candidate, by row blocks
+    potential = jnp.sum(jax.lax.map(
+        lambda a: jnp.sum(jnp.where(a[2][:, None], jnp.minimum(
+            a[3][:, None], distances(a[0], a[1], candidates)), 0.0), axis=0),
+        (xb, xxb, valid, d2b)), axis=0)
+    best = jnp.argmin(potential.reshape(per_round, trials), axis=1)
+    new = candidates.reshape(per_round, trials, d)[jnp.arange(per_round), best]   # [b, D]
+    chosen = jax.lax.dynamic_update_slice(chosen, new, (1 + r * per_round, 0))
+    d2 = jnp.minimum(d2, jnp.min(distances(x, xx, new), axis=1))
+    return chosen, d2
+
+  chosen, _ = jax.lax.fori_loop(0, rounds, one_round, (chosen, d2))
+  return chosen[:k]
+
+
+@functools.partial(jax.jit, static_argnames=("k",))
+def update_centres(x: jax.Array, assignment: jax.Array, d2: jax.Array, centres: jax.Array, *,
+                   k: int) -> jax.Array:
+  """The means of the clusters ``[k, D]``; an empty cluster takes the point farthest from its
+  centre (the i-th empty cluster the i-th farthest point)."""
+  sums = jax.ops.segment_sum(x, assignment, num_segments=k)
+  counts = jax.ops.segment_sum(jnp.ones_like(d2), assignment, num_segments=k)
+  means = sums / jnp.maximum(counts, 1.0)[:, None]
+  empty = counts == 0
+  rank = jnp.cumsum(empty) - 1
+  far = jnp.argsort(-d2)[:k]
+  moved = x[far[jnp.clip(rank, 0, far.shape[0] - 1)]]
+  return jnp.where(empty[:, None], moved, means).astype(x.dtype)
+
+
+def _check(x, n_clusters, n_init, max_iter, tol, seeding_rounds) -> np.ndarray:
+  x = np.asarray(x)
+  if x.ndim != 2 or x.shape[0] < 1 or not np.issubdtype(x.dtype, np.number):
+    raise ValueError(f"x must be a numeric [N, D] array with N >= 1, got shape {x.shape}.")
+  x = x.astype(np.float32)
+  if not np.all(np.isfinite(x)):
+    raise ValueError(f"x has non-finite rows: {np.flatnonzero(~np.isfinite(x).all(1))[:5]}.")
+  for name, value, low in (("n_clusters", n_clusters, 1), ("n_init", n_init, 1),
+                           ("max_iter", max_iter, 1), ("seeding_rounds", seeding_rounds, 1)):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+      raise ValueError(f"{name} must be an integer >= {low}, got {value!r}.")
+  if n_clusters > x.shape[0]:
+    raise ValueError(f"n_clusters={n_clusters} exceeds the {x.shape[0]} points.")
+  if not (isinstance(tol, (int, float)) and tol >= 0):
+    raise ValueError(f"tol must be a number >= 0, got {tol!r}.")
+  return x
+
+
+def kmeans(x, *, n_clusters: int, seed: int = 0, n_init: int = 1, max_iter: int = MAX_ITER,
+           tol: float = TOL, seeding_rounds: int = SEEDING_ROUNDS, greedy: bool = True,
+           memory_bytes: int = DEFAULT_MEMORY_BYTES,
+           show_progress: bool = False) -> KMeansResult:
+  """k-means of ``x`` (module docstring), the best of ``n_init`` restarts.
+
+  Args:
+    x: float ``[N, D]`` (numpy or JAX).
+    n_clusters: ``k`` in ``[1, N]``.
+    seed: the restarts' random seed.
+    n_init: restarts (the lowest inertia is kept).
+    max_iter: Lloyd iterations at most per restart.
+    tol: convergence: centre shift ``<= tol * mean(var(x, axis=0))`` (squared, summed).
+    seeding_rounds: k-means++ rounds (``k - 1`` centres drawn in this many rounds at most).
+    greedy: each centre the best of ``2 + ln k`` candidates (else plain k-means++).
+    memory_bytes: budget of one assignment tile ``[rows, k]``.
+    show_progress: a progress line per restart (iterations, inertia).
+
+  Returns:
+    :class:`KMeansResult`.
+  """
+  x = _check(x, n_clusters, n_init, max_iter, tol, seeding_rounds)
+  n, k = x.shape[0], int(n_clusters)
+  rows = block_rows(n, k, memory_bytes)
+  per_round = max(1, math.ceil((k - 1) / seeding_rounds))
+  trials = local_trials(k) if greedy else 1
+  seed_rows = block_rows(n, per_round * trials, memory_bytes)
+  threshold = float(tol) * float(np.mean(np.var(x, axis=0, dtype=np.float64)))
+  xd = jnp.asarray(x)
+  best = None
+  inertias = []
+  for restart, key in enumerate(jax.random.split(jax.random.key(seed), n_init)):
+    centres = seed_centres(xd, key, k=k, per_round=per_round, trials=trials,
+                           rows=seed_rows)
+    a, d2 = assign(xd, centres, rows=rows)
+    bar = tqdm.tqdm(total=max_iter, desc=f"k-means k={k} restart {restart + 1}/{n_init}",
+                    unit="it", leave=False, disable=not show_progress, dynamic_ncols=True,
+                    mininterval=1.0)
+    iterations = 0
+    for iterations in range(1, max_iter + 1):
+      new = update_centres(xd, a, d2, centres, k=k)
+      shift = float(jnp.sum(jnp.square(new - centres)))
+      centres = new
+      new_a, d2 = assign(xd, centres, rows=rows)
+      changed = bool(jnp.any(new_a != a))
+      a = new_a
+      bar.update(1)
+      bar.set_postfix(inertia=f"{float(jnp.sum(d2)):.4g}")
+      if shift <= threshold or not changed:
+        break
+    bar.close()
+    inertia = float(jnp.sum(d2.astype(jnp.float64) if jax.config.jax_enable_x64 else d2))
+    inertias.append(inertia)
+    if best is None or inertia < best[2]:
+      best = (a, centres, inertia, iterations)
+  a, centres, inertia, iterations = best
+  return KMeansResult(assignment=np.asarray(a), centres=np.asarray(centres), inertia=inertia,
+                      iterations=iterations, inertias=tuple(inertias))

@@ -1,0 +1,132 @@
+"""k-means in JAX (``evaluation.kmeans``) against scikit-learn's KMeans and numpy loops."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from sklearn import cluster as sk_cluster
+from sklearn import datasets as sk_datasets
+from sklearn import metrics as sk_metrics
+
+from dml_jax import evaluation
+from dml_jax.evaluation import kmeans
+
+
+def unit_gaussian(seed, n, d):
+  x = np.random.default_rng(seed).normal(size=(n, d)).astype(np.float32)
+  return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_separable_data_gives_sklearns_partition(seed):
+  x, y = sk_datasets.make_blobs(n_samples=600, centers=9, n_features=8, cluster_std=0.4,
+                                random_state=seed)
+  got = kmeans.kmeans(x, n_clusters=9, seed=seed, n_init=2)
+  want = sk_cluster.KMeans(9, n_init=2, random_state=seed).fit(x)
+  assert sk_metrics.adjusted_rand_score(want.labels_, got.assignment) == 1.0
+  assert sk_metrics.adjusted_rand_score(y, got.assignment) == 1.0
+  np.testing.assert_allclose(got.inertia, want.inertia_, rtol=1e-5)
+
+
+@pytest.mark.parametrize("n,d,k,n_init", [
+    (1200, 16, 40, 3),      # exact k-means++ (one centre a round)
+    (2000, 32, 400, 2),     # two centres a round (k - 1 > 256 rounds), 5 points a cluster
+])
+def test_hard_data_inertia_within_one_percent_of_sklearn(n, d, k, n_init):
+  x = unit_gaussian(n + k, n, d)   # no structure: the partition depends on the seeding
+  got = kmeans.kmeans(x, n_clusters=k, seed=0, n_init=n_init)
+  want = sk_cluster.KMeans(k, n_init=n_init, random_state=0).fit(x)
+  assert got.inertia <= 1.01 * want.inertia_, (got.inertia, want.inertia_)
+  assert len(got.inertias) == n_init and got.inertia == min(got.inertias)
+  # the inertia is that of the returned assignment and centres
+  np.testing.assert_allclose(
+      got.inertia, np.sum((x - got.centres[got.assignment]) ** 2), rtol=1e-4)
+  # and every point sits with its nearest centre (the final assignment step)
+  d2 = ((x[:, None, :] - got.centres[None]) ** 2).sum(-1)
+  np.testing.assert_array_equal(got.assignment, np.argmin(d2, axis=1))
+
+
+def test_assign_is_the_nearest_centre_with_ties_to_the_lower_id():
+  rng = np.random.default_rng(3)
+  x = rng.integers(-2, 3, size=(37, 3)).astype(np.float32)   # integer points: exact ties
+  centres = np.array([[0, 0, 0], [1, 0, 0], [0, 0, 0], [-1, 1, 0]], np.float32)
+  a, d2 = kmeans.assign(jnp.asarray(x), jnp.asarray(centres), rows=8)
+  for i in range(len(x)):   # a loop oracle
+    dist = [float(((x[i] - c) ** 2).sum()) for c in centres]
+    assert int(a[i]) == dist.index(min(dist)) and float(d2[i]) == min(dist)
+
+
+def test_empty_clusters_take_the_farthest_points_in_order():
+  x = jnp.asarray([[0.0], [1.0], [10.0], [20.0]])
+  assignment = jnp.asarray([0, 0, 0, 0], jnp.int32)
+  d2 = jnp.asarray([0.0, 1.0, 100.0, 400.0])
+  centres = jnp.zeros((3, 1))
+  new = kmeans.update_centres(x, assignment, d2, centres, k=3)
+  np.testing.assert_allclose(np.asarray(new), [[31 / 4], [20.0], [10.0]])
+
+
+def test_fewer_distinct_points_than_clusters():
+  x = np.repeat(np.eye(3, dtype=np.float32), 4, axis=0)
+  got = kmeans.kmeans(x, n_clusters=5, seed=0)
+  assert got.inertia == 0.0 and got.assignment.max() < 5
+  assert len(np.unique(got.assignment)) == 3
+
+
+def test_seeded_and_deterministic():
+  x = unit_gaussian(5, 300, 6)
+  a = kmeans.kmeans(x, n_clusters=12, seed=7, n_init=2)
+  b = kmeans.kmeans(x, n_clusters=12, seed=7, n_init=2)
+  np.testing.assert_array_equal(a.assignment, b.assignment)
+  assert a.inertias == b.inertias
+  assert kmeans.kmeans(x, n_clusters=12, seed=8, n_init=2).inertias != a.inertias
+
+
+def test_greedy_seeding_beats_plain_kmeans_plus_plus_on_hard_data():
+  # Greedy k-means++ is what brings the inertia to scikit-learn's (whose seeding it is).
+  x = unit_gaussian(4, 1500, 24)
+  greedy = kmeans.kmeans(x, n_clusters=300, seed=0, n_init=2)
+  plain = kmeans.kmeans(x, n_clusters=300, seed=0, n_init=2, greedy=False)
+  assert greedy.inertia < 0.99 * plain.inertia
+
+
+def test_seeding_draws_distinct_data_points_in_rounds():
+  x = unit_gaussian(2, 500, 4)
+  for per_round, trials in ((1, 1), (1, 5), (7, 1), (7, 5)):
+    c = np.asarray(kmeans.seed_centres(jnp.asarray(x), kmeans.jax.random.key(0), k=50,
+                                       per_round=per_round, trials=trials, rows=64))
+    rows = [np.flatnonzero((x == ci).all(1)) for ci in c]
+    assert all(len(r) == 1 for r in rows)          # every centre is a data point
+    assert len({int(r[0]) for r in rows}) == 50    # never the same one twice
+
+
+def test_block_rows_bounds_the_tile():
+  assert kmeans.block_rows(60502, 11316, 256 * 2 ** 20) == 256 * 2 ** 20 // (16 * 11316)
+  assert kmeans.block_rows(100, 3, 2 ** 30) == 100
+  assert kmeans.block_rows(10 ** 6, 10 ** 7, 1) == 8
+
+
+def test_nmi_of_the_jax_kmeans_is_sklearns_nmi_of_its_assignment():
+  x, _ = sk_datasets.make_blobs(n_samples=400, centers=6, n_features=5, cluster_std=2.5,
+                                random_state=2)
+  y = np.random.default_rng(0).integers(0, 6, size=400)
+  got = evaluation.clustering_metrics(x, y, overcluster=2, seed=3, n_init=2)
+  for key, k in (("nmi", 6), ("nmi+", 12)):
+    a = kmeans.kmeans(x, n_clusters=k, seed=3, n_init=2).assignment
+    np.testing.assert_allclose(got[key], sk_metrics.normalized_mutual_info_score(y, a),
+                               rtol=1e-10)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(n_clusters=11), "n_clusters=11 exceeds the 10 points"),
+    (dict(n_clusters=0), "n_clusters must be an integer >= 1, got 0"),
+    (dict(n_clusters=2, n_init=0), "n_init must be an integer >= 1"),
+    (dict(n_clusters=2, max_iter=True), "max_iter must be an integer"),
+    (dict(n_clusters=2, tol=-1.0), "tol must be a number >= 0"),
+])
+def test_bad_arguments_raise_one_clear_error(kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    kmeans.kmeans(np.zeros((10, 2)), **kwargs)
+
+
+def test_bad_implementation_name():
+  with pytest.raises(ValueError, match="kmeans must be one of jax, sklearn, got 'faiss'"):
+    evaluation.clustering_metrics(np.zeros((4, 2)), np.arange(4), kmeans="faiss")
