@@ -69,7 +69,7 @@ PY
   ;;
 tests)
   t0=$(date +%s)
-  timeout 420 python3 -m pytest -q -n ${TEST_WORKERS:-8} -p no:cacheprovider \
+  timeout -s INT -k 30 ${TESTS_TIMEOUT:-420} python3 -m pytest -q -n ${TEST_WORKERS:-8} -p no:cacheprovider \
     --junitxml="$OUT/tests.xml" tests/objectives tests/mining tests/test_losses.py \
     tests/evaluation tests/test_precision.py tests/kernels tests/test_memory.py \
     > "$OUT/tests.log" 2>&1
@@ -89,7 +89,8 @@ json.dump({"tests": len(cases), "failed": len(failed), "skipped": skipped,
 PY
   rm -f "$OUT/tests.xml"; stamp "$OUT/tests.json" tests "$COMMIT" ;;
 cross)
-  timeout 420 python3 benchmarks/device/cross_platform.py --out="$OUT/cross_platform.json"
+  timeout ${CROSS_TIMEOUT:-420} python3 benchmarks/device/cross_platform.py \
+    --out="$OUT/cross_platform.json"
   stamp "$OUT/cross_platform.json" cross "$COMMIT" ;;
 main)
   rm -rf /tmp/gpu_main
@@ -117,18 +118,16 @@ PY
   stamp "$OUT/throughput.json" throughput "$COMMIT" ;;
 omniglot)
   W=/tmp/omniglot_resnet50; rm -rf "$W"; mkdir -p "$W"; t0=$(date +%s)
-  SWEEP="python3 -m dml_jax.experiments sweep --config=configs/omniglot_resnet50.py
-         --workdir=$W --set=data.options.root=$OMNIGLOT_ROOT --set=data.num_workers=3"
   for s in $(seq 0 $((SEEDS - 1))); do for pos in random easy; do
-    $SWEEP --grid=loss.positive=$pos --seeds=1 --seed_offset=$s ${OMNI_SET:-} \
+    timeout ${OMNI_TIMEOUT:-450} python3 -m dml_jax.experiments sweep \
+      --config=configs/omniglot_resnet50.py --workdir="$W" --grid=loss.positive=$pos \
+      --seeds=1 --seed_offset=$s --set=data.options.root="$OMNIGLOT_ROOT" ${OMNI_SET:-} \
       > "$W/log_${pos}_$s.txt" 2>&1 &
   done; done
   wait; t1=$(date +%s)
-  $SWEEP --grid=loss.positive=random,easy --seeds=$SEEDS ${OMNI_SET:-} > "$W/log_summary.txt" 2>&1
-  tail -n 5 "$W"/log_*.txt > "$OUT/omniglot.log"; cat "$W/sweep.md"
-  cp "$W/sweep.md" "$OUT/omniglot.md"
+  tail -n 4 "$W"/log_*.txt > "$OUT/omniglot.log"
   python3 benchmarks/device/omniglot_summary.py --workdir="$W" --seconds=$((t1 - t0)) \
-    --out="$OUT/omniglot.json"
+    --out="$OUT/omniglot.json" --md="$OUT/omniglot.md"
   stamp "$OUT/omniglot.json" omniglot "$COMMIT" ;;
 retrieval)
   timeout 80 python3 benchmarks/evaluation.py --sizes=60000 --methods=dml_jax \
