@@ -119,4 +119,8 @@ def test_memory_is_checkpointed_and_resumed_exactly(tmp_path):
   _, restored, _ = checkpointing.restore(manager, setup.init_state)
   manager.close()
   assert int(restored["memory"]["next"]) == (3 - 1) * 32 % 64
-  assert leaves_equal(steps(restored, 4, 6), whole)
+  # Bitwise on the CPU. A GPU's reductions add in the order their atomics land, so two
+  # uninterrupted runs already differ in the last bits there (exact resume on a GPU needs
+  # XLA_FLAGS=--xla_gpu_deterministic_ops=true).
+  atol = 0.0 if jax.default_backend() == "cpu" else 1e-5
+  assert leaves_equal(steps(restored, 4, 6), whole, atol=atol)

@@ -17,7 +17,9 @@ the cosine geometry) and returns the assignment of the restart of lowest inertia
   and is exact up to 257 clusters. ``greedy=False`` draws one candidate (plain k-means++).
   (faiss, which pytorch-metric-learning's NMI uses, seeds with random points instead.)
 * **Lloyd iterations**: assign every point to its nearest centre, move each centre to the
-  mean of its points; a centre left without points moves to the point farthest from its own
+  mean of its points (on the CPU by a scatter-add, elsewhere by one-hot products over row
+  blocks, so that a GPU, whose scatter-add adds in the order its atomics land, gives the same
+  clustering on every run); a centre left without points moves to the point farthest from its own
   centre (the farthest first), as scikit-learn does. Stops when the centres move by at most
   ``tol`` times the mean per-dimension variance of ``x`` in squared distance (scikit-learn's
   rule), when no assignment changes, or after ``max_iter`` iterations; the assignment returned
@@ -162,14 +164,34 @@ def seed_centres(x: jax.Array, key: jax.Array, *, k: int, per_round: int, trials
   return chosen[:k]
 
 
-@functools.partial(jax.jit, static_argnames=("k",))
+def cluster_sums(x: jax.Array, assignment: jax.Array, *, k: int, rows: int,
+                 one_hot: bool) -> jax.Array:
+  """``[k, D]``: the sum of each cluster's points, by a scatter-add (``one_hot=False``) or by
+  one-hot products over row blocks (``one_hot=True``: the same order of additions on every
+  run, where an accelerator's scatter-add would add in whatever order its atomics land)."""
+  if not one_hot:
+    return jax.ops.segment_sum(x, assignment, num_segments=k)
+  xb, valid = _blocks(x, rows)
+  ab = _blocks(assignment[:, None], rows)[0][..., 0]
+
+  def block(carry, inputs):
+    xr, ar, ok = inputs
+    hot = ((ar[:, None] == jnp.arange(k)[None, :]) & ok[:, None]).astype(x.dtype)
+    return carry + jax.lax.dot_general(hot, xr, (((0,), (0,)), ((), ())),
+                                       precision=similarity.PRECISION), None
+
+  return jax.lax.scan(block, jnp.zeros((k, x.shape[1]), x.dtype), (xb, ab, valid))[0]
+
+
+@functools.partial(jax.jit, static_argnames=("k", "rows", "one_hot"))
 def update_centres(x: jax.Array, assignment: jax.Array, d2: jax.Array, centres: jax.Array, *,
-                   k: int) -> jax.Array:
+                   k: int, rows: int = 1024, one_hot: bool = False) -> jax.Array:
   """The means of the clusters ``[k, D]``; an empty cluster takes the point farthest from its
-  centre (the i-th empty cluster the i-th farthest point)."""
-  sums = jax.ops.segment_sum(x, assignment, num_segments=k)
-  counts = jax.ops.segment_sum(jnp.ones_like(d2), assignment, num_segments=k)
-  means = sums / jnp.maximum(counts, 1.0)[:, None]
+  centre (the i-th empty cluster the i-th farthest point). ``one_hot``: the sums by
+  :func:`cluster_sums`' one-hot products (deterministic on accelerators)."""
+  sums = cluster_sums(x, assignment, k=k, rows=rows, one_hot=one_hot)
+  counts = jax.ops.segment_sum(jnp.ones_like(assignment), assignment, num_segments=k)
+  means = sums / jnp.maximum(counts, 1).astype(x.dtype)[:, None]
   empty = counts == 0
   rank = jnp.cumsum(empty) - 1
   far = jnp.argsort(-d2)[:k]
@@ -223,6 +245,7 @@ def kmeans(x, *, n_clusters: int, seed: int = 0, n_init: int = 1, max_iter: int 
   trials = local_trials(k) if greedy else 1
   seed_rows = block_rows(n, per_round * trials, memory_bytes)
   threshold = float(tol) * float(np.mean(np.var(x, axis=0, dtype=np.float64)))
+  one_hot = jax.default_backend() != "cpu"   # deterministic sums off the CPU
   xd = jnp.asarray(x)
   best = None
   inertias = []
@@ -235,7 +258,7 @@ def kmeans(x, *, n_clusters: int, seed: int = 0, n_init: int = 1, max_iter: int 
                     mininterval=1.0)
     iterations = 0
     for iterations in range(1, max_iter + 1):
-      new = update_centres(xd, a, d2, centres, k=k)
+      new = update_centres(xd, a, d2, centres, k=k, rows=rows, one_hot=one_hot)
       shift = float(jnp.sum(jnp.square(new - centres)))
       centres = new
       new_a, d2 = assign(xd, centres, rows=rows)

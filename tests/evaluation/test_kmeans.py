@@ -64,6 +64,16 @@ def test_empty_clusters_take_the_farthest_points_in_order():
   np.testing.assert_allclose(np.asarray(new), [[31 / 4], [20.0], [10.0]])
 
 
+def test_one_hot_sums_equal_the_scatter_add():
+  rng = np.random.default_rng(6)
+  x = jnp.asarray(rng.normal(size=(50, 3)), jnp.float32)
+  a = jnp.asarray(rng.integers(0, 7, size=50), jnp.int32)
+  d2 = jnp.asarray(rng.uniform(size=50), jnp.float32)
+  want = kmeans.update_centres(x, a, d2, jnp.zeros((9, 3)), k=9)
+  got = kmeans.update_centres(x, a, d2, jnp.zeros((9, 3)), k=9, rows=16, one_hot=True)
+  np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)   # clusters 7, 8 empty: moved
+
+
 def test_fewer_distinct_points_than_clusters():
   x = np.repeat(np.eye(3, dtype=np.float32), 4, axis=0)
   got = kmeans.kmeans(x, n_clusters=5, seed=0)
