@@ -79,3 +79,16 @@ def require_compiler() -> None:
     kernels.compiler()
   except OSError as e:
     pytest.skip(str(e))
+
+
+def load_device_script(name: str):
+  """The module ``benchmarks/device/<name>.py``, imported once."""
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  module = sys.modules.get(f"dml_jax_device_{name}")
+  if module is None:
+    spec = importlib.util.spec_from_file_location(
+        f"dml_jax_device_{name}", os.path.join(ROOT, "benchmarks", "device", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+  return module

@@ -1,0 +1,141 @@
+"""The README's GPU tables, generated from the committed summaries of ``gpu_check.sh``.
+
+  python benchmarks/device/gpu_table.py              # prints the markdown
+  python benchmarks/device/gpu_table.py --write      # replaces the block in README.md
+
+Reads ``docs/results/gpu/{tests,cross_platform,throughput,omniglot}.json`` (each stamped by
+``gpu_check.sh`` with its part, commit, date, device and JAX version) and writes the block
+between ``<!-- gpu-tables:start -->`` and ``<!-- gpu-tables:end -->`` of README.md; a test
+checks that the README holds exactly this output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RESULTS = os.path.join(REPO, "docs", "results", "gpu")
+README = os.path.join(REPO, "README.md")
+START, END = "<!-- gpu-tables:start -->", "<!-- gpu-tables:end -->"
+LOSS_FLOOR = 1e-3   # as cross_platform.loss_rel_diff: losses near 0 are compared absolutely
+
+# EPS paper, Table 3 (ImageNet ResNet-50): letters R@1, NMI; languages R@1, NMI+
+PAPER_OMNIGLOT = {"random": (49.4, 66.2, 71.0, 38.7), "easy": (68.4, 79.6, 85.2, 52.6)}
+ROWS = {"random": "Trip. + SH", "easy": "EPS + Trip. + SH"}
+OMNIGLOT_KEYS = ("test/recall@1", "test/nmi", "test:alphabet/recall@1", "test:alphabet/nmi+")
+
+
+def load(name: str) -> dict:
+  with open(os.path.join(RESULTS, f"{name}.json")) as f:
+    return json.load(f)
+
+
+def stamp(d: dict) -> str:
+  s = d["stamp"]
+  return f"{s['device']}, JAX {s['jax']}, {s['date']}, commit `{s['commit']}`"
+
+
+def num(x: float, digits: int = 0) -> str:
+  return f"{x:,.{digits}f}"
+
+
+def checks_table(tests: dict, cross: dict, tp: dict) -> list[str]:
+  rows = ["| check | result |", "|---|---|"]
+  rows.append(
+      f"| `tests`: the numerics test files at the platform's default precision "
+      f"({tests['seconds']} s) | {tests['passed']} passed, {tests['failed']} failed, "
+      f"{tests['skipped']} skipped (kernel tests; multi-device) of {tests['tests']} |")
+  full = cross["objectives"]
+  loss = max(abs(r["loss_device"] - r["loss_cpu"]) / max(abs(r["loss_cpu"]), LOSS_FLOOR)
+             for r in full)
+  grad = max(r["grad_rel_diff"] for r in full)
+  before = cross["objectives_platform_default"]
+  grad_before = max(r["grad_rel_diff"] for r in before)
+  names = ", ".join(r["objective"] for r in before)
+  rows.append(
+      f"| `cross`: {len(full)} objectives' loss and gradient, GPU against the CPU of the same "
+      f"process (batch {cross['batch']}, {cross['dim']}-D) | loss ≤ {loss:.1e} (relative, "
+      f"absolute below {LOSS_FLOOR:g}), gradient ≤ {grad:.1e} (relative to its largest entry); "
+      f"with the similarity products at the platform's default (TF32) instead: gradient up to "
+      f"{grad_before:.1e} ({names}) |")
+  ret = cross["retrieval"]
+  rows.append(
+      f"| `cross`: exact kNN and retrieval metrics of 20,000 clustered 128-D embeddings, GPU "
+      f"against CPU | metrics differ by ≤ {ret['max_metric_abs_diff']:.1e}; neighbour lists "
+      f"differ in {100 * ret['neighbour_lists_differ']:.2f} % of the queries |")
+  ours = [r for row in tp["rows"] if "results" in row for r in row["results"]]
+  torch = {r["mode"]: r for r in tp["rows"] if r.get("side") == "torch"}
+  for r in ours:
+    cached = f"cached {num(r['cached'])} ({100 * r['cached'] / r['synthetic']:.1f} % of synthetic)"
+    line = (f"| `throughput`: ResNet-50 {r['image_size']} px {r['dtype']}, batch "
+            f"{r['batch_size']}, images/s | dml_jax: JPEG pipeline {num(r['real'])} "
+            f"({r['num_workers']} workers × {r['num_threads']} threads), {cached}, synthetic "
+            f"{num(r['synthetic'])}")
+    if torch:
+      peer = "; ".join(f"PyTorch {t['torch'].split('+')[0]} {mode} {num(t['synthetic'])}"
+                       for mode, t in torch.items())
+      ratio = r["synthetic"] / torch["compiled"]["synthetic"] if "compiled" in torch else None
+      line += f"; {peer}" + (f"; dml_jax / torch.compile {ratio:.2f}×" if ratio else "")
+    rows.append(line + " |")
+  return rows
+
+
+def omniglot_table(om: dict) -> list[str]:
+  rows = ["| row (2 seeds) | letters R@1 | letters NMI | languages R@1 | languages NMI+ | "
+          "paper (ImageNet weights) |", "|---|---|---|---|---|---|"]
+  for name, metrics in sorted(om["rows"].items(),
+                              key=lambda item: list(ROWS).index(item[0].rsplit("=", 1)[-1])):
+    pos = name.rsplit("=", 1)[-1]
+    cells = [f"{metrics[k]['mean']:.1f} ± {metrics[k]['std']:.1f}" for k in OMNIGLOT_KEYS]
+    paper = " / ".join(f"{v:.1f}" for v in PAPER_OMNIGLOT[pos])
+    rows.append(f"| {ROWS[pos]} | " + " | ".join(cells) + f" | {paper} |")
+  rates = [r["images_per_s"] for r in om["runs"]]
+  steps = {r["final_step"] for r in om["runs"] if r["finished"]}
+  rows.append("")
+  rows.append(
+      f"{len(om['runs'])} runs of {', '.join(map(str, sorted(steps)))} steps, all at once on "
+      f"the GPU beside the `tests` part: {om['wall_seconds_all_runs']:.0f} s for all of them "
+      f"(compilation, cache, training, evaluation), each training at "
+      f"{num(min(rates))}–{num(max(rates))} images/s ({stamp(om)}).")
+  return rows
+
+
+def generate() -> str:
+  tests, cross, tp, om = (load(n) for n in ("tests", "cross_platform", "throughput", "omniglot"))
+  lines = [f"Checks: {stamp(tests)}; throughput: {stamp(tp)}.", ""]
+  lines += checks_table(tests, cross, tp)
+  lines += ["", "EPS paper, Table 3 on Omniglot at the paper's scale from random weights "
+            "(`configs/omniglot_resnet50.py`, 15 epochs; `gpu_check.sh omniglot`; "
+            "mean ± std over seeds, %):", ""]
+  lines += omniglot_table(om)
+  return "\n".join(lines)
+
+
+def replace_block(text: str, block: str) -> str:
+  head, sep, rest = text.partition(START)
+  _, sep2, tail = rest.partition(END)
+  if not sep or not sep2:
+    raise ValueError(f"README.md lacks the {START} ... {END} block.")
+  return f"{head}{START}\n{block}\n{END}{tail}"
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("--write", action="store_true", help="replace the block in README.md")
+  args = p.parse_args(argv)
+  block = generate()
+  if args.write:
+    with open(README) as f:
+      text = f.read()
+    with open(README, "w") as f:
+      f.write(replace_block(text, block))
+  else:
+    print(block)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
