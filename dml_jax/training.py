@@ -487,6 +487,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   feed = train_input.make_feed(config, setup.mesh, cache)
   bar = tqdm.tqdm(total=total, initial=start, unit="step", dynamic_ncols=True,
                   mininterval=0.5, disable=not (show_progress and workdir_lib.is_main_process()))
+  eval_progress = show_progress and workdir_lib.is_main_process()   # bars of their own
   window_t, window_n = time.perf_counter(), 0
   halted = parallel.replicate(setup.mesh, jnp.zeros((), jnp.int32))
   # the step donates its input state; start_run may have returned setup.init_state itself
@@ -540,7 +541,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
                                                       step=step, writer=writer)})
       if config.eval_every_steps and step % config.eval_every_steps == 0 and step != total:
         results = compute.evaluate_with_config(setup, state, embed_fn, workdir=workdir, step=step,
-                                       plot=False, writer=writer)
+                                       plot=False, writer=writer, show_progress=eval_progress)
         writer.write_row({"step": step, **report.flatten(results)})
     last = int(state["step"])
   except BaseException:
@@ -553,7 +554,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   with writer:
     # A rerun of a finished run evaluates again but logs nothing (its step is logged).
     results = compute.evaluate_with_config(setup, state, embed_fn, workdir=workdir, step=last,
-                                           plot=config.eval.plot,
+                                           plot=config.eval.plot, show_progress=eval_progress,
                                            writer=writer if last > start else None)
     if last > start:
       writer.write_row({"step": last, **report.flatten(results)})

@@ -4,9 +4,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
 from typing import Callable, Mapping, Sequence
 
+from absl import logging
 import jax
 import numpy as np
 import tqdm
@@ -44,6 +47,19 @@ def embed(embed_fn: Callable, images: np.ndarray, *, batch_size: int,
       chunk = np.concatenate([chunk, pad], axis=0)
     out.append((embed_fn(chunk), valid))
   return np.concatenate([np.asarray(e, dtype=np.float32)[:valid] for e, valid in out], axis=0)
+
+
+@contextlib.contextmanager
+def _phase(what: str, show_progress: bool):
+  """Without progress bars, one log line as an evaluation phase starts and one with its time
+  as it ends (with bars, the bars show it)."""
+  if show_progress:
+    yield
+    return
+  logging.info("evaluation: %s ...", what)
+  start = time.perf_counter()
+  yield
+  logging.info("evaluation: %s: %.1f s", what, time.perf_counter() - start)
 
 
 def _feasible_overcluster(overcluster: float | None, labels: np.ndarray) -> float | None:
@@ -109,8 +125,10 @@ def evaluate_splits(embed_fn: Callable, splits: Mapping, *, protocols: tuple[str
 
   def embedding(name: str) -> np.ndarray:
     if name not in cache:
-      emb = embed(embed_fn, splits[name].images, batch_size=batch_size,
-                  show_progress=show_progress, desc=f"embed {name}")
+      with _phase(f"embedding split {name!r} ({len(splits[name].labels):,} images)",
+                  show_progress):
+        emb = embed(embed_fn, splits[name].images, batch_size=batch_size,
+                    show_progress=show_progress, desc=f"embed {name}")
       cache[name] = knn.as_embeddings(f"The embeddings of split {name!r}", emb)
     return cache[name]
 
@@ -124,14 +142,16 @@ def evaluate_splits(embed_fn: Callable, splits: Mapping, *, protocols: tuple[str
         gallery_emb = None if gallery is None else embedding(gallery)
         gallery_labels = (None if gallery is None
                           else protocols_lib.protocol_labels(splits[gallery], label_set))
-        row.update(metrics.retrieval_metrics(
-            query, labels, gallery_emb, gallery_labels, ks=tuple(ks), similarity=similarity,
-            show_progress=show_progress))
+        with _phase(f"{protocol}: neighbours and retrieval metrics", show_progress):
+          row.update(metrics.retrieval_metrics(
+              query, labels, gallery_emb, gallery_labels, ks=tuple(ks), similarity=similarity,
+              show_progress=show_progress))
       geometry = _normalized(query) if similarity == "cosine" else query
       if "clustering" in groups:
-        row.update(metrics.clustering_metrics(
-            geometry, labels, overcluster=_feasible_overcluster(overcluster, labels),
-            seed=seed, n_init=kmeans_n_init, kmeans=kmeans, show_progress=show_progress))
+        with _phase(f"{protocol}: k-means and NMI", show_progress):
+          row.update(metrics.clustering_metrics(
+              geometry, labels, overcluster=_feasible_overcluster(overcluster, labels),
+              seed=seed, n_init=kmeans_n_init, kmeans=kmeans, show_progress=show_progress))
       if "spectral_decay" in groups:
         row["rho"] = metrics.spectral_decay(geometry, skip_largest=rho_skip)
     except ValueError as e:
