@@ -74,5 +74,12 @@ def main(argv):
     print(f"Results written to {FLAGS.workdir}")
 
 
+# --help lists these after the everyday flags, and says where the config keys are.
+HELP_GROUPS = (("multi-host flags (jax.distributed; one process per host)",
+                ("distributed", "coordinator_address", "num_processes", "process_id")),)
+HELP_EPILOG = ("Config keys (--config.KEY=VALUE): every key of configs/default.py, commented "
+               "there, and the table of README.md \"Configs and flags\"; a misspelt key is "
+               "refused with the closest one. --helpfull lists absl's own flags too.")
+
 if __name__ == "__main__":
-  app.run(main, flags_parser=cli.flags_parser(PROGRAM))
+  app.run(main, flags_parser=cli.flags_parser(PROGRAM, groups=HELP_GROUPS, epilog=HELP_EPILOG))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging as py_logging
 import os
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 
 from absl import flags
@@ -33,26 +34,92 @@ def fail(program: str, message: str, code: int = 1) -> None:
   sys.exit(code)
 
 
-def flags_parser(program: str) -> Callable[[list[str]], list[str]]:
-  """An absl ``flags_parser`` that turns any flag or config-file error into one line."""
+# The flags that ask for the help page (absl's own print it and exit with code 1).
+HELP_ARGS = ("--help", "-help", "--helpshort", "-helpshort", "-?", "--?")
+HELPFULL_ARGS = ("--helpfull", "-helpfull")
+
+
+def flags_parser(program: str, *, groups: Sequence[tuple[str, Sequence[str]]] = (),
+                 epilog: str = "", flag_values: flags.FlagValues = FLAGS,
+                 ) -> Callable[[list[str]], list[str]]:
+  """An absl ``flags_parser`` that turns any flag or config-file error into one line.
+
+  ``--help`` prints :func:`help_text` (the flags named in ``groups`` after the others, then
+  ``epilog``) and ``--help`` / ``--helpfull`` exit with code 0.
+  """
 
   def parse(argv: list[str]) -> list[str]:
+    if any(arg in HELP_ARGS for arg in argv[1:]):
+      print(help_text(flag_values, doc=sys.modules["__main__"].__doc__ or "",
+                      modules=(argv[0], __name__), groups=groups, epilog=epilog))
+      sys.exit(0)
     for arg in argv[1:]:
       if arg.startswith("--config="):
         path = arg.split("=", 1)[1].partition(":")[0]
         if not os.path.isfile(path):
           fail(program, overrides.missing_config_message(path))
     try:
-      return FLAGS(argv)
+      return flag_values(argv)
+    except SystemExit:
+      if any(arg in HELPFULL_ARGS for arg in argv[1:]):
+        sys.exit(0)
+      raise
     except flags.Error as e:
       fail(program, str(e).splitlines()[0])
     except (AttributeError, KeyError, OSError, ValueError, TypeError) as e:
       # ml_collections: an override of a section the config does not have.
-      message = str(e).strip("'\"").replace("\\n", " ").replace("\n", " ")
-      fail(program, f"bad --config override: {message}")
+      fail(program, override_error(argv, e))
     return []
 
   return parse
+
+
+def override_error(argv: Sequence[str], error: Exception) -> str:
+  """The line for an error ml_collections raised applying a ``--config.K=V`` of ``argv``: the
+  section a key goes through that the config lacks (``overrides.unknown_section``), else
+  the error's own text on one line."""
+  specs = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("--config=")]
+  keys = [a[len("--config."):].split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")]
+  if specs:
+    try:
+      base = overrides.load_config_file(specs[-1])
+    except Exception:  # pylint: disable=broad-except  (then the error's own text)
+      base = None
+    for key in keys if base is not None else ():
+      message = overrides.unknown_section(base, key)
+      if message:
+        return message
+  text = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
+  return "bad --config override: " + " ".join(str(text).strip("'\"").split())
+
+
+def _flag_lines(flag) -> list[str]:
+  """``--[no]name: help (default: ...)`` of one flag, wrapped as absl's help wraps it."""
+  name = f"--[no]{flag.name}" if flag.boolean else f"--{flag.name}"
+  text = f"{name}: {' '.join(flag.help.replace('.;', ';').split())}"
+  if flag.default_as_str not in (None, "''", "'[]'", "'None'"):
+    text += f" (default: {flag.default_as_str})"
+  return textwrap.wrap(text, 78, initial_indent="  ", subsequent_indent="    ")
+
+
+def help_text(flag_values: flags.FlagValues, *, doc: str, modules: Sequence[str],
+              groups: Sequence[tuple[str, Sequence[str]]] = (), epilog: str = "") -> str:
+  """The ``--help`` page: ``doc``, the flags ``modules`` define (in the order they were
+  defined) except those of ``groups``, then each group (``(title, flag names)``), then
+  ``epilog``."""
+  grouped = {name for _, names in groups for name in names}
+  by_module = flag_values.flags_by_module_dict()
+  everyday = [f for m in modules for f in by_module.get(m, []) if f.name not in grouped]
+  lines = [doc.strip("\n"), "", "flags:"]
+  for flag in everyday:
+    lines += _flag_lines(flag)
+  for title, names in groups:
+    lines += ["", f"{title}:"]
+    for name in names:
+      lines += _flag_lines(flag_values[name])
+  if epilog:
+    lines += [""] + textwrap.wrap(" ".join(epilog.split()), 80)
+  return "\n".join(lines)
 
 
 def resolved_config(config_flag, *, modules: Sequence[str] = ()) -> ml_collections.ConfigDict:

@@ -81,6 +81,28 @@ def _did_you_mean(key: str, known) -> str:
   return f" (did you mean {close[0]}?)" if close else ""
 
 
+def unknown_section(config: ml_collections.ConfigDict, key: str) -> str | None:
+  """The one-line error for an override ``key`` that goes through a section ``config`` does
+  not have (``optimzer.learning_rate``: ``unknown config section optimzer in
+  --config.optimzer.learning_rate (did you mean optimizer?); sections: data, ...``), or
+  ``None`` when every section on its way exists (its last part is checked by :func:`apply`)."""
+  *parents, _ = key.split(".")
+  node, prefix = config, ""
+  for part in parents:
+    sections = [f"{prefix}{k}" for k, v in node.items()
+                if isinstance(v, ml_collections.ConfigDict)]
+    bad = f"{prefix}{part}"
+    if part in node and bad not in sections:
+      return f"config key {bad} is a value, not a section: --config.{key}"
+    if bad not in sections:
+      listed = (f"sections{' of ' + prefix[:-1] if prefix else ''}: {', '.join(sections)}"
+                if sections else f"{prefix[:-1]} has no sections")
+      return (f"unknown config section {bad} in --config.{key}"
+              f"{_did_you_mean(bad, sections)}; {listed}")
+    node, prefix = node[part], f"{prefix}{part}."
+  return None
+
+
 def convert(key: str, raw: str, current: Any) -> Any:
   """The string ``raw`` converted to the type of ``current`` (the value it replaces); a new
   key (``current is None``) takes a Python literal or stays a string.

@@ -1,0 +1,64 @@
+"""The binaries' command line (dml_jax/cli.py) in-process, on flags of their own: one-line
+errors for bad overrides, the --help page and its exit code (train.py / eval.py themselves run
+in subprocesses in test_binaries.py)."""
+
+import os
+
+from absl import flags
+from ml_collections import config_flags
+import pytest
+
+from dml_jax import cli
+from dml_test_support import ROOT
+
+CONFIG = os.path.join(ROOT, "configs", "digits_evenodd_eps.py")
+
+
+def parse(argv, **kw):
+  """``cli.flags_parser(**kw)(argv)`` over fresh flags as train.py defines them (--config,
+  --workdir, a multi-host flag, the cache flag of cli)."""
+  values = flags.FlagValues()
+  config_flags.DEFINE_config_file("config", None, "Experiment config file.", flag_values=values,
+                                  lock_config=False, accept_new_attributes=True, sys_argv=argv)
+  flags.DEFINE_string("workdir", None, "Run directory.", flag_values=values,
+                      module_name="train.py")
+  flags.DEFINE_bool("distributed", False, "Multi-host.", flag_values=values,
+                    module_name="train.py")
+  flags.DEFINE_string("compilation_cache", "", "Compilation cache.", flag_values=values,
+                      module_name=cli.__name__)
+  return cli.flags_parser("train.py", flag_values=values, **kw)(argv)
+
+
+def error_line(capsys, argv):
+  with pytest.raises(SystemExit) as exit_info:
+    parse(argv)
+  assert exit_info.value.code == 1
+  return capsys.readouterr().err
+
+
+def test_a_misspelt_section_is_one_clean_line(capsys):
+  err = error_line(capsys, ["train.py", f"--config={CONFIG}",
+                            "--config.optimzer.learning_rate=0.1"])
+  assert err == ("train.py: unknown config section optimzer in --config.optimzer.learning_rate "
+                 "(did you mean optimizer?); sections: data, eval, log, loss, memory, model, "
+                 "optimizer\n")
+  err = error_line(capsys, ["train.py", f"--config={CONFIG}", "--config.data.optionz.root=x"])
+  assert err.startswith("train.py: unknown config section data.optionz in "
+                        "--config.data.optionz.root (did you mean data.options?)")
+  err = error_line(capsys, ["train.py", f"--config={CONFIG}",
+                            "--config.optimizer.learning_rate.x=1"])
+  assert err == ("train.py: config key optimizer.learning_rate is a value, not a section: "
+                 "--config.optimizer.learning_rate.x\n")
+
+
+def test_help_exits_0_with_the_grouped_flags_and_where_config_keys_are(capsys):
+  groups = (("multi-host flags", ("distributed",)),)
+  with pytest.raises(SystemExit) as exit_info:
+    parse(["train.py", "--help"], groups=groups, epilog="Config keys: configs/default.py.")
+  assert exit_info.value.code == 0
+  page = capsys.readouterr().out
+  lines = page.splitlines()
+  names = [line.split(":")[0].strip() for line in lines if line.startswith("  --")]
+  assert names == ["--workdir", "--compilation_cache", "--[no]distributed"]
+  assert lines.index("multi-host flags:") > lines.index("flags:")
+  assert page.rstrip().endswith("Config keys: configs/default.py.")
