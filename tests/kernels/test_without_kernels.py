@@ -1,0 +1,35 @@
+"""The tests of the code that uses the C++ kernels pass without them: switched off
+(``DML_JAX_CPU_KERNELS=0``) and with no C++ compiler (a fresh kernel cache), each in a pytest
+subprocess over the kernel-dependent tests (those that skip without a kernel, and the paths
+that fall back to XLA: softtriple, the tile merge's selection, the convolution's dispatch)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from dml_test_support import ROOT
+
+FILES = ("tests/kernels/test_kernels.py", "tests/objectives/test_softmax.py",
+         "tests/models/test_conv.py", "tests/evaluation/test_top_m.py")
+SELECT = "kernel or applies or pointwise or auto_on_cpu or selection or softtriple"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("setting", ["switched_off", "no_compiler"])
+def test_kernel_dependent_tests_pass_without_the_kernels(setting, tmp_path):
+  env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
+  if setting == "switched_off":
+    env["DML_JAX_CPU_KERNELS"] = "0"
+  else:
+    env["CXX"] = "no-such-compiler-dml-jax"
+    env["DML_JAX_KERNEL_CACHE"] = str(tmp_path)   # nothing built before
+  done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                         "-k", SELECT, *FILES], cwd=ROOT, env=env, capture_output=True,
+                        text=True, timeout=900)
+  tail = done.stdout[-4000:] + done.stderr[-2000:]
+  assert done.returncode == 0, tail
+  assert " passed" in done.stdout and " skipped" in done.stdout, tail
+  reason = "DML_JAX_CPU_KERNELS=0" if setting == "switched_off" else "its build failed"
+  assert reason in done.stdout, tail
