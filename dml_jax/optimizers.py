@@ -34,6 +34,50 @@ OPTIMIZERS = ("adam", "sgd", "rmsprop")
 # 'coupled': weight_decay * w added to the gradient before the optimizer (torch.optim's
 # weight_decay, the papers' code); 'decoupled': AdamW's decay, multiplied by the learning rate.
 WEIGHT_DECAY_MODES = ("coupled", "decoupled")
+SCHEDULES = ("constant", "step", "cosine")
+# The numeric keys of ``config.optimizer``: (test, what is allowed). A per-part rate of 0
+# means ``learning_rate``.
+_RATE = (lambda v: v >= 0, ">= 0")
+NUMERIC_KEYS = {
+    "learning_rate": _RATE,
+    "objective_learning_rate": _RATE,
+    "backbone_learning_rate": _RATE,
+    "head_learning_rate": _RATE,
+    "momentum": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "weight_decay": (lambda v: v >= 0, ">= 0"),
+    "decay_factor": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "warmup_steps": (lambda v: v >= 0, ">= 0"),
+}
+
+
+def check(opt: ml_collections.ConfigDict) -> None:
+  """Checks the values of ``config.optimizer`` before any work (``training.validate_config``).
+
+  Raises:
+    ValueError: one line naming the key, its value and what is allowed.
+  """
+  if opt.name not in OPTIMIZERS:
+    raise ValueError(f"Unknown optimizer.name {opt.name!r}; allowed: {', '.join(OPTIMIZERS)}.")
+  if opt.schedule not in SCHEDULES:
+    raise ValueError(f"Unknown optimizer.schedule {opt.schedule!r}; allowed: "
+                     f"{', '.join(SCHEDULES)}.")
+  mode = opt.get("weight_decay_mode", "decoupled")
+  if mode not in WEIGHT_DECAY_MODES:
+    raise ValueError(f"Unknown optimizer.weight_decay_mode {mode!r}; allowed: "
+                     f"{', '.join(WEIGHT_DECAY_MODES)}.")
+  if opt.weight_decay and mode == "decoupled" and opt.name != "adam":
+    raise ValueError(f"optimizer.weight_decay_mode='decoupled' is AdamW (optimizer.name="
+                     f"'adam'); {opt.name} takes 'coupled' (L2 in the gradient, as torch's "
+                     f"{opt.name}).")
+  for key, (ok, allowed) in NUMERIC_KEYS.items():
+    value = opt.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
+      raise ValueError(f"optimizer.{key}={value!r} is not allowed: it must be {allowed}.")
+  for key in ("decay_steps", "decay_epochs"):
+    bad = [v for v in opt.get(key, ()) if v < 0]
+    if bad:
+      raise ValueError(f"optimizer.{key}={tuple(opt[key])} is not allowed: every entry must be "
+                       ">= 0.")
 
 
 def make_optimizer(opt: ml_collections.ConfigDict, *, num_train_steps: int,
@@ -49,16 +93,8 @@ def make_optimizer(opt: ml_collections.ConfigDict, *, num_train_steps: int,
   schedule decays at ``decay_steps`` and at ``decay_epochs * steps_per_epoch`` (the papers'
   "divide by 10 after epochs 20 and 30").
   """
-  if opt.name not in OPTIMIZERS:
-    raise ValueError(f"Unknown optimizer.name {opt.name!r}; allowed: {', '.join(OPTIMIZERS)}.")
+  check(opt)
   mode = opt.get("weight_decay_mode", "decoupled")
-  if mode not in WEIGHT_DECAY_MODES:
-    raise ValueError(f"Unknown optimizer.weight_decay_mode {mode!r}; allowed: "
-                     f"{', '.join(WEIGHT_DECAY_MODES)}.")
-  if opt.weight_decay and mode == "decoupled" and opt.name != "adam":
-    raise ValueError(f"optimizer.weight_decay_mode='decoupled' is AdamW (optimizer.name="
-                     f"'adam'); {opt.name} takes 'coupled' (L2 in the gradient, as torch's "
-                     f"{opt.name}).")
   decay_epochs = tuple(opt.get("decay_epochs", ()))
   if decay_epochs and steps_per_epoch <= 0:
     raise ValueError(f"optimizer.decay_epochs={decay_epochs} needs steps_per_epoch > 0.")

@@ -68,11 +68,12 @@ class TrainingInterrupted(Exception):
 def validate_config(config: ml_collections.ConfigDict) -> None:
   """Checks the values the library cannot check itself; raises ``ValueError``."""
   for key in ("num_train_steps", "batch_size", "log_every_steps", "checkpoint_every_steps"):
-    value = config[key]
-    if not isinstance(value, int) or value <= 0:
+    if not isinstance(value := config[key], int) or value <= 0:
       raise ValueError(f"config.{key} must be a positive integer, got {value!r}.")
-  if config.eval_every_steps < 0:
-    raise ValueError(f"config.eval_every_steps must be >= 0, got {config.eval_every_steps}.")
+  for key in ("eval_every_steps", "num_epochs"):
+    if config[key] < 0:
+      raise ValueError(f"config.{key} must be >= 0, got {config[key]}.")
+  optimizers.check(config.optimizer)
   pipeline.resolve_workers(config.data.num_workers, config.data.num_threads, platform="cpu",
                            cpus=1)   # only checks the value
   cache_lib.check_mode(config.data.cache, config.data.cache_max_gb)
@@ -92,8 +93,6 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         f"config.data.image_size={config.data.image_size}: the in-memory dataset "
         f"{config.data.name!r} has a fixed size; use 0 (its native size).")
   memory_lib.check(config.memory.size, config.memory.start_step, batch_size=config.batch_size)
-  if config.num_epochs < 0:
-    raise ValueError(f"config.num_epochs must be >= 0, got {config.num_epochs}.")
   if config.model.pretrained and not os.path.exists(config.model.pretrained):
     raise FileNotFoundError(
         f"config.model.pretrained={config.model.pretrained!r} does not exist. Convert "

@@ -145,6 +145,33 @@ def test_bad_config_values(key, value, match):
     training.validate_config(small_config(**{key: value}))
 
 
+@pytest.mark.parametrize("key,value,allowed", [
+    ("learning_rate", -1.0, ">= 0"),
+    ("objective_learning_rate", -0.1, ">= 0"),
+    ("backbone_learning_rate", -1e-3, ">= 0"),
+    ("head_learning_rate", -1e-3, ">= 0"),
+    ("momentum", 1.0, "in [0, 1)"),
+    ("momentum", -0.5, "in [0, 1)"),
+    ("weight_decay", -1e-4, ">= 0"),
+    ("decay_factor", 0.0, "in (0, 1]"),
+    ("decay_factor", 10.0, "in (0, 1]"),
+    ("warmup_steps", -5, ">= 0"),
+])
+def test_bad_optimizer_values_are_one_line_before_any_work(key, value, allowed):
+  with pytest.raises(ValueError) as error:
+    training.validate_config(small_config(**{f"optimizer.{key}": value}))
+  assert str(error.value) == f"optimizer.{key}={value!r} is not allowed: it must be {allowed}."
+
+
+def test_unknown_optimizer_names_are_refused_before_any_work():
+  with pytest.raises(ValueError, match="Unknown optimizer.schedule 'linear'; allowed: constant"):
+    training.validate_config(small_config(**{"optimizer.schedule": "linear"}))
+  with pytest.raises(ValueError, match="Unknown optimizer.name 'lamb'; allowed: adam, sgd"):
+    training.validate_config(small_config(**{"optimizer.name": "lamb"}))
+  with pytest.raises(ValueError, match=r"optimizer.decay_steps=\(100, -1\) is not allowed"):
+    training.validate_config(small_config(**{"optimizer.decay_steps": (100, -1)}))
+
+
 def test_label_noise_and_clean_topline_change_only_the_train_split():
   clean = training.build(small_config())
   noisy = training.build(small_config(**{"data.label_noise": 0.4, "data.noise_seed": 3}))
