@@ -1,4 +1,4 @@
-"""Defaults shared by every experiment config (DESIGN.md §3 schema).
+"""Defaults shared by every experiment config (the config schema: README "Configs and flags").
 
 Experiment files import this module, call ``get_config()`` and override a few fields.
 Every ``loss`` key except ``name`` is a keyword argument of ``objectives.make(name, ...)``.

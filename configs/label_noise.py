@@ -34,7 +34,7 @@ clean labels kept as label set 'clean'); the topline, the ratio of Fig. (d), tra
       --grid='data.label_noise+data.clean_fraction=0.0+1.0,0.2+1.0,0.4+1.0,0.6+1.0,0.0+0.8,0.0+0.6,0.0+0.4' \
       --workdir=runs/sop_noise_triplet_fixed_semihard
 
-Until issue 13 these were nine files ``configs/{cub,sop,flowers}_noise_{LOSS}.py``; those names
+These were once nine files ``configs/{cub,sop,flowers}_noise_{LOSS}.py``; those names
 now stop with a message naming the variant (``overrides.RENAMED_CONFIGS``).
 """
 

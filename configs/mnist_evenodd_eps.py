@@ -17,7 +17,7 @@ Adam 1e-3; 200 steps (0.36 epoch), sized for a 2-core CPU (README "Reproductions
 data": 5 seeds of this and configs/mnist_evenodd_triplet.py).
 
   python train.py --config=configs/mnist_evenodd_eps.py --workdir=runs/mnist_evenodd_eps \
-      --config.data.options.root=../shared/data/mnist
+      --config.data.options.root=/data/mnist
   python train.py --config=configs/mnist_evenodd_eps.py:smoke --workdir=/tmp/smoke
 """
 

@@ -4,7 +4,7 @@ Identical to configs/mnist_evenodd_eps.py except ``loss.positive = 'random'`` (p
 digits R@1 42.01, test digits 35.16).
 
   python train.py --config=configs/mnist_evenodd_triplet.py --workdir=runs/mnist_evenodd_triplet \
-      --config.data.options.root=../shared/data/mnist
+      --config.data.options.root=/data/mnist
 """
 
 from configs import mnist_evenodd_eps

@@ -27,14 +27,14 @@ size), no augmentation; batches of 160 = 20 alphabets x 8 drawings (the batch co
 of configs/omniglot_eps_triplet.py, recipes.OMNIGLOT_BATCH); Adam 1e-3 without weight decay (from scratch, not the
 fine-tuning rate 1e-5), margin-loss beta at 5e-4 (Roth et al.); 300 steps (2.5 epochs of
 the 19,280 drawings); KMeans with one restart. Sized so that one run trains and evaluates in
-<= 15 minutes on the shared 2-core CPU here (measured times: README "Reproductions on real
+<= 15 minutes on a 2-core CPU shared with other work (measured times: README "Reproductions on real
 data").
 
   python train.py --config=configs/omniglot_cpu.py:eps_triplet --workdir=runs/omniglot_eps_triplet_cpu \
-      --config.data.options.root=../shared/data/omniglot
+      --config.data.options.root=/data/omniglot
   python -m dml_jax.experiments sweep --config=configs/omniglot_cpu.py:triplet \
       --grid='loss.positive=random,easy' --seeds=1 --workdir=runs/omniglot_cpu_triplet \
-      --set=data.options.root=../shared/data/omniglot
+      --set=data.options.root=/data/omniglot
 """
 
 from configs import default

@@ -15,7 +15,7 @@ six rows in the README's Table 3.
 Append ``,smoke`` for a 2-step run.
 
   python train.py --config=configs/omniglot_objectives.py:proxy_anchor --workdir=runs/omniglot_objectives/proxy_anchor \
-      --config.data.options.root=../shared/data/omniglot
+      --config.data.options.root=/data/omniglot
 """
 
 from ml_collections import config_dict

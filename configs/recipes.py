@@ -81,7 +81,7 @@ def ephn(c, *, learning_rate: float, group_size: int, embedding_dim: int = 512) 
   """EPHN / 2nd-order papers: ResNet-50, 512-D, batch 128 of n per class, SGD for 40 epochs,
   learning rate divided by 10 after epochs 20 and 30, NCA temperature 0.1.
 
-  Augmentation: the issue's EPHN pipeline, resize 256 -> random 224 crop + flip (the papers'
+  Augmentation: our EPHN pipeline, resize 256 -> random 224 crop + flip (the papers'
   text says "re-sized to 256 by 256 ... random crops padded by 10 pixels"; for that set
   data.augmentation='pad_crop', data.image_size=256). Momentum 0.9 and no weight decay are
   our choice (not stated).
@@ -129,7 +129,7 @@ def eps(c, *, image_size: int = 224) -> None:
 # class_random sampler, which the paper ran, draws each group's class with replacement, so
 # 40 groups of 4 over 30 alphabets hold ~22.3 distinct alphabets with 7.2 drawings each on
 # average. Our sampler keeps a batch's classes distinct; the closest composition at the
-# stated batch size is 20 alphabets x 8 drawings (issue 18).
+# stated batch size is 20 alphabets x 8 drawings (README "Departures from the papers").
 OMNIGLOT_BATCH = (160, 8)
 
 # EPS paper Tables 2-3: the three losses, each as the baseline and with EPS (the easiest
