@@ -19,7 +19,7 @@ machine's load hits every side:
   over shifted slices and pooling maxima of shifted slices (``models.conv``), elsewhere
   ``lax.conv``; the step is jitted.
 * ``dml_jax_lax``: the same with ``conv_impl='lax'`` (XLA's own convolution): what 'auto'
-  saves on this machine.
+  saves on the machine it runs on.
 * ``torch``: the same network in PyTorch, eager, NCHW: ``torchvision.models.resnet18/50``
   with ``fc`` replaced by the embedding layer, or the small CNN as ``nn.Sequential``; run by
   ``--torch_python`` (default: this Python if it imports torch + torchvision, else

@@ -87,7 +87,7 @@ def synthetic_jpegs(num_images: int, *, seed: int = 0, quality: int = 90) -> lis
 
 
 def available_cpus() -> int:
-  """``os.cpu_count()`` (what the task asks to report), capped by the affinity mask."""
+  """``os.cpu_count()`` (the count the report gives), capped by the affinity mask."""
   count = os.cpu_count() or 1
   try:
     return min(count, len(os.sched_getaffinity(0)))

@@ -30,7 +30,7 @@ from dml_jax import objectives
 LOSS = "loss."
 
 
-# Config files that became variants of another (issue 13): old path -> new ``path:arg``.
+# Config files that became variants of another: old path -> new ``path:arg``.
 RENAMED_CONFIGS = {
     f"configs/{dataset}_noise_{loss}.py": f"configs/label_noise.py:{dataset},{loss}"
     for dataset in ("cub", "sop", "flowers")

@@ -21,8 +21,7 @@ options), read as views of ``numpy.memmap``: a rerun with the same fingerprint m
 instead of decoding again.
 
 Sizes at 256 px (shorter side 256, 3 channels, 1 GB = 10^9 bytes), *computed* as training
-images x 256 x 256 * (typical aspect ratio) x 3 bytes, not measured on the datasets (which
-are not on this machine):
+images x 256 x 256 * (typical aspect ratio) x 3 bytes, not measured on the datasets:
 
 | dataset (train split) | images | typical size | aspect | GB |
 |---|---|---|---|---|

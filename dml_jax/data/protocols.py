@@ -3,8 +3,8 @@
 A benchmark is read (from TFDS, ``tfds_datasets``, or from its official files, ``official``)
 into *parts*: its published splits, each a random-access sequence of image records and the
 integer features of every record (named as the TFDS features, e.g. ``'label'``,
-``'class_id'``, ``'alphabet'``). ``make_splits`` turns the parts into the DML splits of
-DESIGN.md section 4, so both routes give the same splits, labels, label sets and names:
+``'class_id'``, ``'alphabet'``). ``make_splits`` turns the parts into the DML splits below
+(README "Datasets"), so both routes give the same splits, labels, label sets and names:
 
 =================  ===========================  ============================================
 name               parts (features)             DML splits

@@ -14,7 +14,7 @@ groups of the same batch. An epoch is built as follows (host-side numpy):
    use all the examples from the class"), and no remainder leaves an anchor without a
    positive. ``small_class`` decides what happens to the group of a class with ``N_c < n``:
 
-   * ``'all'`` (default; DESIGN §4 and the EPHN paper's text): the group keeps its ``N_c``
+   * ``'all'`` (default; the EPHN paper's text): the group keeps its ``N_c``
      examples; the free slots of the batch go to further groups (see 4), so a batch may hold
      more than ``c`` classes. Only a class with a single example in the whole split gives an
      anchor without a positive.
@@ -26,7 +26,7 @@ groups of the same batch. An epoch is built as follows (host-side numpy):
      remainder of a larger class is left out of this epoch (a different remainder next
      epoch), so every group has exactly ``n`` distinct examples.
 
-   Why ``'all'`` by default: it is what the EPHN paper and DESIGN state, it trains on every
+   Why ``'all'`` by default: it is what the EPHN paper states, it trains on every
    class, and it adds no duplicate images: a padded duplicate is a positive at ``S = 1``,
    which easy-positive mining (EPHN, EPS) then always selects, giving that anchor a
    zero-information term. ``'replace'`` stays for reproducing the released code.

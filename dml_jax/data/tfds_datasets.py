@@ -4,8 +4,8 @@
 and no TensorFlow at run time; images are decoded here (Pillow, JPEG draft mode) when a batch
 needs them, so nothing is held in memory but the labels. ``TFDS_DATASETS`` names the TFDS
 builder of each benchmark; the builder's splits are the *parts* from which
-``protocols.make_splits`` makes the DML splits (DESIGN.md section 4; the table is in
-``protocols``), the same function the readers of the official files (``official``) use:
+``protocols.make_splits`` makes the DML splits (README "Datasets"; the table
+is in ``protocols``), the same function the readers of the official files (``official``) use:
 
 =================  =========================  ===========================================
 name               TFDS builder               parts

@@ -9,7 +9,7 @@ weights or counts; the objectives multiply them with the differentiable pair los
 gradient flows only through the selected similarities. Multi-similarity: Wang et al., "Multi-
 similarity loss with general pair weighting", CVPR 2019 (released code: MalongTech/research-
 ms-loss). DRO: "A simple and effective framework for pairwise deep metric learning" (the DRO
-paper, ``papers/dro-pairwise-metric-learning.txt``), §3.2 and eq. 7.
+paper), §3.2 and eq. 7.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from flax import nnx
 
 from dml_jax.models.heads import LinearEmbedding, finalize_embedding, global_average_pool
 from dml_jax.models.small_cnn import SmallCNN
-# --- backbones (issue 5) ---
+# --- backbones ---
 from dml_jax.models.bn_inception import BNInception
 from dml_jax.models.heads import EmbeddingHead, global_pool
 from dml_jax.models.resnet import ResNet, ResNet18, ResNet34, ResNet50

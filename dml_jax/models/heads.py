@@ -1,7 +1,7 @@
 """Embedding heads: what turns backbone features into the embeddings ``[B, D]`` that the
 objectives see.
 
-The library convention (DESIGN.md): embeddings are L2-normalised by the head, so cosine
+The library convention: embeddings are L2-normalised by the head, so cosine
 similarity is a dot product and ``d^2 = 2 - 2 S``. ``normalize=False`` keeps raw embeddings
 (e.g. the 2-D embedding of the digits even/odd experiment, used with the
 ``'neg_sq_euclidean'`` similarity).
@@ -66,7 +66,7 @@ class LinearEmbedding(nnx.Module):
     return finalize_embedding(self.linear(features), normalize=self.normalize)
 
 
-# --- Backbone embedding heads (issue 5: ResNet / BN-Inception) ---
+# --- Backbone embedding heads (ResNet / BN-Inception) ---
 
 POOLINGS = ("avg", "max", "avg+max")
 

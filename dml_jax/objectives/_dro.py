@@ -48,7 +48,7 @@ def dro_topk(*, k: int = 160, pair_loss: str = "margin", margin: float = 0.2, ba
   ``apply`` is traced. Default ``K = 160``: the paper's ``K = 2B`` at its batch size ``B = 80``
   (§4.2.2; tuned in {160, ..., 280} on CUB / Cars).
 
-  Pair losses (``pair_loss``; DESIGN §4, DRO released scripts): ``'margin'`` (default)
+  Pair losses (``pair_loss``; the DRO released scripts): ``'margin'`` (default)
   ``l_ij = [m + y_ij (lambda - S_ij)]_+``, i.e. positives ``[m + lambda - S]_+`` and negatives
   ``[m + S - lambda]_+`` with ``m = margin = 0.2``, ``lambda = base = 0.5``; ``'binomial'``
   positives ``(2/beta) log(1 + e^{-beta (S - lambda)})``, negatives

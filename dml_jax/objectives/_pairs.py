@@ -86,7 +86,7 @@ def binomial(*, alpha: float = 40.0, beta: float = 2.0, base: float = 0.5,
              reduction: str = "balanced", similarity: str = "cosine"):
   """Binomial deviance loss over all ordered pairs (Yi, Lei & Li 2014; DRO paper §4).
 
-  The DRO released scripts' form (DESIGN §4, ``losses.binomial``): positives
+  The DRO released scripts' form (``losses.binomial``): positives
   ``(2/beta) log(1 + e^{-beta (S - lambda)})``, negatives ``(2/alpha) log(1 + e^{alpha (S -
   lambda)})`` with ``alpha = 40``, ``beta = 2``, ``lambda = base = 0.5``. (Yi et al. write one
   scale and a cost ``C`` on negatives; the two scales here play those roles.) Note ``beta``
@@ -139,7 +139,7 @@ def multi_similarity(*, alpha: float = 2.0, beta: float = 50.0, base: float = 0.
   paper's "same hard-negative method" and Roth et al.'s code (computed from all positives
   before the positive filter) read; ``'selected'`` the minimum over the positives the loss
   sees, i.e. with EPS the easy positive's own ``S_ap`` (keeps only ``S_an + epsilon >
-  S_a,easy``: fewer, harder negatives; this library's rule before issue 18). They differ only
+  S_a,easy``: fewer, harder negatives; this library's earlier rule). They differ only
   with ``positive='easy'``.
 
   Defaults: ``alpha = 2``, ``beta = 50``, ``lambda = base = 0.5``, ``epsilon = 0.1`` (MS paper;

@@ -328,7 +328,7 @@ def margin(*, positive: str = "random", negative: str = "distance_weighted",
   ``nu`` is Wu et al.'s regulariser on ``beta`` (gradient ``nu`` per term pushes ``beta``
   down); the released code and Wu et al.'s experiments use ``nu = 0`` (default).
 
-  Sampling: ``positive='random'`` (one uniform positive per anchor, the DESIGN default),
+  Sampling: ``positive='random'`` (one uniform positive per anchor, the default),
   ``'easy'`` = EPS + distance-weighted (EPS paper §5.2.2), ``'all'`` = the released sampler
   (every (anchor, positive) pair, each with its own negative) and the label-noise paper's 1-1
   scheme (§5.2: "for each positive pair, 1 negative pair is chosen with 1 common end point";
