@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 
 from absl import logging
+import tqdm
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -42,8 +44,9 @@ def stop_on_signals(signums=SIGNALS) -> Iterator[StopFlag]:
   def handler(signum, frame):  # pylint: disable=unused-argument
     if flag.is_set():
       raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: stopping without saving")
-    logging.warning("%s received: saving a checkpoint of the current step, then stopping "
-                    "(send it again to stop at once).", signal.Signals(signum).name)
+    with tqdm.tqdm.external_write_mode(file=sys.stderr):   # on a line of its own, not the bar's
+      logging.warning("%s received: saving a checkpoint of the current step, then stopping "
+                      "(send it again to stop at once).", signal.Signals(signum).name)
     flag.set(signum)
 
   previous = {s: signal.signal(s, handler) for s in signums}
