@@ -514,11 +514,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       if step % config.log_every_steps == 0 or step == total:
         check_finite()
         rows = list(jax.device_get(history).values())
-        elapsed = time.perf_counter() - window_t
         mean = {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
-        row = {"step": step, **{f"train/{k}": v for k, v in mean.items() if k != "finite"},
+        row = {"step": step, "first_step": min(history),   # the mean of first_step..step
+               **{f"train/{k}": v for k, v in mean.items() if k != "finite"},
                "learning_rate": float(setup.schedule(step - 1)),
-               "examples_per_sec": window_n / max(elapsed, 1e-9)}
+               "examples_per_sec": window_n / max(time.perf_counter() - window_t, 1e-9)}
         writer.write_row(row)
         if batch_similarity is not None:
           pos, neg = scatter.split_pairs(*jax.device_get(batch_similarity(state, images,

@@ -5,7 +5,9 @@
 * ``config.json``: the resolved config (written after a successful restore or a fresh start,
   never before: a rerun that stops leaves the workdir byte-identical);
 * ``run.json``: facts resolved at start (``num_train_steps`` from ``num_epochs``);
-* ``metrics.jsonl``: a JSON row per log step and per evaluation;
+* ``metrics.jsonl``: a JSON row per log step and per evaluation; a log step's row is the mean
+  of the steps ``first_step``..``step`` (since the previous row, or since the checkpoint a
+  resumed run started from: the steps between the last row and that checkpoint are in none);
 * ``checkpoints/<step>``, ``eval_step_<N>.json``, PNGs, ``train_labels.*`` (label noise);
 * ``data_cache/``: the memory-mapped decoded-image cache (``data.cache='mmap'``), reused by a
   rerun and kept by ``--overwrite`` (it is checked against its records' fingerprint).

@@ -222,6 +222,11 @@ LOG_KEYS = ("tensorboard", "wandb", "wandb_project")
 # ------------------------------------------------------------------------------- writer
 
 
+# The keys of a metrics.jsonl row that say which steps it holds, not a measurement: its step
+# and, in a training row, the first of the steps whose mean it holds.
+ROW_STEPS = ("step", "first_step")
+
+
 class MetricWriter:
   """Sends scalars, histograms and images to the open backends; ``metrics.jsonl`` rows go
   through :meth:`write_row`. A backend that raises is warned about once and closed."""
@@ -258,10 +263,10 @@ class MetricWriter:
 
   def write_row(self, row: Mapping[str, Any]) -> None:
     """Appends ``row`` (with its ``'step'``) to ``metrics.jsonl`` (when the writer has a
-    workdir) and sends its numbers as scalars."""
+    workdir) and sends its numbers as scalars, except the row's :data:`ROW_STEPS`."""
     if self.workdir is not None and is_main_process():
       workdir_lib.append_metrics(self.workdir, dict(row))
-    self.scalars(int(row["step"]), {k: v for k, v in row.items() if k != "step"})
+    self.scalars(int(row["step"]), {k: v for k, v in row.items() if k not in ROW_STEPS})
 
   def scalars(self, step: int, values: Mapping[str, float]) -> None:
     values = {k: float(v) for k, v in values.items() if isinstance(v, (int, float, np.number))}

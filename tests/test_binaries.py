@@ -181,6 +181,14 @@ def test_sigint_saves_the_current_step_and_a_rerun_resumes(tmp_path):
   assert resumed.returncode == 0, resumed.stderr[-3000:]
   assert f"Resumed from checkpoint step {step}" in resumed.stderr
   assert os.path.exists(os.path.join(workdir, "eval_step_300.json"))
+  # Each training row says which steps it averages; the first after the resume starts at the
+  # checkpoint, so the steps between the last row before it and the checkpoint are in none.
+  spans = {r["step"]: r["first_step"] for r in workdir_lib.read_metrics(workdir)
+           if "train/loss" in r}
+  assert sorted(spans) == list(range(50, 301, 50))
+  after = min(s for s in spans if s > step)
+  assert spans[after] == step + 1
+  assert all(first == last - 49 for last, first in spans.items() if last != after)
 
 
 @pytest.mark.long

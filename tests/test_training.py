@@ -28,6 +28,7 @@ def test_run_writes_everything(run20):
   assert sorted(checkpointing.steps(checkpointing.make_manager(workdir, read_only=True))) == [10, 20]
   rows = read_rows(workdir)
   assert [r["step"] for r in rows if "train/loss" in r] == [5, 10, 15, 20]
+  assert [r["first_step"] for r in rows if "train/loss" in r] == [1, 6, 11, 16]
   assert all(np.isfinite(r["train/loss"]) and r["examples_per_sec"] > 0
              for r in rows if "train/loss" in r)
   with open(os.path.join(workdir, "eval_step_20.json")) as f:
