@@ -121,7 +121,8 @@ def main(argv):
       print(f"Step {step}")
       print(report.format_table(results))
       print(f"Written {report.results_path(FLAGS.workdir, step)}")
-      for path in checkpoints.extra_outputs(FLAGS.workdir, step):
+      for path in checkpoints.extra_outputs(FLAGS.workdir, step, grid=grid_flags(),
+                                            export_embeddings=FLAGS.export_embeddings):
         print(f"Written {path}")
   except (FileNotFoundError, ValueError, NotImplementedError) as e:
     cli.fail(PROGRAM, str(e))

@@ -63,7 +63,8 @@ def test_retrieval_grid_export_and_tensorboard_of_one_checkpoint(runs, tmp_path)
   shutil.copytree(next(iter(runs)), workdir)
   grid = {"num_queries": 3, "k": 4, "mode": "worst", "seed": 0}
   step, results = checkpoints.evaluate_checkpoint(workdir, grid=grid, export_embeddings=True)
-  written = [os.path.relpath(p, workdir) for p in checkpoints.extra_outputs(workdir, step)]
+  written = [os.path.relpath(p, workdir) for p in checkpoints.extra_outputs(
+      workdir, step, grid=grid, export_embeddings=True)]
   assert written == ["retrieval_grid_test_worst_step_20.png", "embeddings_step_20.npz",
                      os.path.join("tensorboard", "eval", "projector_config.pbtxt")]
   events = writers.read_events(os.path.join(workdir, "tensorboard", "eval"))
@@ -74,6 +75,22 @@ def test_retrieval_grid_export_and_tensorboard_of_one_checkpoint(runs, tmp_path)
   with pytest.raises(ValueError, match="--retrieval_grid=100000: the query set of protocol "
                      "'test' has"):
     checkpoints.evaluate_checkpoint(workdir, grid={"num_queries": 100000})
+
+
+def test_extra_outputs_are_only_what_the_command_wrote(tmp_path):
+  """A --worst grid does not list the random grid, nor embeddings, an earlier command left."""
+  workdir = str(tmp_path)
+  workdir_lib.write_config(small_config(), workdir)
+  for name in ("retrieval_grid_test_step_20.png", "retrieval_grid_test_worst_step_20.png",
+               "embeddings_step_20.npz"):
+    open(os.path.join(workdir, name), "wb").close()
+  worst = {"num_queries": 4, "k": 8, "mode": "worst", "seed": 0}
+  assert [os.path.basename(p) for p in checkpoints.extra_outputs(workdir, 20, grid=worst)] == [
+      "retrieval_grid_test_worst_step_20.png"]
+  assert [os.path.basename(p) for p in checkpoints.extra_outputs(
+      workdir, 20, grid={"num_queries": 4}, export_embeddings=True)] == [
+          "retrieval_grid_test_step_20.png", "embeddings_step_20.npz"]
+  assert checkpoints.extra_outputs(workdir, 20) == []   # the config draws no grid
 
 
 def test_workdirs_aggregate_mean_and_std_over_runs(runs, tmp_path):

@@ -5,7 +5,6 @@ every step (learning curves, best checkpoint by a validation metric), and severa
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 
@@ -59,12 +58,22 @@ def evaluate_checkpoint(workdir: str, *, step: int | None = None,
   return restored_step, results
 
 
-def extra_outputs(workdir: str, step: int) -> list[str]:
-  """The retrieval grids, projector config and embeddings ``.npz`` of ``step`` in
-  ``workdir``."""
-  patterns = (f"retrieval_grid_*_step_{step}.png", f"embeddings_step_{step}.npz",
-              os.path.join("tensorboard", "eval", projector.CONFIG_FILE))
-  return [p for pattern in patterns for p in sorted(glob.glob(os.path.join(workdir, pattern)))]
+def extra_outputs(workdir: str, step: int, *, grid: dict | None = None,
+                  export_embeddings: bool = False) -> list[str]:
+  """The files besides ``eval_step_<N>.json`` that :func:`evaluate_checkpoint` of ``step``
+  with these ``grid`` and ``export_embeddings`` wrote into ``workdir``: its retrieval grid
+  (not one of another mode an earlier command left), the embeddings ``.npz`` and the
+  projector config, those that exist."""
+  config = workdir_lib.load_config(workdir)
+  grid = compute.grid_options(config) if grid is None else grid
+  paths = []
+  if grid:
+    paths.append(compute.grid_path(workdir, config.eval.splits[0], step,
+                                   grid.get("mode", "random")))
+  if export_embeddings:
+    paths += [os.path.join(workdir, f"embeddings_step_{step}.npz"),
+              os.path.join(workdir, "tensorboard", "eval", projector.CONFIG_FILE)]
+  return [p for p in paths if os.path.exists(p)]
 
 
 def eval_writer(config, workdir: str, tensorboard: bool | None) -> writers.MetricWriter:
