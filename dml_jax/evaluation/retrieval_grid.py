@@ -3,7 +3,8 @@
 For ``n`` queries of a protocol, a row each: the query image, then its ``k`` most similar
 gallery images (self excluded when the query split is its own gallery; ties by lower gallery
 index, as ``knn.nearest_neighbors``), each framed green when it has the query's label and red
-when not, with its similarity under it.
+when not, with its similarity under it; the query's label is written under it by the name
+the embedding plots use (the digit of the digits datasets, else the class).
 
 Queries are drawn reproducibly: ``'random'`` takes ``n`` distinct queries with
 ``numpy.random.default_rng(seed)`` (shown in index order); ``'worst'`` takes the ``n`` with
@@ -116,15 +117,24 @@ def display_images(images, idx: np.ndarray) -> np.ndarray:
   return np.repeat(x, 3, axis=-1) if x.shape[-1] == 1 else x[..., :3]
 
 
+def display_labels(split) -> tuple[str, np.ndarray]:
+  """The labels a person reads for ``split``'s images, those its embedding plot is coloured
+  by: ``('digit', the digits)`` when it has that label set, else ``('class', its labels)``."""
+  if "digit" in split.label_sets:
+    return "digit", np.asarray(split.label_sets["digit"])
+  return "class", np.asarray(split.labels)
+
+
 def plot_grid(query_images: np.ndarray, query_labels: np.ndarray, result_images: np.ndarray,
               result_labels: np.ndarray, similarities: np.ndarray, *, path: str,
-              title: str = "") -> str:
+              title: str = "", query_captions=None) -> str:
   """Draws the grid PNG.
 
   Args:
     query_images: float ``[n, H, W, 3]`` in ``[0, 1]``; query_labels: ``[n]``.
     result_images: float ``[n, k, H, W, 3]``; result_labels: ``[n, k]``;
       similarities: ``[n, k]``.
+    query_captions: ``n`` texts under the queries (``None``: ``'class <label>'``).
   """
   plt = report.pyplot()
   n, k = result_labels.shape
@@ -132,8 +142,10 @@ def plot_grid(query_images: np.ndarray, query_labels: np.ndarray, result_images:
   fig, axes = plt.subplots(n, k + 1, figsize=(width, height), dpi=90, squeeze=False)
   fig.subplots_adjust(left=0.01, right=0.99, top=1 - 0.35 / height, bottom=0.25 / height,
                       wspace=0.08, hspace=0.3)
+  if query_captions is None:
+    query_captions = [f"class {label}" for label in query_labels]
   for i in range(n):
-    cells = [(query_images[i], "black", f"query, class {query_labels[i]}")]
+    cells = [(query_images[i], "black", f"query, {query_captions[i]}")]
     for j in range(k):
       same = result_labels[i, j] == query_labels[i]
       cells.append((result_images[i, j], "tab:green" if same else "tab:red",
@@ -166,7 +178,9 @@ def write_grid(embeddings: Mapping[str, np.ndarray], splits: Mapping, *, protoco
     num_queries, k, mode, seed: the grid (module docstring).
 
   Returns:
-    ``{'path', 'queries' [n], 'neighbours' [n, k], 'similarities' [n, k], 'correct' [n, k]}``.
+    ``{'path', 'queries' [n], 'neighbours' [n, k], 'similarities' [n, k], 'correct' [n, k],
+    'captions' [n]}``; a query's caption names its label as the embedding plots do
+    (:func:`display_labels`).
 
   Raises:
     ValueError: ``num_queries`` larger than the query set, a bad ``k`` or mode.
@@ -190,7 +204,9 @@ def write_grid(embeddings: Mapping[str, np.ndarray], splits: Mapping, *, protoco
   r_images = display_images(splits[gallery_split].images, neighbours.reshape(-1))
   r_images = r_images.reshape(neighbours.shape + r_images.shape[1:])
   result_labels = gallery_labels[neighbours]
+  name, shown = display_labels(splits[split])
+  captions = [f"{name} {shown[r]}" for r in rows]
   plot_grid(q_images, query_labels[rows], r_images, result_labels, sims, path=path,
-            title=title or f"{protocol}: {mode} queries, top {k}")
+            title=title or f"{protocol}: {mode} queries, top {k}", query_captions=captions)
   return {"path": path, "queries": rows, "neighbours": neighbours, "similarities": sims,
-          "correct": result_labels == query_labels[rows][:, None]}
+          "correct": result_labels == query_labels[rows][:, None], "captions": captions}

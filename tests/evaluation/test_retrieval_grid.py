@@ -78,6 +78,9 @@ def test_grid_on_the_digits(tmp_path):
   assert out["correct"].all()     # one-hot embeddings of the label retrieve the same class
   assert out["neighbours"].shape == (5, 3) and (out["neighbours"] != out["queries"][:, None]).all()
   check_png(out["path"])
+  # Queries named by digit, as the embedding plots are (the test labels are 0..3 for 6..9).
+  digits = splits["test"].label_sets["digit"][out["queries"]]
+  assert out["captions"] == [f"digit {d}" for d in digits] and set(digits) <= {6, 7, 8, 9}
   # Other labels (train digits by digit), and the query count checked before any work.
   train = {"train": np.random.default_rng(2).normal(size=(len(splits["train"].labels), 4))}
   out = retrieval_grid.write_grid(train, splits, protocol="train:digit", num_queries=3, k=2,
