@@ -189,6 +189,68 @@ def _grain_batches(images, labels, sampler, rows, *, seed, start_step, num_steps
     yield int(steps[0]), images, labels
 
 
+class _EvalBatch:
+  """Picklable ``i -> {'index', 'images' [b, S, S, C], 'valid'}``: batch ``i`` of ``images``
+  decoded with the evaluation transform, the last one padded with copies of image 0."""
+
+  def __init__(self, images: LazyImages, batch_size: int):
+    self.images, self.batch_size = images, batch_size
+
+  def __call__(self, i: int) -> dict:
+    start = int(i) * self.batch_size
+    chunk = self.images[start:start + self.batch_size]
+    valid = len(chunk)
+    if valid < self.batch_size:
+      pad = np.repeat(self.images[0:1], self.batch_size - valid, axis=0)
+      chunk = np.concatenate([chunk, pad], axis=0)
+    return {"index": np.int64(i), "images": chunk, "valid": np.int64(valid)}
+
+
+def eval_batches(images, *, batch_size: int, num_workers: int = 0, num_threads: int = 8,
+                 prefetch: int = 2) -> Iterator[tuple[np.ndarray, int]]:
+  """Yields ``(images [b, S, S, C] float32, valid)`` of ``images`` in order, in batches of a
+  fixed shape ``b = min(batch_size, N)`` (the last padded with copies of image 0; ``valid``
+  real rows), decoded with the evaluation transform.
+
+  With ``num_workers > 0`` grain worker processes decode whole batches ahead (each with
+  ``num_threads`` threads; at most ``prefetch`` finished batches per worker), so embedding runs
+  at the rate the model allows where one process's decoding (the GIL) would bound it, as in
+  training; with ``0`` this process decodes each batch (``LazyImages``' threads) while the
+  device embeds the one before. In-memory arrays are sliced.
+  """
+  n = len(images)
+  if n == 0:
+    raise ValueError("Cannot embed an empty split.")
+  if num_workers < 0 or num_threads < 1 or prefetch < 0:
+    raise ValueError(f"num_workers must be >= 0, num_threads >= 1 and prefetch >= 0, got "
+                     f"{num_workers}, {num_threads}, {prefetch}.")
+  b = min(batch_size, n)
+  num_batches = -(-n // b)
+  if num_workers == 0 or not isinstance(images, LazyImages):
+    for i in range(num_batches):
+      chunk = images[i * b:(i + 1) * b]
+      valid = len(chunk)
+      if valid < b:
+        chunk = np.concatenate([chunk, np.repeat(images[0:1], b - valid, axis=0)], axis=0)
+      yield chunk, valid
+    return
+  import grain  # pylint: disable=import-outside-toplevel
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS.mark_as_parsed()
+  ds = grain.MapDataset.range(num_batches).map(_EvalBatch(images, b)).to_iter_dataset(
+      grain.ReadOptions(num_threads=1, prefetch_buffer_size=1))
+  ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers,
+                                                   per_worker_buffer_size=max(1, prefetch)))
+  expected = 0
+  for batch in ds:
+    if int(batch["index"]) != expected:
+      raise RuntimeError(f"Evaluation batch {int(batch['index'])} came in place of "
+                         f"{expected}; this is a bug.")
+    expected += 1
+    yield np.array(batch["images"]), int(batch["valid"])   # out of grain's shared memory
+
+
 class _CachedBatch:
   """``step -> {'step', 'windows', 'boxes', 'valid', 'flips', 'label'}`` of this process's
   rows (``crop_windows.host_inputs``), the crops drawn as ``train_batches`` draws them."""

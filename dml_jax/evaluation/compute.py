@@ -14,6 +14,7 @@ import jax
 import numpy as np
 import tqdm
 
+from dml_jax.data import pipeline
 from dml_jax.evaluation import knn
 from dml_jax.evaluation import metrics
 from dml_jax.evaluation import protocols as protocols_lib
@@ -23,12 +24,14 @@ from dml_jax.evaluation import scatter
 
 
 def embed(embed_fn: Callable, images: np.ndarray, *, batch_size: int,
-          show_progress: bool = False, desc: str = "embed") -> np.ndarray:
+          show_progress: bool = False, desc: str = "embed", num_workers: int = 0,
+          num_threads: int = 8) -> np.ndarray:
   """Embeds ``images [N, H, W, C]`` in batches of a fixed shape (one compilation).
 
   The last batch is padded with copies of the first image and the padding is dropped.
   ``embed_fn`` should be jitted (``training.make_embed_fn``); batches are dispatched
-  asynchronously and fetched one batch behind.
+  asynchronously and fetched one batch behind. Decoding: ``pipeline.eval_batches``
+  (``num_workers`` grain processes of ``num_threads`` threads, or this process).
 
   Returns:
     float32 ``[N, D]``.
@@ -36,15 +39,12 @@ def embed(embed_fn: Callable, images: np.ndarray, *, batch_size: int,
   n = len(images)
   if n == 0:
     raise ValueError("Cannot embed an empty split.")
-  batch_size = min(batch_size, n)
+  b = min(batch_size, n)
   out = []
-  for start in tqdm.tqdm(range(0, n, batch_size), disable=not show_progress, desc=desc,
-                         unit="batch", dynamic_ncols=True, mininterval=0.5):
-    chunk = images[start:start + batch_size]
-    valid = len(chunk)
-    if valid < batch_size:
-      pad = np.repeat(images[:1], batch_size - valid, axis=0)
-      chunk = np.concatenate([chunk, pad], axis=0)
+  batches = pipeline.eval_batches(images, batch_size=b, num_workers=num_workers,
+                                  num_threads=num_threads)
+  for chunk, valid in tqdm.tqdm(batches, total=-(-n // b), disable=not show_progress,
+                                desc=desc, unit="batch", dynamic_ncols=True, mininterval=0.5):
     out.append((embed_fn(chunk), valid))
   return np.concatenate([np.asarray(e, dtype=np.float32)[:valid] for e, valid in out], axis=0)
 
@@ -79,7 +79,7 @@ def evaluate_splits(embed_fn: Callable, splits: Mapping, *, protocols: tuple[str
                     metrics_groups: Sequence[str] = protocols_lib.DEFAULT_METRICS,
                     rho_skip: int = 0,
                     kmeans_n_init: int = metrics.KMEANS_N_INIT, kmeans: str = "jax",
-                    dataset: str | None = None,
+                    dataset: str | None = None, num_workers: int = 0, num_threads: int = 8,
                     show_progress: bool = False,
                     embedding_cache: dict | None = None) -> dict[str, dict[str, float]]:
   """Retrieval, clustering and spectral metrics for each protocol.
@@ -104,6 +104,7 @@ def evaluate_splits(embed_fn: Callable, splits: Mapping, *, protocols: tuple[str
     kmeans_n_init: k-means restarts of NMI / NMI+ (default 10).
     kmeans: the k-means of NMI / NMI+, ``'jax'`` (default) or ``'sklearn'``
       (``metrics.clustering_metrics``).
+    num_workers, num_threads: decoding of the embedded images (:func:`embed`).
     dataset: the dataset name for ``ks=()``; ``None`` takes it from the split names
       (``'<dataset>:<split>'``).
     show_progress: progress bars for the embedding and the neighbour search.
@@ -128,7 +129,8 @@ def evaluate_splits(embed_fn: Callable, splits: Mapping, *, protocols: tuple[str
       with _phase(f"embedding split {name!r} ({len(splits[name].labels):,} images)",
                   show_progress):
         emb = embed(embed_fn, splits[name].images, batch_size=batch_size,
-                    show_progress=show_progress, desc=f"embed {name}")
+                    show_progress=show_progress, desc=f"embed {name}",
+                    num_workers=num_workers, num_threads=num_threads)
       cache[name] = knn.as_embeddings(f"The embeddings of split {name!r}", emb)
     return cache[name]
 

@@ -36,11 +36,14 @@ Embedding and scoring are in ``compute``; tables, JSON and plots in ``report``.
 
 from __future__ import annotations
 
+import os
 from typing import Mapping, NamedTuple, Sequence
 
+import jax
 import ml_collections
 import numpy as np
 
+from dml_jax.data import pipeline
 from dml_jax.data import splits as splits_lib
 from dml_jax.evaluation import report
 
@@ -207,7 +210,18 @@ def eval_options(config: ml_collections.ConfigDict) -> dict:
       batch_size=cfg.batch_size, overcluster=cfg.overcluster or None, seed=config.seed,
       metrics_groups=tuple(get("metrics")), rho_skip=int(get("rho_skip")),
       kmeans_n_init=int(get("kmeans_n_init")), kmeans=str(get("kmeans")),
-      dataset=config.data.name)
+      dataset=config.data.name, **eval_workers(config))
+
+
+def eval_workers(config: ml_collections.ConfigDict) -> dict:
+  """``{'num_workers', 'num_threads'}`` of the evaluation's decoding: ``data.num_workers`` and
+  ``data.num_threads`` resolved as for training (``pipeline.resolve_workers``: worker
+  processes on an accelerator, this process's threads on the CPU)."""
+  data = config.data
+  workers, threads = pipeline.resolve_workers(
+      int(data.get("num_workers", 0)), int(data.get("num_threads", 8)),
+      platform=jax.default_backend(), cpus=len(os.sched_getaffinity(0)))
+  return {"num_workers": workers, "num_threads": threads}
 
 
 def validate_eval_config(config: ml_collections.ConfigDict, splits: dict) -> None:

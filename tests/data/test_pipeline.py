@@ -239,3 +239,26 @@ def test_bad_cached_batches_arguments(inshop_train):
     run(num_threads=0)
   with pytest.raises(ValueError, match="holds 24 images but there are 3 labels"):
     run(labels=np.arange(3))
+
+
+def test_eval_batches_in_order_fixed_shape_last_padded(inshop_train):
+  images = inshop_train.images
+  n = len(images)
+  got = list(pipeline.eval_batches(images, batch_size=7, num_threads=2))
+  assert [v for _, v in got] == [7] * (n // 7) + ([n % 7] if n % 7 else [])
+  assert all(x.shape == (7,) + images.shape[1:] for x, _ in got)
+  np.testing.assert_array_equal(np.concatenate([x[:v] for x, v in got]), images[0:n])
+  if n % 7:
+    np.testing.assert_array_equal(got[-1][0][n % 7:], np.repeat(images[0:1], 7 - n % 7, 0))
+  with pytest.raises(ValueError, match="num_workers must be >= 0"):
+    next(pipeline.eval_batches(images, batch_size=4, num_workers=-2))
+
+
+@pytest.mark.slow
+def test_eval_batches_from_worker_processes_equal_this_process(inshop_train):
+  images = inshop_train.images
+  here = list(pipeline.eval_batches(images, batch_size=5, num_threads=2))
+  there = list(pipeline.eval_batches(images, batch_size=5, num_workers=2, num_threads=1))
+  assert [v for _, v in there] == [v for _, v in here]
+  for (a, _), (b, _) in zip(here, there):
+    np.testing.assert_array_equal(a, b)
