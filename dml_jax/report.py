@@ -106,12 +106,21 @@ def differing_keys(runs: Sequence[dict]) -> list[str]:
 
 
 def group_runs(runs: Sequence[dict], keys: Sequence[str]) -> dict[str, list[dict]]:
-  """Runs grouped by their values of ``keys`` other than ``seed`` (name: ``k=v, ...``)."""
+  """Runs grouped by their values of ``keys`` other than ``seed``, named ``k=v, ...`` by the
+  keys they set (a key a run lacks or sets to None, e.g. another objective's
+  hyper-parameter, is left out of its name; named by those alone when it sets none)."""
   groups: dict[str, list[dict]] = {}
   for run in runs:
-    label = ", ".join(f"{k}={run['config'].get(k)}" for k in keys if k != "seed")
+    values = {k: run["config"].get(k) for k in keys if k != "seed"}
+    label = (", ".join(f"{k}={v}" for k, v in values.items() if v is not None)
+             or ", ".join(f"{k}={v}" for k, v in values.items()))
     groups.setdefault(label or "all runs", []).append(run)
   return groups
+
+
+def count(n: int, noun: str) -> str:
+  """``'1 run'``, ``'3 runs'``."""
+  return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def mean_history(runs: Sequence[dict]) -> tuple[dict, dict]:
@@ -190,7 +199,8 @@ def render(runs: Sequence[dict], *, title: str = "dml_jax runs",
   groups = group_runs(runs, keys)
   parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{esc(title)}</title>"
            f"<style>{_STYLE}</style></head><body><h1>{esc(title)}</h1>",
-           f"<p>{len(runs)} runs in {len(groups)} groups (runs differing only by seed).</p>"]
+           f"<p>{count(len(runs), 'run')} in {count(len(groups), 'group')} (runs differing "
+           "only by seed).</p>"]
   if skipped:
     parts.append(f"<p>Left out (no evaluation): {esc(', '.join(skipped))}</p>")
   parts.append("<h2>Config differences</h2>")
@@ -209,7 +219,8 @@ def render(runs: Sequence[dict], *, title: str = "dml_jax runs",
                        [r["cells"].get(m, "") for m in metrics] for r in rows], "metrics"))
   parts.append("<h2>Learning curves</h2>")
   for label, members in groups.items():
-    png = curves_png(members, f"{label} (mean of {len(members)} runs)")
+    png = curves_png(members, f"{label} ({'mean of ' if len(members) > 1 else ''}"
+                              f"{count(len(members), 'run')})")
     parts.append(f"<h3>{esc(label)}</h3><img alt='learning curves {esc(label)}' "
                  f"src='{_png_uri(png)}'>")
   with_grids = [r for r in runs if r["grids"]]
@@ -271,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   except (FileNotFoundError, ValueError) as e:
     print(f"python -m dml_jax.report: {e}", file=sys.stderr)
     return 1
-  print(f"{len(result['runs'])} runs; written {result['out']}")
+  print(f"{count(len(result['runs']), 'run')}; written {result['out']}")
   return 0
 
 

@@ -6,6 +6,8 @@ import html.parser
 import io
 import os
 
+import matplotlib.pyplot as plt
+import ml_collections
 import numpy as np
 import pytest
 from PIL import Image
@@ -115,3 +117,36 @@ def test_mean_history_averages_the_common_steps(tmp_path):
   assert sorted(history) == [10, 20]
   assert history[20]["test"]["recall@1"] == pytest.approx(0.3)
   assert loss[5] == pytest.approx(0.2 + 0.5)
+
+
+def test_two_objectives_evaluated_once_name_count_and_mark_their_points(tmp_path, monkeypatch,
+                                                                         capsys):
+  """Keys only one objective has are not 'None' in the other's group name, one run is '1 run',
+  and a group evaluated once draws its evaluation as a marker, not a line."""
+  fake_run(str(tmp_path / "runs" / "triplet"), seed=0, positive="easy", recall=0.5, steps=(20,))
+  fake_run(str(tmp_path / "runs" / "nca"), seed=0, positive="easy", recall=0.4, steps=(20,))
+  config = small_config(20)
+  config.loss = ml_collections.ConfigDict({"name": "nca", "temperature": 0.1})
+  workdir_lib.write_config(config, str(tmp_path / "runs" / "nca"))
+  figures = []
+  monkeypatch.setattr(plt, "close", figures.append)
+  out = run_report.build_report([str(tmp_path / "runs")], out=str(tmp_path / "r.html"))
+  with open(out["out"]) as f:
+    text = f.read()
+  assert "2 runs in 2 groups" in text and "None" not in text.split("Config differences")[0]
+  page = Page()
+  page.feed(text)
+  groups = [r[0] for r in {t["class"]: t["rows"] for t in page.tables}["metrics"][1:]]
+  nca = next(g for g in groups if "loss.name=nca" in g)
+  assert "loss.temperature=0.1" in nca and "margin" not in nca
+  assert not any("None" in g for g in groups)
+  titles = sorted(f._suptitle.get_text() for f in figures)
+  assert len(titles) == 2 and all(t.endswith(" (1 run)") for t in titles), titles
+  lines = [line for f in figures for ax in f.axes for line in ax.get_lines()]
+  single = [line for line in lines if len(line.get_xdata()) == 1]
+  assert single and all(line.get_linestyle() == "None" and line.get_marker() == "o"
+                        for line in single)
+  assert any(len(line.get_xdata()) == 4 and line.get_linestyle() == "-" for line in lines)
+  monkeypatch.undo()
+  assert run_report.main([str(tmp_path / "runs" / "nca"), "--out", str(tmp_path / "n.html")]) == 0
+  assert capsys.readouterr().out.startswith("1 run; written")

@@ -143,12 +143,17 @@ def train_curve(rows: Sequence[Mapping], key: str = "train/loss") -> dict[int, f
   return {int(r["step"]): float(r[key]) for r in rows if key in r}
 
 
+def _single_point(xs) -> dict:
+  """Plot options of a series: one point (a run evaluated once) is a marker, not a line."""
+  return {"marker": "o", "linestyle": "none"} if len(xs) == 1 else {}
+
+
 def plot_curves(history: Mapping[int, Mapping[str, Mapping[str, float]]], *,
                 path: str, title: str = "",
                 train: Mapping[str, Mapping[int, float]] | None = None) -> str:
   """Learning curves PNG: a panel per ``train`` series (e.g. ``{'train/loss': {step: v}}``,
   every log step) and a panel per evaluation metric (its value against the step, a line per
-  protocol), on one figure."""
+  protocol), on one figure; a series of one point is a marker."""
   plt = pyplot()
 
   train = {k: v for k, v in (train or {}).items() if v}
@@ -162,7 +167,7 @@ def plot_curves(history: Mapping[int, Mapping[str, Mapping[str, float]]], *,
                            squeeze=False)
   for ax, (name, series) in zip(axes.flat, train.items()):
     xs = sorted(series)
-    ax.plot(xs, [series[x] for x in xs], color="tab:gray", lw=1)
+    ax.plot(xs, [series[x] for x in xs], color="tab:gray", lw=1, **_single_point(xs))
     ax.set_title(name, fontsize=10)
     ax.set_xlabel("step")
     ax.grid(alpha=0.3)
@@ -173,7 +178,7 @@ def plot_curves(history: Mapping[int, Mapping[str, Mapping[str, float]]], *,
                 if key in history[s].get(protocol, {})]
       if points:
         xs, ys = zip(*points)
-        ax.plot(xs, ys, marker="o", label=protocol)
+        ax.plot(xs, ys, label=protocol, **{"marker": "o", **_single_point(xs)})
     ax.set_title(key + (" (%)" if scale == 100.0 else ""), fontsize=10)
     ax.set_xlabel("step")
     ax.grid(alpha=0.3)
