@@ -132,14 +132,43 @@ def _fill_added_keys(tree: dict) -> dict:
   return tree
 
 
+# What every config.json that train.py ever wrote holds (the keys older ones lack are in
+# ADDED_CONFIG_KEYS).
+REQUIRED_CONFIG_KEYS = ("seed", "num_train_steps", "batch_size", "data.name", "model.name",
+                        "loss.name", "optimizer.name", "eval.splits")
+
+
+def check_config_tree(tree: Any, path: str) -> None:
+  """Raises ``ValueError`` (one line) unless ``tree``, read from ``path``, is a dml_jax config:
+  a JSON object with :data:`REQUIRED_CONFIG_KEYS`."""
+  if not isinstance(tree, dict):
+    raise ValueError(f"{path} is not a dml_jax config: it holds a JSON "
+                     f"{type(tree).__name__}, not an object (train.py writes the resolved "
+                     "config there).")
+  flat = flatten(tree)
+  missing = [k for k in REQUIRED_CONFIG_KEYS if k not in flat]
+  if missing:
+    raise ValueError(f"{path} is not a dml_jax config: it lacks {', '.join(map(repr, missing))} "
+                     "(train.py writes the resolved config there).")
+
+
 def read_config_json(workdir: str) -> dict | None:
   """The ``config.json`` of ``workdir`` as nested dicts (older files completed with
-  :data:`ADDED_CONFIG_KEYS`), or ``None`` when there is none."""
+  :data:`ADDED_CONFIG_KEYS`), or ``None`` when there is none.
+
+  Raises:
+    ValueError: the file is not JSON or not a dml_jax config (:func:`check_config_tree`).
+  """
   path = os.path.join(workdir, CONFIG_FILE)
   if not os.path.exists(path):
     return None
   with open(path) as f:
-    return _fill_added_keys(json.load(f))
+    try:
+      tree = json.load(f)
+    except json.JSONDecodeError as e:
+      raise ValueError(f"{path} is not a dml_jax config: not JSON ({e}).") from None
+  check_config_tree(tree, path)
+  return _fill_added_keys(tree)
 
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:

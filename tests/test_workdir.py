@@ -115,3 +115,20 @@ def test_an_older_config_json_is_not_a_conflict(tmp_path):
   with open(tmp_path / workdir_lib.CONFIG_FILE, "w") as f:
     json.dump(tree, f)
   assert workdir_lib.check_rerun(config, str(tmp_path)) == []
+
+
+@pytest.mark.parametrize("text,why", [
+    ("{}", "it lacks 'seed', 'num_train_steps', 'batch_size', 'data.name', 'model.name', "
+           "'loss.name', 'optimizer.name', 'eval.splits' (train.py writes"),
+    ('{"data": {"name": "digits_evenodd"}, "seed": 0}', "it lacks 'num_train_steps', "),
+    ("[1, 2]", "it holds a JSON list, not an object"),
+    ("{nope", "not JSON (Expecting property name"),
+])
+def test_a_config_json_that_is_not_a_dml_jax_config_is_one_line(tmp_path, text, why):
+  (tmp_path / workdir_lib.CONFIG_FILE).write_text(text)
+  path = os.path.join(str(tmp_path), workdir_lib.CONFIG_FILE)
+  for read in (workdir_lib.load_config, checkpoints.evaluate_checkpoint):
+    with pytest.raises(ValueError) as error:
+      read(str(tmp_path))
+    assert str(error.value).startswith(f"{path} is not a dml_jax config: {why}")
+    assert "\n" not in str(error.value)
