@@ -3,6 +3,7 @@ checkpoints that do not fit the config; Ctrl-C saves; the resolved config on dis
 
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -12,6 +13,7 @@ from dml_jax import signals
 from dml_jax import training
 from dml_jax import workdir as workdir_lib
 from dml_jax.evaluation import checkpoints
+from dml_test_support import ROOT
 from dml_test_support import small_config
 
 
@@ -132,3 +134,14 @@ def test_a_config_json_that_is_not_a_dml_jax_config_is_one_line(tmp_path, text, 
       read(str(tmp_path))
     assert str(error.value).startswith(f"{path} is not a dml_jax config: {why}")
     assert "\n" not in str(error.value)
+
+
+def test_the_readme_lists_the_keys_a_rerun_may_change():
+  """README "A rerun never damages a workdir" names exactly workdir.RESUMABLE_KEYS."""
+  with open(os.path.join(ROOT, "README.md")) as f:
+    text = " ".join(f.read().split())
+  start = text.index("The keys a rerun **may** change")
+  paragraph = text[start:text.index("`config.json` is written only", start)]
+  keys = {k.replace(".*", ".") for k in re.findall(r"`([a-z_.]+(?:\.\*)?)`", paragraph)}
+  keys.discard("workdir.RESUMABLE_KEYS")
+  assert keys == set(workdir_lib.RESUMABLE_KEYS)
