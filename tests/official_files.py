@@ -1,5 +1,7 @@
 """Small generated datasets in the official layouts of the benchmarks (for the readers of
-``dml_jax.data.official`` and ``prepare``), and the path of the real data in ../shared/data.
+``dml_jax.data.official`` and ``prepare``), and the real data of the tests that read it: the
+folder named by the environment variable ``DML_JAX_TEST_DATA`` (holding ``omniglot/`` and
+``mnist/`` in their official formats), e.g. ``DML_JAX_TEST_DATA=/data``.
 
 Every writer takes the dataset folder ``root`` and returns what it wrote (the expected labels
 per part), so tests compare the readers against an independent description.
@@ -13,18 +15,27 @@ import zipfile
 
 import numpy as np
 
-REAL_DATA = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                          "shared", "data"))
+DATA_ENV = "DML_JAX_TEST_DATA"
+
+
+def real_data_root():
+  """The folder of the real datasets (``$DML_JAX_TEST_DATA``), or None where it is unset."""
+  root = os.environ.get(DATA_ENV, "").strip()
+  return os.path.abspath(os.path.expanduser(root)) if root else None
 
 
 def real_data(name, *files):
-  """``../shared/data/<name>`` if it holds ``files``, else skip the test saying why."""
+  """``$DML_JAX_TEST_DATA/<name>`` if it holds ``files``, else skip the test saying why."""
   import pytest  # pylint: disable=import-outside-toplevel
-  folder = os.path.join(REAL_DATA, name)
+  root = real_data_root()
+  if root is None:
+    pytest.skip(f"the real {name} data: set {DATA_ENV} to a folder holding {name}/ in its "
+                f"official format (e.g. {DATA_ENV}=/data with /data/{name}/)")
+  folder = os.path.join(root, name)
   missing = [f for f in files if not os.path.exists(os.path.join(folder, f))]
   if missing:
     pytest.skip(f"the real {name} data is not at {folder} (missing {', '.join(missing)}); "
-                "it lives in ../shared/data next to the repository")
+                f"{DATA_ENV}={root} must hold {name}/ in its official format")
   return folder
 
 

@@ -1,7 +1,7 @@
 """The reproductions on real data (README "Reproductions on real data"): the MNIST even/odd
 and Omniglot CPU configs, the batch composition of every config against the real class count
-of its dataset (issue 18), and 2-step training runs on the real files of ../shared/data
-(``slow``: they compile a training step per objective)."""
+of its dataset, and 2-step training runs on the real files in ``$DML_JAX_TEST_DATA``
+(skipped without it; ``slow``: they compile a training step per objective)."""
 
 import functools
 import importlib
@@ -18,7 +18,7 @@ from test_configs import EXPERIMENTS, load
 
 OMNIGLOT_ROWS = ("triplet", "eps_triplet", "ms", "eps_ms", "margin", "eps_margin")
 
-# Training classes of each dataset's protocol, as published (issue 18): the sampler of every
+# Training classes of each dataset's protocol, as published: the sampler of every
 # paper config must fit them at its full batch composition.
 TRAIN_CLASSES = {"cub": 100, "cars196": 98, "sop": 11_318, "inshop": 3_997, "omniglot": 30,
                  "flowers102": 51, "mnist_evenodd": 2, "mnist": 8, "digits_evenodd": 2}
@@ -56,7 +56,7 @@ def test_the_two_mnist_configs_differ_only_in_the_positive():
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_every_config_batch_fits_the_real_class_count(name):
-  """Issue 18: the full-scale batch composition against the dataset's published number of
+  """The full-scale batch composition against the dataset's published number of
   training classes (synthetic labels, 10 examples a class)."""
   c = load(name)
   if c.data.name not in TRAIN_CLASSES:
@@ -148,7 +148,7 @@ FULL_BATCH_EXPERIMENTS = [s for s in EXPERIMENTS if load(s).data.name in TRAIN_C
 @pytest.mark.long
 @pytest.mark.parametrize("spec", FULL_BATCH_EXPERIMENTS)
 def test_every_experiment_trains_two_steps_at_its_full_batch_composition(spec):
-  """Issue 18: each paper experiment's own batch (size, classes x group size, small-class
+  """Each paper experiment's own batch (size, classes x group size, small-class
   rule), sampler and objective (every hyper-parameter, K included) for two train steps on
   data of its dataset's class structure; only the backbone (the small CNN) and the image size
   (16 px) are shrunk."""

@@ -1,6 +1,6 @@
 """The readers of the official files (``data.official``) on small generated files in each
-official layout, their errors on damaged inputs, Omniglot and MNIST on the real files in
-../shared/data, and the same splits as the TFDS route for the same records."""
+official layout, their errors on damaged inputs, Omniglot and MNIST on the real files (in
+``$DML_JAX_TEST_DATA``; skipped without it), and the same splits as the TFDS route for the same records."""
 
 import gzip
 import os
