@@ -111,7 +111,7 @@ def general_path_loss(e, labels, key, *, name, positive, negative, keep=None):
 
 
 def check_fast_path_equals_general_path(name, positive, negative):
-  """Issue 3: the single-positive fast paths give the general ``[B, N]`` path's loss and
+  """The single-positive fast paths give the general ``[B, N]`` path's loss and
   gradient (ties included)."""
   hp = dict(positive=positive, negative=negative)
   keep = None

@@ -1,4 +1,5 @@
-"""Every experiment config loads, has the DESIGN schema, and builds its objective."""
+"""Every experiment config loads, has the config schema (configs/default.py), and builds its
+objective."""
 
 import glob
 import importlib
@@ -137,7 +138,7 @@ def resolved(spec_arg: str) -> dict:
 
 
 def test_experiments_resolve_as_recorded():
-  """Issue 13: reshaping the configs (variants instead of clone files) changed no experiment.
+  """Reshaping the configs (variants instead of clone files) changed no experiment.
   A config changed on purpose is re-recorded with ``python tests/test_configs.py``."""
   with open(GOLDEN) as f:
     golden = json.load(f)

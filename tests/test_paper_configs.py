@@ -119,7 +119,7 @@ def test_own_images_need_a_path():
 
 @pytest.mark.long
 def test_cub_ephn_2nd_recipe_with_converted_resnet50_weights(tmp_path):
-  """Issue 'done when': torchvision state dict -> convert -> weights/resnet50.npz -> the CUB
+  """End to end: torchvision state dict -> convert -> weights/resnet50.npz -> the CUB
   config trains with them (here: a synthetic state dict, mock CUB, 32 px, 2 steps)."""
   from flax import nnx  # pylint: disable=import-outside-toplevel
   from dml_jax.models import pretrained  # pylint: disable=import-outside-toplevel

@@ -1,4 +1,4 @@
-"""benchmarks/device/gpu_check.sh (the checks of one call on a lent GPU machine): it parses,
+"""benchmarks/device/gpu_check.sh (the checks of one call on a GPU machine): it parses,
 refuses an unknown part, and its 'versions' part runs anywhere (here it must find that the
 models lower to a dot, not a convolution, on the CPU)."""
 

@@ -74,7 +74,7 @@ def sop_like_labels(num_classes=600, seed=0):
 
 @pytest.mark.parametrize("group_size,batch_size", [(2, 32), (5, 60)])
 def test_all_mode_on_sop_like_classes_gives_every_anchor_a_positive(group_size, batch_size):
-  """Issue 18: with n = 2 the remainder of a class of 3, 5, 7, ... examples used to be a
+  """With n = 2 the remainder of a class of 3, 5, 7, ... examples used to be a
   singleton group (an anchor without a positive); now groups are complete except for classes
   with fewer than n examples, and every anchor has a positive."""
   labels = sop_like_labels()

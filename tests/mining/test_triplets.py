@@ -268,7 +268,7 @@ def test_selection_traces_once_per_shape():
   assert len(count) == 2
 
 
-# --------------------------------------- per-anchor fast path == general sorted path (issue 3)
+# --------------------------------------------- per-anchor fast path == general sorted path
 
 
 def tie_scores(seed, b=B):
@@ -318,7 +318,7 @@ def test_per_anchor_random_negatives_draw_from_the_sorted_paths_set(negative, ma
   assert seen and all(fast == general for fast, general in seen.values())
 
 
-# ------------------------------ compacted semi-hard negatives == sorted path (issue 17)
+# -------------------------------------------- compacted semi-hard negatives == sorted path
 
 
 def test_compact_rows_lists_each_rows_true_entries_in_index_order():

@@ -111,7 +111,7 @@ def test_cli_table_and_convert(tmp_path, capsys):
                                 sd["layer1.0.conv1.weight"].numpy().transpose(2, 3, 1, 0))
 
 
-# torchvision and /work/main/.venv's torch do not import together; run this file in a venv
+# torchvision and the test venv's torch do not import together; run this file in a venv
 # with torch + torchvision (README recipe) to check the conversion numerically.
 @pytest.mark.parametrize("arch", ["resnet18", pytest.param("resnet50", marks=pytest.mark.slow)])
 def test_torchvision_random_model_same_pooled_features(arch):

@@ -1,5 +1,5 @@
-"""The sort-free paths of ``positive='all'`` triplets (dml_jax/objectives/_triplet.py,
-issue 17): each anchor's positives compacted to ``[B, P]`` for the smallest static ``P`` that
+"""The sort-free paths of ``positive='all'`` triplets (dml_jax/objectives/_triplet.py):
+each anchor's positives compacted to ``[B, P]`` for the smallest static ``P`` that
 holds the batch (``lax.switch``), else the sorted path. Values and gradients equal the sorted
 path (``losses.triplet_all_negatives``, ``mining.negatives``) and the numpy oracle, for every
 bucket, the fallback, exact ties, anchors without positives or negatives, reference sets and
@@ -101,7 +101,7 @@ def test_all_negatives_without_positives_or_negatives_give_zero_terms():
 
 @functools.partial(jax.jit, static_argnames=("negative", "distance"))
 def sorted_path_loss(e, labels, refs, *, negative, distance="squared"):
-  """The ``positive='all'`` triplet loss on the sorted paths (before issue 17)."""
+  """The ``positive='all'`` triplet loss on the sorted paths (no compaction)."""
   s, pos, neg = objectives_common.similarities(e, labels, "cosine", refs)
   d2 = sim.squared_distance(s)
   d = d2 if distance == "squared" else jnp.sqrt(jnp.maximum(d2, 1e-12))
