@@ -160,6 +160,7 @@ def test_every_experiment_trains_two_steps_at_its_full_batch_composition(spec):
   c.num_devices = 1
   c.model.name, c.model.pretrained, c.model.bn_mode = "small_cnn", "", "train"
   c.model.pooling, c.model.embedding_hidden, c.model.freeze_bn = "", (), False
+  c.model.dtype = "float32"   # the small CNN computes in float32 only
   c.data.image_size = 16
   c.eval.splits = ("train",)
   for labels, metrics in two_train_steps(c, splits):
