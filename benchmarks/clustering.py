@@ -129,9 +129,9 @@ def main(argv=None) -> int:
   bad = sorted(set(chosen) - set(sides)) + sorted(set(args.cases.split(",")) - {"omniglot", "sop"})
   if bad:
     raise SystemExit(f"unknown sides/cases {bad}; sides: dml_jax, sklearn; cases: omniglot, sop")
-  stop = multiprocessing.Event()
-  hogs = [multiprocessing.Process(target=spin, args=(stop,), daemon=True)
-          for _ in range(args.busy)]
+  spawn = multiprocessing.get_context("spawn")   # not forked from a process running JAX
+  stop = spawn.Event()
+  hogs = [spawn.Process(target=spin, args=(stop,), daemon=True) for _ in range(args.busy)]
   rows = []
   try:
     for case in cases(args.cases.split(","), args.smoke):

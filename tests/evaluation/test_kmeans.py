@@ -111,6 +111,7 @@ def test_seeding_draws_distinct_data_points_in_rounds():
 def test_block_rows_bounds_the_tile():
   assert kmeans.block_rows(60502, 11316, 256 * 2 ** 20) == 256 * 2 ** 20 // (16 * 11316)
   assert kmeans.block_rows(100, 3, 2 ** 30) == 100
+  assert kmeans.block_rows(10 ** 5, 3, 2 ** 30) == kmeans.MAX_BLOCK_ROWS
   assert kmeans.block_rows(10 ** 6, 10 ** 7, 1) == 8
 
 
