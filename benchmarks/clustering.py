@@ -30,6 +30,7 @@ import json
 import multiprocessing
 import os
 import platform
+import subprocess
 import sys
 import time
 
@@ -87,6 +88,15 @@ def run_jax(x, k, seed):
 def run_sklearn(x, k, seed):
   km = cluster.KMeans(n_clusters=k, n_init=1, random_state=seed).fit(x)
   return km.labels_, float(km.inertia_)
+
+
+def commit() -> str:
+  """The repository's commit (``git rev-parse --short HEAD``), or ``'unknown'``."""
+  try:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                          text=True, timeout=10, check=True).stdout.strip()
+  except (OSError, subprocess.SubprocessError):
+    return "unknown"
 
 
 def spin(stop):   # a CPU hog beside the measurement
@@ -173,6 +183,8 @@ def main(argv=None) -> int:
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
       json.dump({"rows": rows, "busy": args.busy, "backend": jax.default_backend(),
+                 "commit": commit(), "date": time.strftime("%Y-%m-%d"),
+                 "command": " ".join(["python", "benchmarks/clustering.py", *(argv or sys.argv[1:])]),
                  "device": jax.devices()[0].device_kind, "cpus": os.cpu_count(),
                  "machine": platform.machine(), "omniglot_total_seconds": total}, f, indent=1)
   return 0
