@@ -23,12 +23,12 @@ def integer_points(rng, n, dim=2):
   return x
 
 
-SELECTIONS = ["kernel", "xla"]  # the C++ merge and XLA's filtered top_k
+SELECTIONS = ["kernel", "xla", "rows"]  # the C++ merge, XLA's filtered top_k, whole rows
 
 
 # the XLA merge does not depend on the similarity: 'dot' covers it
 @pytest.mark.parametrize("kind,selection", [("dot", "kernel"), ("neg_sq_euclidean", "kernel"),
-                                            ("dot", "xla")])
+                                            ("dot", "xla"), ("dot", "rows")])
 @pytest.mark.parametrize("row_tile,col_tile,chunk", [
     (32, 32, 8),   # symmetric (S_ij and S_ij^T), chunk filter on (3 * 8 < 32), padded.
     (16, 16, 8),   # symmetric, more blocks; filter off for m * chunk >= 16.
@@ -232,3 +232,15 @@ def test_top_m_overflowing_similarities_match_oracle(selection):
   idx = top_m.top_m_neighbors(x.astype(np.float32), m=5, kind="dot", row_tile=16,
                               col_tile=16, selection=selection)
   np.testing.assert_array_equal(idx, want)
+
+
+def test_auto_takes_whole_rows_from_rows_min_m(monkeypatch):
+  calls = []
+  real = top_m._top_m_by_rows
+  monkeypatch.setattr(top_m, "_top_m_by_rows", lambda *a, **k: calls.append(k["m"]) or real(*a, **k))
+  monkeypatch.setattr(top_m, "ROWS_MIN_M", 5)
+  x = integer_points(np.random.default_rng(4), 40)
+  want = top_m.top_m_neighbors(x, m=6, selection="xla")
+  np.testing.assert_array_equal(top_m.top_m_neighbors(x, m=6), want)   # auto: rows
+  top_m.top_m_neighbors(x, m=4)                                         # auto: tiles
+  assert calls == [6]
