@@ -191,9 +191,10 @@ def _grain_batches(images, labels, sampler, rows, *, seed, start_step, num_steps
 
 class _EvalBatch:
   """Picklable ``i -> {'index', 'images' [b, S, S, C], 'valid'}``: batch ``i`` of ``images``
-  decoded with the evaluation transform, the last one padded with copies of image 0."""
+  (``LazyImages``, decoded with the evaluation transform, or an array), the last one padded
+  with copies of image 0."""
 
-  def __init__(self, images: LazyImages, batch_size: int):
+  def __init__(self, images, batch_size: int):
     self.images, self.batch_size = images, batch_size
 
   def __call__(self, i: int) -> dict:
@@ -226,19 +227,17 @@ def eval_batches(images, *, batch_size: int, num_workers: int = 0, num_threads: 
                      f"{num_workers}, {num_threads}, {prefetch}.")
   b = min(batch_size, n)
   num_batches = -(-n // b)
+  batch = _EvalBatch(images, b)
   if num_workers == 0 or not isinstance(images, LazyImages):
     for i in range(num_batches):
-      chunk = images[i * b:(i + 1) * b]
-      valid = len(chunk)
-      if valid < b:
-        chunk = np.concatenate([chunk, np.repeat(images[0:1], b - valid, axis=0)], axis=0)
-      yield chunk, valid
+      out = batch(i)
+      yield out["images"], int(out["valid"])
     return
   import grain  # pylint: disable=import-outside-toplevel
   from absl import flags  # pylint: disable=import-outside-toplevel
   if not flags.FLAGS.is_parsed():
     flags.FLAGS.mark_as_parsed()
-  ds = grain.MapDataset.range(num_batches).map(_EvalBatch(images, b)).to_iter_dataset(
+  ds = grain.MapDataset.range(num_batches).map(batch).to_iter_dataset(
       grain.ReadOptions(num_threads=1, prefetch_buffer_size=1))
   ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers,
                                                    per_worker_buffer_size=max(1, prefetch)))

@@ -36,14 +36,12 @@ def embed(embed_fn: Callable, images: np.ndarray, *, batch_size: int,
   Returns:
     float32 ``[N, D]``.
   """
-  n = len(images)
-  if n == 0:
-    raise ValueError("Cannot embed an empty split.")
-  b = min(batch_size, n)
+  b = min(batch_size, len(images))
   out = []
   batches = pipeline.eval_batches(images, batch_size=b, num_workers=num_workers,
                                   num_threads=num_threads)
-  for chunk, valid in tqdm.tqdm(batches, total=-(-n // b), disable=not show_progress,
+  for chunk, valid in tqdm.tqdm(batches, total=-(-len(images) // max(b, 1)),
+                                disable=not show_progress,
                                 desc=desc, unit="batch", dynamic_ncols=True, mininterval=0.5):
     out.append((embed_fn(chunk), valid))
   return np.concatenate([np.asarray(e, dtype=np.float32)[:valid] for e, valid in out], axis=0)

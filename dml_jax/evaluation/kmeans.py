@@ -269,12 +269,13 @@ def kmeans(x, *, n_clusters: int, seed: int = 0, n_init: int = 1, max_iter: int 
       new_a, d2 = assign(xd, centres, rows=rows)
       changed = bool(jnp.any(new_a != a))
       a = new_a
-      bar.update(1)
-      bar.set_postfix(inertia=f"{float(jnp.sum(d2)):.4g}")
+      if show_progress:   # (a host sync each iteration otherwise not needed)
+        bar.update(1)
+        bar.set_postfix(inertia=f"{float(jnp.sum(d2)):.4g}")
       if shift <= threshold or not changed:
         break
     bar.close()
-    inertia = float(jnp.sum(d2.astype(jnp.float64) if jax.config.jax_enable_x64 else d2))
+    inertia = float(np.sum(np.asarray(d2), dtype=np.float64))
     inertias.append(inertia)
     if best is None or inertia < best[2]:
       best = (a, centres, inertia, iterations)
