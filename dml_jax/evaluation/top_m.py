@@ -103,7 +103,9 @@ def top_m_neighbors(query, gallery=None, *, m: int, kind: str = "dot", row_tile:
       ``lax.top_k`` of :func:`_merge_tile`; ``'rows'``, no tiles: ``lax.top_k`` over each
       query's whole row (:func:`_top_m_by_rows`); ``'auto'`` (default), ``'rows'`` from
       ``m >= ROWS_MIN_M`` on, else the kernel where it is available (a CPU with a C++
-      compiler), else XLA. Same results.
+      compiler), else XLA. The kernel and XLA give the same results; whole rows compute the
+      products in another shape, which rounds differently in float32, so two items closer
+      than that rounding (~1e-7) may come in the other order.
     show_progress: a progress bar over the query blocks.
 
   Returns:
