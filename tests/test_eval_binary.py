@@ -177,7 +177,7 @@ def test_eval_py_errors_exit_nonzero_without_traceback(runs):
 
 @pytest.mark.slow
 def test_evaluation_benchmark_smoke(tmp_path):
-  out = subprocess.run([sys.executable, "benchmarks/evaluation.py", "--smoke",
+  out = subprocess.run([sys.executable, "benchmarks/speed/evaluation.py", "--smoke",
                         f"--out={tmp_path}"], cwd=ROOT, capture_output=True, text=True,
                        timeout=600)
   assert out.returncode == 0, out.stderr[-3000:]

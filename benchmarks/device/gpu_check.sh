@@ -35,7 +35,7 @@ if ! python3 -c "import ml_collections, grain, tensorboardX" 2>/dev/null && ls .
 fi
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-TP="python3 benchmarks/train_throughput.py --batch_size=256 --group_size=8 --num_classes=80
+TP="python3 benchmarks/speed/train_throughput.py --batch_size=256 --group_size=8 --num_classes=80
     --per_class=16"
 stamp() { python3 - "$@" <<'PY'
 import json, sys, datetime, jax
@@ -130,7 +130,7 @@ omniglot)
     --out="$OUT/omniglot.json" --md="$OUT/omniglot.md"
   stamp "$OUT/omniglot.json" omniglot "$COMMIT" ;;
 retrieval)
-  timeout 80 python3 benchmarks/evaluation.py --sizes=60000 --methods=dml_jax \
+  timeout 80 python3 benchmarks/speed/evaluation.py --sizes=60000 --methods=dml_jax \
     --out="$OUT/eval" 2>&1 | tee "$OUT/evaluation.log" | tail -4 ;;
 workers)
   for wt in ${WORKERS:-8:2 15:1}; do

@@ -1,4 +1,4 @@
-"""The PyTorch peer of ``benchmarks/train_throughput.py``'s synthetic-input step on a GPU:
+"""The PyTorch peer of ``benchmarks/speed/train_throughput.py``'s synthetic-input step on a GPU:
 torchvision's ResNet-50 with a linear 512-D embedding head and L2 normalisation, an NCA loss
 over the batch's similarity matrix (each anchor's positives against its negatives,
 temperature 0.1, the 2nd-order config's loss without its mining), SGD with momentum 0.9 and

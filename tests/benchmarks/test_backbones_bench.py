@@ -1,4 +1,4 @@
-"""benchmarks/backbones.py: the workers run a tiny case, the table/JSON and ratio code works;
+"""benchmarks/speed/backbones.py: the workers run a tiny case, the table/JSON and ratio code works;
 no timings are checked."""
 
 import json
@@ -8,7 +8,7 @@ import pytest
 from dml_test_support import load_benchmark
 
 
-bench = load_benchmark("backbones")
+bench = load_benchmark("speed.backbones")
 
 
 def test_tiny_run_writes_json_for_both_conv_formulations(tmp_path):
@@ -60,7 +60,7 @@ def test_torch_side_has_the_same_parameters_as_ours(case):
 
 
 def test_conv_parts_tiny_run_writes_json(tmp_path):
-  parts = load_benchmark("conv_parts")
+  parts = load_benchmark("speed.conv_parts")
   out = tmp_path / "conv_parts.json"
   assert parts.main(["--batch=2", "--size=6", "--cin=3", "--cout=8", "--reps=1",
                      f"--out={out}"]) == 0
@@ -70,7 +70,7 @@ def test_conv_parts_tiny_run_writes_json(tmp_path):
 
 
 def test_conv_parts_weight_grads_cover_resnet50_and_write_json(tmp_path):
-  parts = load_benchmark("conv_parts")
+  parts = load_benchmark("speed.conv_parts")
   shapes = parts.resnet50_weight_grads(224)
   # 52 convolutions after the stem; a 3 x 3 per block, strided in the first block of stages 2-4
   assert sum(s["count"] for s in shapes) == 52
@@ -87,7 +87,7 @@ def test_conv_parts_weight_grads_cover_resnet50_and_write_json(tmp_path):
 
 
 def test_conv_parts_batch_norm_covers_resnet50_and_writes_json(tmp_path):
-  parts = load_benchmark("conv_parts")
+  parts = load_benchmark("speed.conv_parts")
   # stem 112 px x 64, then (64, 256), (128, 512), (256, 1024), (512, 2048) at 56 / 28 / 14 / 7
   assert parts.resnet50_activations(224) == [(112, 64), (56, 64), (56, 256), (28, 128),
                                               (28, 512), (14, 256), (14, 1024), (7, 512),

@@ -1,4 +1,4 @@
-"""benchmarks/clustering.py: its cases and its table (the timing itself is a benchmark)."""
+"""benchmarks/speed/clustering.py: its cases and its table (the timing itself is a benchmark)."""
 
 import numpy as np
 
@@ -6,7 +6,7 @@ from dml_test_support import load_benchmark
 
 
 def test_cases_have_the_protocols_shapes():
-  bench = load_benchmark("clustering")
+  bench = load_benchmark("speed.clustering")
   full = {c["case"]: c for c in bench.cases(["omniglot"], smoke=False)}
   assert full["omniglot test letters"]["x"].shape == (13180, 128)
   assert full["omniglot test letters"]["k"] == 659
@@ -18,7 +18,7 @@ def test_cases_have_the_protocols_shapes():
 
 
 def test_table_row():
-  bench = load_benchmark("clustering")
+  bench = load_benchmark("speed.clustering")
   row = {"case": "c", "n": 1000, "d": 8, "k": 10, "speedup": 12.34, "inertia_ratio": 1.0012,
          "dml_jax": {"seconds": 0.1, "inertia": 1.0, "nmi": 0.5},
          "sklearn": {"seconds": 1.234, "inertia": 1.0, "nmi": 0.25}}

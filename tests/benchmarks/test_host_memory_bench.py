@@ -1,4 +1,4 @@
-"""benchmarks/host_memory.py: a tiny case in both modes, each in its own process; the JSON
+"""benchmarks/speed/host_memory.py: a tiny case in both modes, each in its own process; the JSON
 has a row per mode with the step's time and fault counts (no timings are checked)."""
 
 import json
@@ -7,7 +7,7 @@ import pytest
 
 from dml_test_support import load_benchmark
 
-bench = load_benchmark("host_memory")
+bench = load_benchmark("speed.host_memory")
 
 
 def test_smoke_run_measures_both_modes(tmp_path):

@@ -1,4 +1,4 @@
-"""benchmarks/objectives.py: the smoke mode runs in-process and writes the JSON it documents."""
+"""benchmarks/speed/objectives.py: the smoke mode runs in-process and writes the JSON it documents."""
 
 import json
 import math
@@ -11,7 +11,7 @@ import pytest
 from dml_test_support import load_benchmark
 
 
-bench = load_benchmark("objectives")
+bench = load_benchmark("speed.objectives")
 
 TIMING_KEYS = {"median_ms", "q25_ms", "q75_ms", "iqr_ms", "min_ms", "repeats", "capped"}
 MEMORY_KEYS = {"temp_bytes", "argument_bytes", "output_bytes", "alias_bytes", "peak_bytes"}

@@ -1,8 +1,8 @@
-"""benchmarks/op_profile.py: the ops of a profiled objective, with their shapes and origins."""
+"""benchmarks/profiling/op_profile.py: the ops of a profiled objective, with their shapes and origins."""
 
 from dml_test_support import load_benchmark
 
-bench = load_benchmark("op_profile")
+bench = load_benchmark("profiling.op_profile")
 
 
 def test_profile_names_the_objectives_ops():

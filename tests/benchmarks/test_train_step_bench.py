@@ -1,4 +1,4 @@
-"""benchmarks/train_step.py: the dml_jax side (the real loop pieces)
+"""benchmarks/speed/train_step.py: the dml_jax side (the real loop pieces)
 runs at a trivial size and the table/JSON code works; no timings are checked."""
 
 
@@ -9,7 +9,7 @@ import pytest
 from dml_test_support import load_benchmark
 
 
-bench = load_benchmark("train_step")
+bench = load_benchmark("speed.train_step")
 CASE = {"image_size": 8, "batch_size": 16}
 
 

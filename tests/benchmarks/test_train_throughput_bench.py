@@ -1,4 +1,4 @@
-"""benchmarks/train_throughput.py: the full training step on generated JPEG files through the
+"""benchmarks/speed/train_throughput.py: the full training step on generated JPEG files through the
 real input pipeline, on the test session's 8 fake CPU devices (data parallel); no timings are
 checked."""
 
@@ -10,7 +10,7 @@ import pytest
 from dml_test_support import load_benchmark
 
 
-bench = load_benchmark("train_throughput")
+bench = load_benchmark("speed.train_throughput")
 
 
 def test_smoke_run_on_all_devices_writes_json(tmp_path):

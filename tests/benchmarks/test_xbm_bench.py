@@ -1,4 +1,4 @@
-"""benchmarks/xbm.py: the smoke run times every memory case, writes its JSON, and (with PML)
+"""benchmarks/speed/xbm.py: the smoke run times every memory case, writes its JSON, and (with PML)
 gives PML's CrossBatchMemory loss on the same batch and memory."""
 
 import json
@@ -10,7 +10,7 @@ from dml_jax import objectives
 from dml_test_support import load_benchmark
 
 
-bench = load_benchmark("xbm")
+bench = load_benchmark("speed.xbm")
 
 
 def _smoke(tmp_path, *, pml):

@@ -72,7 +72,10 @@ import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, REPO)
+from benchmarks import harness  # pylint: disable=wrong-import-position
+from benchmarks import workers  # pylint: disable=wrong-import-position
 DEFAULT_CASES = "8:128,28:128"
 SMOKE_CASES = "8:16"
 JAX_SIDES = ("dml_jax",)
@@ -90,25 +93,10 @@ def parse_case(text: str) -> dict:
   return {"image_size": int(parts[0]), "batch_size": int(parts[1])}
 
 
-def quartiles(values) -> dict:
-  """Median, quartiles and IQR of ``values`` (linear interpolation, as numpy's default)."""
-  xs = sorted(values)
-
-  def q(p):
-    pos = p * (len(xs) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-  return {"median": q(0.5), "q25": q(0.25), "q75": q(0.75), "iqr": q(0.75) - q(0.25),
-          "n": len(xs)}
-
-
 # ---- the dml_jax side (imports jax only in its worker) ----
 
 def jax_config(case: dict):
   """The main job's config for ``case`` (8 px: the digits; else the random dataset)."""
-  sys.path.insert(0, REPO)
   from configs import digits_evenodd_eps  # pylint: disable=import-outside-toplevel
   c = digits_evenodd_eps.get_config()
   c.batch_size = case["batch_size"]
@@ -335,53 +323,39 @@ def torch_conditions() -> dict:
 
 def worker(side: str, threads: int) -> None:
   """Answers one JSON request per stdin line with one JSON result line on stdout."""
-  out = sys.stdout
-  sys.stdout = sys.stderr  # library prints must not break the protocol
-  try:
+  loops = {}
+
+  def hello() -> dict:
     if side == "torch":
       import torch  # pylint: disable=import-outside-toplevel
       torch.set_num_threads(threads)
-      conditions = torch_conditions()
-    else:
-      conditions = jax_conditions()
-    conditions["cpus"] = sorted(os.sched_getaffinity(0))
-    out.write(json.dumps({"ready": True, **conditions}) + "\n")
-  except Exception as e:  # noqa: BLE001 (reported to the parent)
-    out.write(json.dumps({"ready": False, "error": f"{type(e).__name__}: {e}"}) + "\n")
-    out.flush()
-    return
-  out.flush()
-  loops = {}
-  for line in sys.stdin:
-    request = json.loads(line)
+      return torch_conditions()
+    return jax_conditions()
+
+  def handle(request: dict) -> dict:
     case = request["case"]
     key = json.dumps(case, sort_keys=True)
-    try:
-      if request.get("profile"):
-        result = jax_profile(case, steps=request["steps"])
-      elif request.get("export_data"):
-        result = export_data(case, request["export_data"])
-      else:
-        if key not in loops:
-          t0 = time.perf_counter()
-          loops[key] = (TorchLoop(case, data_file=request["data_file"]) if side == "torch"
-                        else JaxLoop(case))
-          loops[key].chunk(1)
-          first = time.perf_counter() - t0
-          for _ in range(request["warmup"]):
-            loops[key].chunk(request["chunk_steps"])
-        else:
-          first = None
-        seconds, metrics = [], {}
-        for _ in range(request["chunks"]):
-          t0 = time.perf_counter()
-          metrics = loops[key].chunk(request["chunk_steps"])
-          seconds.append(time.perf_counter() - t0)
-        result = {"chunk_s": seconds, "build_and_first_step_s": first, "last_metrics": metrics}
-    except Exception as e:  # noqa: BLE001 (reported to the parent)
-      result = {"error": f"{type(e).__name__}: {e}"}
-    out.write(json.dumps(result) + "\n")
-    out.flush()
+    if request.get("profile"):
+      return jax_profile(case, steps=request["steps"])
+    if request.get("export_data"):
+      return export_data(case, request["export_data"])
+    first = None
+    if key not in loops:
+      t0 = time.perf_counter()
+      loops[key] = (TorchLoop(case, data_file=request["data_file"]) if side == "torch"
+                    else JaxLoop(case))
+      loops[key].chunk(1)
+      first = time.perf_counter() - t0
+      for _ in range(request["warmup"]):
+        loops[key].chunk(request["chunk_steps"])
+    seconds, metrics = [], {}
+    for _ in range(request["chunks"]):
+      t0 = time.perf_counter()
+      metrics = loops[key].chunk(request["chunk_steps"])
+      seconds.append(time.perf_counter() - t0)
+    return {"chunk_s": seconds, "build_and_first_step_s": first, "last_metrics": metrics}
+
+  workers.serve(hello, handle)
 
 
 def export_data(case: dict, path: str) -> dict:
@@ -394,68 +368,6 @@ def export_data(case: dict, path: str) -> dict:
   return {"path": path, "shape": list(np.shape(train.images))}
 
 
-def default_torch_python(modules: str = "torch, pytorch_metric_learning") -> str | None:
-  """This Python if it imports ``modules``, else ``.venv-bench/bin/python`` if that does."""
-  candidates = [sys.executable, os.path.join(REPO, ".venv-bench", "bin", "python")]
-  for python in candidates:
-    if os.path.exists(python) and subprocess.run(
-        [python, "-c", f"import {modules}"], capture_output=True).returncode == 0:
-      return python
-  return None
-
-
-def worker_env(threads: int, *, keep_host_memory: bool) -> dict:
-  """The environment of every side's worker process: this one's, the repository on the
-  path, ``OMP_NUM_THREADS = threads`` and, with ``keep_host_memory``, glibc's settings of
-  ``dml_jax/host_memory.py`` (what ``train.py`` applies to itself), the same for each side."""
-  if REPO not in sys.path:
-    sys.path.insert(0, REPO)
-  from dml_jax import host_memory  # pylint: disable=import-outside-toplevel
-  env = dict(os.environ)
-  env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
-  env["OMP_NUM_THREADS"] = str(threads)
-  if keep_host_memory:
-    env.update(host_memory.ENVIRONMENT)
-  return env
-
-
-class Worker:
-  """A worker process (``script --worker=side --threads=n``, by default this file) for one
-  side, answering one JSON line per request; restricted to ``threads`` CPUs."""
-
-  def __init__(self, side: str, python: str, *, threads: int, env: dict,
-               script: str = __file__):
-    self.side = side
-    self.stderr = tempfile.TemporaryFile("w+")
-    cpus = sorted(os.sched_getaffinity(0))
-    restrict = None
-    if threads < len(cpus):  # XLA:CPU sizes its pool by the CPUs it may use
-      restrict = lambda: os.sched_setaffinity(0, cpus[:threads])  # noqa: E731
-    self.proc = subprocess.Popen(
-        [python, os.path.abspath(script), f"--worker={side}", f"--threads={threads}"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True,
-        env=env, cwd=REPO, preexec_fn=restrict)
-    self.hello = self._read()
-
-  def _read(self) -> dict:
-    line = self.proc.stdout.readline()
-    if not line:
-      self.proc.wait(timeout=60)
-      self.stderr.seek(0)
-      return {"ready": False, "error": f"worker exited: {self.stderr.read()[-2000:]}"}
-    return json.loads(line)
-
-  def request(self, **request) -> dict:
-    self.proc.stdin.write(json.dumps(request) + "\n")
-    self.proc.stdin.flush()
-    return self._read()
-
-  def close(self) -> None:
-    if self.proc.poll() is None:
-      self.proc.stdin.close()
-      self.proc.wait(timeout=60)
-
-
 def summarize(case: dict, side: str, runs: list[dict]) -> dict:
   """One row: examples/s of every timed chunk of every round of a (case, side)."""
   errors = [r["error"] for r in runs if "error" in r]
@@ -465,8 +377,9 @@ def summarize(case: dict, side: str, runs: list[dict]) -> dict:
   rates = [[steps * case["batch_size"] / s for s in r["chunk_s"]] for r in runs]
   flat = [x for rs in rates for x in rs]
   return {**case, "side": side, "chunk_steps": steps,
-          "examples_per_s": quartiles(flat), "round_medians": [statistics.median(r) for r in rates],
-          "ms_per_step": 1e3 * case["batch_size"] / quartiles(flat)["median"],
+          "examples_per_s": harness.quartiles(flat),
+          "round_medians": [statistics.median(r) for r in rates],
+          "ms_per_step": 1e3 * case["batch_size"] / harness.quartiles(flat)["median"],
           "build_and_first_step_s": runs[0]["build_and_first_step_s"],
           "last_metrics": runs[-1]["last_metrics"]}
 
@@ -474,31 +387,25 @@ def summarize(case: dict, side: str, runs: list[dict]) -> dict:
 def add_ratios(rows: list[dict]) -> None:
   """``ratio_to_torch`` (of the medians) and ``paired_ratio`` (median over rounds of the
   round's ratio) on every dml_jax row whose case has a torch row."""
-  torch_rows = {(r["image_size"], r["batch_size"]): r for r in rows
-                if r["side"] == "torch" and "error" not in r}
-  for r in rows:
-    t = torch_rows.get((r["image_size"], r["batch_size"]))
-    if r["side"] == "torch" or t is None or "error" in r:
-      continue
-    r["ratio_to_torch"] = r["examples_per_s"]["median"] / t["examples_per_s"]["median"]
-    r["paired_ratio"] = statistics.median(
-        a / b for a, b in zip(r["round_medians"], t["round_medians"]))
+  harness.add_ratios(rows, case=lambda r: (r["image_size"], r["batch_size"]),
+                     value=lambda r: r["examples_per_s"]["median"], rounds="round_medians")
 
 
-def print_table(rows: list[dict]) -> None:
-  print("| px | batch | side | examples/s median (IQR) | ms/step | / torch (medians) | "
-        "/ torch (paired rounds) |")
-  print("|---|---|---|---|---|---|---|")
+def table(rows: list[dict]) -> str:
+  """The markdown table: examples/s (median, IQR), ms per step and the ratios to torch."""
+  out = []
   for r in rows:
     if "error" in r:
-      print(f"| {r['image_size']} | {r['batch_size']} | {r['side']} | error | | | |")
+      out.append([r["image_size"], r["batch_size"], r["side"], "error", "", "", ""])
       continue
     e = r["examples_per_s"]
-    ratio = f"{r['ratio_to_torch']:.2f}×" if "ratio_to_torch" in r else "—"
-    paired = f"{r['paired_ratio']:.2f}×" if "paired_ratio" in r else "—"
-    print(f"| {r['image_size']} | {r['batch_size']} | {r['side']} | {e['median']:,.0f} "
-          f"({e['q25']:,.0f}–{e['q75']:,.0f}) | {r['ms_per_step']:.1f} | {ratio} | {paired} |",
-          flush=True)
+    out.append([r["image_size"], r["batch_size"], r["side"],
+                f"{e['median']:,.0f} ({e['q25']:,.0f}–{e['q75']:,.0f})",
+                f"{r['ms_per_step']:.1f}",
+                f"{r['ratio_to_torch']:.2f}×" if "ratio_to_torch" in r else "—",
+                f"{r['paired_ratio']:.2f}×" if "paired_ratio" in r else "—"])
+  return harness.markdown_table(["px", "batch", "side", "examples/s median (IQR)", "ms/step",
+                                 "/ torch (medians)", "/ torch (paired rounds)"], out)
 
 
 def print_profile(profiles: dict) -> None:
@@ -551,7 +458,6 @@ def startup(names: list[str], *, first_step_only: bool) -> dict:
   with tempfile.TemporaryDirectory(prefix="train_step_startup_") as tmp:
     data = os.path.join(tmp, "digits_png")
     if any("{data}" in a for n in names for a in STARTUP_RUNS[n]):
-      sys.path.insert(0, REPO)
       from dml_jax.data import digits  # pylint: disable=import-outside-toplevel
       digits.write_digit_images(data)
     for name in names:
@@ -614,9 +520,8 @@ def main(argv: list[str] | None = None) -> int:
     conditions["loadavg_end"] = os.getloadavg()
     print(f"load average {conditions['loadavg_start']} -> {conditions['loadavg_end']}")
     if args.out:
-      os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-      with open(args.out, "w") as f:
-        json.dump({"conditions": conditions, "startup": results}, f, indent=1)
+      harness.write_json({"conditions": conditions, "startup": results, "stamp": harness.stamp()},
+                         args.out, indent=1)
       print(f"wrote {args.out}")
     return 0
   if args.smoke:
@@ -633,35 +538,35 @@ def main(argv: list[str] | None = None) -> int:
   else:
     chunk_steps = {c["image_size"]: int(args.chunk_steps) for c in cases}
   threads = min(args.threads, len(os.sched_getaffinity(0)))
-  env = worker_env(threads, keep_host_memory=args.host_memory == "keep")
-  workers = {}
+  env = workers.worker_env(threads, keep_host_memory=args.host_memory == "keep")
+  running = {}
   for side in sides:
     python = sys.executable
     if side == "torch":
-      python = args.torch_python or default_torch_python()
+      python = args.torch_python or workers.default_torch_python()
       if python is None:
         print("torch side skipped: no Python with torch + pytorch-metric-learning (pass "
               "--torch_python, or: pip install -r requirements-bench.txt into .venv-bench)")
         continue
-    w = Worker(side, python, threads=threads, env=env)
+    w = workers.Worker(side, python, threads=threads, env=env, script=__file__)
     if not w.hello.get("ready"):
       print(f"{side} side skipped: {w.hello.get('error')}")
       w.close()
       continue
-    workers[side] = w
+    running[side] = w
   conditions = {"cpu_count": os.cpu_count(), "threads": threads, "machine": platform.machine(),
                 "host_memory": args.host_memory,
                 "python": platform.python_version(), "loadavg_start": os.getloadavg(),
                 "rounds": args.rounds, "warmup_chunks": args.warmup, "chunks": args.chunks,
                 "chunk_steps": chunk_steps, "config": CONFIG,
-                "sides": {s: w.hello for s, w in workers.items()}}
+                "sides": {s: w.hello for s, w in running.items()}}
   print(json.dumps(conditions))
   runs, profiles = {}, {}
   data_dir = tempfile.mkdtemp(prefix="train_step_bench_")
   try:
     data_files = {}
-    if "torch" in workers:
-      exporter = next((w for s, w in workers.items() if s != "torch"), None)
+    if "torch" in running:
+      exporter = next((w for s, w in running.items() if s != "torch"), None)
       for case in cases:
         path = os.path.join(data_dir, f"train_{case['image_size']}.npz")
         if exporter is None:
@@ -672,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
         data_files[json.dumps(case)] = path
     for r in range(args.rounds):
       for case in cases:
-        for side, w in workers.items():
+        for side, w in running.items():
           res = w.request(case=case, warmup=args.warmup, chunks=args.chunks,
                           chunk_steps=chunk_steps[case["image_size"]],
                           data_file=data_files.get(json.dumps(case), ""))
@@ -680,13 +585,13 @@ def main(argv: list[str] | None = None) -> int:
           runs.setdefault((json.dumps(case), side), []).append(res)
       print(f"round {r + 1}/{args.rounds} done, load average {os.getloadavg()[0]:.2f}",
             flush=True)
-    if args.profile and "dml_jax" in workers:
+    if args.profile and "dml_jax" in running:
       for case in cases:
         key = f"{case['image_size']}px/{case['batch_size']}"
-        profiles[key] = workers["dml_jax"].request(case=case, profile=True,
+        profiles[key] = running["dml_jax"].request(case=case, profile=True,
                                                    steps=args.profile_steps)
   finally:
-    for w in workers.values():
+    for w in running.values():
       w.close()
     for f in os.listdir(data_dir):
       os.remove(os.path.join(data_dir, f))
@@ -697,14 +602,13 @@ def main(argv: list[str] | None = None) -> int:
   for row in rows:
     if "error" in row:
       print(f"{row['image_size']} px, {row['side']}: {row['error']}")
-  print_table(rows)
+  print(table(rows), flush=True)
   print_profile(profiles)
   print(f"load average {conditions['loadavg_start']} -> {conditions['loadavg_end']} on "
         f"{conditions['cpu_count']} CPUs; {threads} threads per side")
   if args.out:
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-      json.dump({"conditions": conditions, "results": rows, "profile": profiles}, f, indent=1)
+    harness.write_json({"conditions": conditions, "results": rows, "profile": profiles,
+                        "stamp": harness.stamp()}, args.out, indent=1)
     print(f"wrote {args.out}")
   return 0
 

@@ -46,71 +46,19 @@ import statistics
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ARCHS = ("small_cnn", "resnet18", "resnet50")
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, REPO)
+# pylint: disable=wrong-import-position
+from benchmarks import harness
+from benchmarks import workers
+from benchmarks.backbone_step import ARCHS, EMBEDDING_DIM, JaxModel, case_name, in_channels
+from benchmarks.backbone_step import parse_case
+# pylint: enable=wrong-import-position
+
 SIDES = ("dml_jax", "dml_jax_lax", "torch")
 DEFAULT_CASES = ("small_cnn:8:128,small_cnn:28:128,small_cnn:32:128,resnet18:64:32,"
                  "resnet50:64:32,resnet18:224:8,resnet50:224:8")
 SMOKE_CASES = "small_cnn:8:8,resnet18:32:2"
-EMBEDDING_DIM = 128
-
-
-def parse_case(text: str) -> dict:
-  """``'arch:image_size:batch'`` -> ``{'arch', 'image_size', 'batch_size'}``."""
-  parts = text.split(":")
-  if len(parts) != 3 or parts[0] not in ARCHS or not all(p.isdigit() for p in parts[1:]):
-    raise ValueError(f"case {text!r} must be arch:image_size:batch with arch in "
-                     f"{', '.join(ARCHS)}.")
-  return {"arch": parts[0], "image_size": int(parts[1]), "batch_size": int(parts[2])}
-
-
-def in_channels(case: dict) -> int:
-  """Grey images up to 28 px (digits, MNIST, Omniglot), colour from 32 px on."""
-  return 1 if case["arch"] == "small_cnn" and case["image_size"] <= 28 else 3
-
-
-def case_name(case: dict) -> str:
-  return f"{case['arch']}:{case['image_size']}:{case['batch_size']}"
-
-
-# ---- the dml_jax side (imports jax only in its worker) ----
-
-class JaxModel:
-  """The jitted forward + backward of ``models.make(arch)`` on fixed random images."""
-
-  def __init__(self, case: dict, *, dtype: str, conv_impl: str):
-    import jax  # pylint: disable=import-outside-toplevel
-    import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
-    from flax import nnx  # pylint: disable=import-outside-toplevel
-    from dml_jax import models  # pylint: disable=import-outside-toplevel
-    size, b, c = case["image_size"], case["batch_size"], in_channels(case)
-    kwargs = {"conv_impl": conv_impl}
-    if case["arch"] == "small_cnn":
-      kwargs.update(image_size=size, in_channels=c)
-    else:
-      kwargs["dtype"] = dtype
-    model = models.make(case["arch"], embedding_dim=EMBEDDING_DIM, rngs=nnx.Rngs(0), **kwargs)
-    model.train()
-    graphdef, self.params, self.stats = nnx.split(model, nnx.Param, nnx.BatchStat)
-    self.images = jax.random.normal(jax.random.key(0), (b, size, size, c))
-
-    @jax.jit
-    def step(params, batch_stats, images):
-      def loss_fn(p):
-        m = nnx.merge(graphdef, p, batch_stats, copy=True)
-        e = m(images).astype(jnp.float32)
-        return jnp.mean(e @ e.T), nnx.state(m, nnx.BatchStat)
-      (loss, stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-      return loss, stats, grads
-
-    self.step, self.jax = step, jax
-
-  def run(self, steps: int) -> float:
-    out = None
-    for _ in range(steps):
-      loss, self.stats, out = self.step(self.params, self.stats, self.images)
-    self.jax.block_until_ready((loss, out))
-    return float(loss)
 
 
 def jax_conditions() -> dict:
@@ -184,54 +132,34 @@ def torch_conditions() -> dict:
 
 def worker(side: str, threads: int) -> None:
   """Answers one JSON request per stdin line with one JSON result line on stdout."""
-  out = sys.stdout
-  sys.stdout = sys.stderr  # library prints must not break the protocol
-  try:
+  built = {}
+
+  def hello() -> dict:
     if side == "torch":
       import torch  # pylint: disable=import-outside-toplevel
       torch.set_num_threads(threads)
-      conditions = torch_conditions()
-    else:
-      conditions = jax_conditions()
-    conditions["cpus"] = sorted(os.sched_getaffinity(0))
-    out.write(json.dumps({"ready": True, **conditions}) + "\n")
-  except Exception as e:  # noqa: BLE001 (reported to the parent)
-    out.write(json.dumps({"ready": False, "error": f"{type(e).__name__}: {e}"}) + "\n")
-    out.flush()
-    return
-  out.flush()
-  built = {}
-  for line in sys.stdin:
-    request = json.loads(line)
+      return torch_conditions()
+    return jax_conditions()
+
+  def handle(request: dict) -> dict:
     case, dtype = request["case"], request["dtype"]
     key = json.dumps([case, dtype], sort_keys=True)
-    try:
-      first = None
-      if key not in built:
-        t0 = time.perf_counter()
-        if side == "torch":
-          built[key] = TorchModel(case)
-        else:
-          built[key] = JaxModel(case, dtype=dtype,
-                                conv_impl="lax" if side == "dml_jax_lax" else "auto")
-        built[key].run(1)
-        first = time.perf_counter() - t0
-        built[key].run(request["steps"])  # warm-up
+    first = None
+    if key not in built:
       t0 = time.perf_counter()
-      loss = built[key].run(request["steps"])
-      result = {"seconds": time.perf_counter() - t0, "first_call_s": first, "loss": loss}
-    except Exception as e:  # noqa: BLE001 (reported to the parent)
-      result = {"error": f"{type(e).__name__}: {e}"}
-    out.write(json.dumps(result) + "\n")
-    out.flush()
+      if side == "torch":
+        built[key] = TorchModel(case)
+      else:
+        built[key] = JaxModel(case, dtype=dtype,
+                              conv_impl="lax" if side == "dml_jax_lax" else "auto")
+      built[key].run(1)
+      first = time.perf_counter() - t0
+      built[key].run(request["steps"])  # warm-up
+    t0 = time.perf_counter()
+    loss = built[key].run(request["steps"])
+    return {"seconds": time.perf_counter() - t0, "first_call_s": first, "loss": loss}
 
-
-def _train_step_bench():
-  """``benchmarks/train_step.py`` (its worker-process protocol)."""
-  if REPO not in sys.path:
-    sys.path.insert(0, REPO)
-  from benchmarks import train_step  # pylint: disable=import-outside-toplevel
-  return train_step
+  workers.serve(hello, handle)
 
 
 def summarize(case: dict, side: str, dtype: str, runs: list[dict]) -> dict:
@@ -249,29 +177,25 @@ def summarize(case: dict, side: str, dtype: str, runs: list[dict]) -> dict:
 def add_ratios(rows: list[dict]) -> None:
   """``ratio_to_torch`` (of the medians) and ``paired_ratio`` (median over rounds of the
   round's ratio) on every dml_jax row whose case has a float32 torch row."""
-  torch_rows = {case_name(r): r for r in rows if r["side"] == "torch" and "error" not in r}
-  for r in rows:
-    t = torch_rows.get(case_name(r))
-    if r["side"] == "torch" or t is None or "error" in r:
-      continue
-    r["ratio_to_torch"] = r["images_per_s"] / t["images_per_s"]
-    r["paired_ratio"] = statistics.median(
-        a / b for a, b in zip(r["round_images_per_s"], t["round_images_per_s"]))
+  harness.add_ratios(rows, case=case_name, value=lambda r: r["images_per_s"],
+                     rounds="round_images_per_s")
 
 
-def print_table(rows: list[dict]) -> None:
-  print("| model | px | batch | side | dtype | images/s | ms/step | / torch (medians) | "
-        "/ torch (paired rounds) | first call (s) |")
-  print("|---|---|---|---|---|---|---|---|---|---|")
+def table(rows: list[dict]) -> str:
+  """The markdown table: images/s, ms per step, the ratios to torch, the first call."""
+  out = []
   for r in rows:
-    head = f"| {r['arch']} | {r['image_size']} | {r['batch_size']} | {r['side']} | {r['dtype']}"
+    head = [r["arch"], r["image_size"], r["batch_size"], r["side"], r["dtype"]]
     if "error" in r:
-      print(f"{head} | error: {r['error'][:80]} | | | | |")
+      out.append(head + [f"error: {r['error'][:80]}", "", "", "", ""])
       continue
-    ratio = f"{r['ratio_to_torch']:.2f}×" if "ratio_to_torch" in r else "—"
-    paired = f"{r['paired_ratio']:.2f}×" if "paired_ratio" in r else "—"
-    print(f"{head} | {r['images_per_s']:,.1f} | {r['ms_per_step']:.1f} | {ratio} | {paired} | "
-          f"{r['first_call_s']:.1f} |", flush=True)
+    out.append(head + [f"{r['images_per_s']:,.1f}", f"{r['ms_per_step']:.1f}",
+                       f"{r['ratio_to_torch']:.2f}×" if "ratio_to_torch" in r else "—",
+                       f"{r['paired_ratio']:.2f}×" if "paired_ratio" in r else "—",
+                       f"{r['first_call_s']:.1f}"])
+  return harness.markdown_table(["model", "px", "batch", "side", "dtype", "images/s", "ms/step",
+                                 "/ torch (medians)", "/ torch (paired rounds)",
+                                 "first call (s)"], out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -314,36 +238,35 @@ def main(argv: list[str] | None = None) -> int:
     steps = {a: per_arch.get(a, 1) for a in ARCHS}
   else:
     steps = {a: int(args.steps) for a in ARCHS}
-  cpus = len(os.sched_getaffinity(0))
+  cpus = harness.available_cpus()
   threads = cpus if args.threads <= 0 else min(args.threads, cpus)
-  env = _train_step_bench().worker_env(threads,
-                                       keep_host_memory=args.host_memory == "keep")
-  workers = {}
+  env = workers.worker_env(threads, keep_host_memory=args.host_memory == "keep")
+  running = {}
   for side in sides:
     python = sys.executable
     if side == "torch":
-      python = args.torch_python or _train_step_bench().default_torch_python("torch")
+      python = args.torch_python or workers.default_torch_python("torch")
       if python is None:
         print("torch side skipped: no Python with torch (pass --torch_python, or install "
               "torch + torchvision into .venv-bench; see requirements-bench.txt)")
         continue
-    w = _train_step_bench().Worker(side, python, threads=threads, env=env, script=__file__)
+    w = workers.Worker(side, python, threads=threads, env=env, script=__file__)
     if not w.hello.get("ready"):
       print(f"{side} side skipped: {w.hello.get('error')}")
       w.close()
       continue
-    workers[side] = w
+    running[side] = w
   conditions = {"cpu_count": os.cpu_count(), "threads": threads, "machine": platform.machine(),
                 "host_memory": args.host_memory,
                 "python": platform.python_version(), "loadavg_start": os.getloadavg(),
                 "rounds": args.rounds, "steps": steps,
-                "sides": {s: w.hello for s, w in workers.items()}}
+                "sides": {s: w.hello for s, w in running.items()}}
   print(json.dumps(conditions), flush=True)
   runs = {}
   try:
     for r in range(args.rounds):
       for case in cases:
-        for side, w in workers.items():
+        for side, w in running.items():
           for dtype in dtypes:
             if (side == "torch" or case["arch"] == "small_cnn") and dtype != "float32":
               continue
@@ -354,18 +277,17 @@ def main(argv: list[str] | None = None) -> int:
       print(f"round {r + 1}/{args.rounds} done, load average {os.getloadavg()[0]:.2f}",
             flush=True)
   finally:
-    for w in workers.values():
+    for w in running.values():
       w.close()
   conditions["loadavg_end"] = os.getloadavg()
   rows = [summarize(parse_case(c), side, dtype, rs) for (c, side, dtype), rs in runs.items()]
   add_ratios(rows)
-  print_table(rows)
+  print(table(rows), flush=True)
   print(f"load average {conditions['loadavg_start']} -> {conditions['loadavg_end']} on "
         f"{conditions['cpu_count']} CPUs; {threads} threads per side")
   if args.out:
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-      json.dump({"conditions": conditions, "results": rows}, f, indent=1)
+    harness.write_json({"conditions": conditions, "results": rows, "stamp": harness.stamp()},
+                       args.out, indent=1)
     print(f"wrote {args.out}")
   return 0
 

@@ -1,0 +1,1 @@
+"""Where the time goes: profiles of one call, run as ``python benchmarks/profiling/NAME.py``."""
