@@ -29,17 +29,18 @@ from absl import app
 from absl import flags
 import jax
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from benchmarks import backbones  # pylint: disable=wrong-import-position
-from benchmarks import objectives as bench  # pylint: disable=wrong-import-position
-from dml_jax import objectives  # pylint: disable=wrong-import-position
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+# pylint: disable=wrong-import-position
+from benchmarks import backbone_step
+from benchmarks import harness
+from benchmarks import inputs
+from dml_jax import objectives
+# pylint: enable=wrong-import-position
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("objective", "softtriple", "Registry name of the objective.")
 flags.DEFINE_string("backbone", "", "A model case 'arch:image_size:batch' of "
-                    "benchmarks/backbones.py to profile instead of the objective.")
+                    "benchmarks/speed/backbones.py to profile instead of the objective.")
 flags.DEFINE_integer("batch_size", 2048, "B.")
 flags.DEFINE_integer("dim", 512, "D.")
 flags.DEFINE_integer("per_class", 8, "Examples per class.")
@@ -105,7 +106,7 @@ def profile(objective: str, *, batch_size: int, dim: int, per_class: int,
   """The profile of ``objective``'s forward + backward (see the module docstring):
   ``{'objective', 'batch_size', 'dim', 'wall_ms_per_call', 'ops': [{'op', 'ms_per_call',
   'count_per_call', 'shape', 'from'}, ...]}``, ops by decreasing time."""
-  x, y = bench.make_batch(batch_size, dim, per_class=per_class)
+  x, y = inputs.make_batch(batch_size, dim, per_class=per_class)
   obj = objectives.make(objective)
   key = jax.random.key(0)
   params = obj.init(key, num_classes=batch_size // per_class, dim=dim)
@@ -120,7 +121,7 @@ def profile(objective: str, *, batch_size: int, dim: int, per_class: int,
 def profile_backbone(case: str, *, calls: int) -> dict:
   """The same for a model's forward + backward step of ``benchmarks/backbones.py``
   (``case`` = ``arch:image_size:batch``, e.g. ``small_cnn:28:128``; ``conv_impl='auto'``)."""
-  model = backbones.JaxModel(backbones.parse_case(case), dtype="float32", conv_impl="auto")
+  model = backbone_step.JaxModel(backbone_step.parse_case(case), dtype="float32", conv_impl="auto")
   wall_ms, rows = profile_call(model.step, (model.params, model.stats, model.images),
                                calls=calls)
   return {"backbone": case, "wall_ms_per_call": wall_ms, "ops": rows}
@@ -137,14 +138,11 @@ def main(argv):
     what = f"{FLAGS.objective}, B = {FLAGS.batch_size}, D = {FLAGS.dim}"
   wall_ms = report["wall_ms_per_call"]
   print(f"{what}: {wall_ms:.1f} ms per call under the profiler ({FLAGS.calls} calls)\n")
-  print("| op | shape | from | ms per call | share of the call |\n|---|---|---|---|---|")
-  for r in report["ops"][:FLAGS.top]:
-    print(f"| {r['op']} | {r['shape']} | {r['from']} | {r['ms_per_call']:.2f} | "
-          f"{100 * r['ms_per_call'] / wall_ms:.0f} % |")
-  if FLAGS.out:
-    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out)), exist_ok=True)
-    with open(FLAGS.out, "w") as f:
-      json.dump(report, f, indent=2)
+  print(harness.markdown_table(
+      ["op", "shape", "from", "ms per call", "share of the call"],
+      [[r["op"], r["shape"], r["from"], f"{r['ms_per_call']:.2f}",
+        f"{100 * r['ms_per_call'] / wall_ms:.0f} %"] for r in report["ops"][:FLAGS.top]]))
+  harness.write_json({**report, "stamp": harness.stamp()}, FLAGS.out)
 
 
 if __name__ == "__main__":

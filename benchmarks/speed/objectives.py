@@ -61,21 +61,24 @@ variants whose objective is registered.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import platform
 import sys
 import time
 import traceback
-import types
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
-from dml_jax import objectives  # pylint: disable=g-import-not-at-top,wrong-import-position
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+# pylint: disable=g-import-not-at-top,wrong-import-position
+import jax
+from benchmarks import harness
+from benchmarks import pml as pml_lib
+from benchmarks.inputs import make_batch
+from dml_jax import objectives
+# pylint: enable=g-import-not-at-top,wrong-import-position
 
 DEFAULT_BATCH_SIZES = (128, 512, 2048)
 SMOKE_BATCH_SIZES = (32,)
@@ -88,12 +91,9 @@ FLOOR_SLOWDOWN = 1.5       # ... ours within 1.5x of the floor
 FLOOR_LABEL = "similarity matmul (floor)"
 DEFAULT_MEMORY_BATCH_SIZES = (4096,)
 MIN_REPEATS = 5            # a capped case of ours still gets this many timed calls
-MIN_PML_REPEATS = 2        # ... and a capped PML case this many
+MIN_PML_REPEATS = pml_lib.MIN_REPEATS   # ... and a capped PML case this many
 CHECK_CLASSES = 4          # value check: 4 classes of per_class examples ...
 CHECK_DIM = 32             # ... in 32 dimensions
-LOSS_RTOL, LOSS_ATOL = 1e-4, 1e-5
-GRAD_RTOL, GRAD_ATOL = 1e-3, 1e-6
-MIB = 2.0 ** 20
 
 
 # ------------------------------------------------------------------------------------------
@@ -355,123 +355,11 @@ def select_cases(names: Sequence[str] = ("all",)) -> tuple[list[Case], list[str]
 # Inputs and timing.
 
 
-def make_batch(batch_size: int, dim: int, *, per_class: int = 8, seed: int = 0):
-  """Random unit embeddings and balanced labels.
-
-  Args:
-    batch_size: ``B``, a multiple of ``per_class``.
-    dim: ``D``.
-    per_class: examples per class; ``B / per_class`` classes, labels ``[0 0 .. 1 1 ..]``.
-    seed: numpy seed.
-
-  Returns:
-    ``(x, y)``: float32 ``[B, D]`` with unit rows, int32 ``[B]``.
-  """
-  if per_class < 2 or batch_size % per_class or batch_size < 2 * per_class:
-    raise ValueError(f"batch_size={batch_size} must be a multiple of per_class={per_class} "
-                     "(>= 2) with at least 2 classes.")
-  rng = np.random.default_rng(seed)
-  x = rng.standard_normal((batch_size, dim)).astype(np.float32)
-  x /= np.linalg.norm(x, axis=1, keepdims=True)
-  y = np.repeat(np.arange(batch_size // per_class, dtype=np.int32), per_class)
-  return x, y
-
-
-def timing_stats(seconds: Sequence[float]) -> dict[str, float]:
-  """Median, quartiles, IQR and min of run times, in milliseconds; ``repeats`` = count."""
-  ms = 1e3 * np.asarray(seconds, np.float64)
-  q25, med, q75 = np.percentile(ms, [25, 50, 75])
-  return {"median_ms": float(med), "q25_ms": float(q25), "q75_ms": float(q75),
-          "iqr_ms": float(q75 - q25), "min_ms": float(ms.min()), "repeats": int(ms.size)}
-
-
-def minor_faults() -> int | None:
-  """This process's minor page faults so far (None where ``resource`` is unavailable)."""
-  try:
-    import resource  # pylint: disable=import-outside-toplevel
-  except ImportError:   # not Unix
-    return None
-  return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-
-
-def time_calls(fn: Callable[[], Any], *, repeats: int, warmup: int,
-               max_seconds: float = 0.0, min_repeats: int = 1) -> tuple[dict, bool, Any]:
-  """Times ``fn()`` (which must block until its result is ready).
-
-  Args:
-    fn: the call to time.
-    repeats: the number of timed calls.
-    warmup: untimed calls first.
-    max_seconds: > 0: stop once the timed calls took this long and ``min_repeats`` are done.
-    min_repeats: see ``max_seconds``.
-
-  Returns:
-    ``(timing_stats(...) + faults_per_call, capped, result)``: ``faults_per_call`` is the
-    process's minor page faults per timed call (memory the allocator maps afresh and the call
-    touches; None without ``resource``), ``capped`` is True when ``max_seconds`` cut the
-    repeats; ``result`` is what the last call returned.
-  """
-  result = None
-  for _ in range(warmup):
-    result = fn()
-  times = []
-  faults = minor_faults()
-  while len(times) < repeats:
-    start = time.perf_counter()
-    result = fn()
-    times.append(time.perf_counter() - start)
-    if max_seconds > 0 and len(times) >= min_repeats and sum(times) >= max_seconds:
-      break
-  stats = timing_stats(times)
-  stats["faults_per_call"] = None if faults is None else (minor_faults() - faults) / len(times)
-  return stats, len(times) < repeats, result
-
-
-def memory_stats(compiled) -> dict[str, int] | None:
-  """Bytes of a compiled executable's ``memory_analysis()`` (None where unavailable)."""
-  try:
-    ma = compiled.memory_analysis()
-  except Exception:   # pylint: disable=broad-except  (backends without the analysis)
-    return None
-  if ma is None:
-    return None
-  mem = {"temp_bytes": int(ma.temp_size_in_bytes),
-         "argument_bytes": int(ma.argument_size_in_bytes),
-         "output_bytes": int(ma.output_size_in_bytes),
-         "alias_bytes": int(ma.alias_size_in_bytes)}
-  mem["peak_bytes"] = (mem["temp_bytes"] + mem["argument_bytes"] + mem["output_bytes"]
-                       - mem["alias_bytes"])
-  return mem
-
-
 def _loss_and_grad(obj: objectives.Objective):
   """``jit(value_and_grad)`` of ``obj``'s loss w.r.t. (embeddings, params)."""
   def loss(embeddings, params, labels, key):
     return obj.apply(params, embeddings, labels, rng=key)[0]
   return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))   # jit: also called directly
-
-
-def compile_and_time(fn: Callable, args: Sequence, *, repeats: int, warmup: int,
-                     max_seconds: float = 0.0) -> dict:
-  """``jax.jit(fn)`` lowered and compiled on ``args`` (timed once), then timed with
-  :func:`time_calls`; ``fn``'s first output is the loss. Returns the timing stats,
-  ``capped``, ``max_seconds``, ``compile_s``, ``memory`` and ``loss``."""
-  start = time.perf_counter()
-  compiled = jax.jit(fn).lower(*args).compile()
-  compile_s = time.perf_counter() - start
-  timing, capped, out = time_calls(
-      lambda: jax.block_until_ready(compiled(*args)), repeats=repeats, warmup=warmup,
-      max_seconds=max_seconds, min_repeats=min(repeats, MIN_REPEATS))
-  return {**timing, "capped": capped, "max_seconds": max_seconds, "compile_s": compile_s,
-          "memory": memory_stats(compiled), "loss": float(out[0])}
-
-
-def write_json(report: dict, out: str) -> None:
-  """Writes ``report`` to ``out`` (creating its folder); nothing when ``out`` is ''."""
-  if out:
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    with open(out, "w") as f:
-      json.dump(report, f, indent=2)
 
 
 def bench_ours(case: Case, x: np.ndarray, y: np.ndarray, *, per_class: int, repeats: int,
@@ -480,9 +368,9 @@ def bench_ours(case: Case, x: np.ndarray, y: np.ndarray, *, per_class: int, repe
   obj = objectives.make(case.name, **case.hparams)
   key = jax.random.key(seed)
   params = obj.init(key, num_classes=x.shape[0] // per_class, dim=x.shape[1])
-  return compile_and_time(_loss_and_grad(obj), (jax.device_put(x), params, jax.device_put(y),
-                                                key),
-                          repeats=repeats, warmup=warmup, max_seconds=max_seconds)
+  return harness.compile_and_time(
+      _loss_and_grad(obj), (jax.device_put(x), params, jax.device_put(y), key),
+      repeats=repeats, warmup=warmup, max_seconds=max_seconds, min_repeats=MIN_REPEATS)
 
 
 def bench_floor(x: np.ndarray, *, repeats: int, warmup: int, seed: int = 0,
@@ -496,9 +384,9 @@ def bench_floor(x: np.ndarray, *, repeats: int, warmup: int, seed: int = 0,
   """
   b = x.shape[0]
   w = jax.device_put(np.random.default_rng(seed).standard_normal((b, b)).astype(np.float32))
-  return compile_and_time(jax.value_and_grad(lambda e, w: jax.numpy.sum(w * (e @ e.T))),
-                          (jax.device_put(x), w), repeats=repeats, warmup=warmup,
-                          max_seconds=max_seconds)
+  return harness.compile_and_time(
+      jax.value_and_grad(lambda e, w: jax.numpy.sum(w * (e @ e.T))), (jax.device_put(x), w),
+      repeats=repeats, warmup=warmup, max_seconds=max_seconds, min_repeats=MIN_REPEATS)
 
 
 def memory_only(case: Case, x: np.ndarray, y: np.ndarray, *, per_class: int,
@@ -511,44 +399,11 @@ def memory_only(case: Case, x: np.ndarray, y: np.ndarray, *, per_class: int,
   compiled = _loss_and_grad(obj).lower(jax.device_put(x), params, jax.device_put(y),
                                        key).compile()
   return {"memory_only": True, "compile_s": time.perf_counter() - start,
-          "memory": memory_stats(compiled)}
+          "memory": harness.memory_stats(compiled)}
 
 
 # ------------------------------------------------------------------------------------------
 # PML.
-
-
-def limit_address_space(fraction: float) -> int | None:
-  """Caps this process's address space at ``fraction`` of the physical memory (Linux).
-
-  PML's NTXent and tuple losses build ``[positive pairs, negative pairs]`` matrices (O(B^3)):
-  at B = 2048 they ask for more memory than the machine has, and the kernel would kill the
-  whole benchmark. Under the cap such an allocation fails with a ``RuntimeError`` instead,
-  which is recorded as that case's ``pml_error``. Returns the cap in bytes (None: not set).
-  """
-  import resource  # pylint: disable=import-outside-toplevel
-  if fraction <= 0:
-    return None
-  try:
-    limit = int(fraction * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
-  except (ValueError, OSError, AttributeError):   # not Linux, or a lower hard limit
-    return None
-  return limit
-
-
-def import_pml() -> tuple[types.SimpleNamespace | None, str]:
-  """``(namespace of torch + PML modules, versions)`` or ``(None, why not)``."""
-  # pylint: disable=import-outside-toplevel
-  try:
-    import torch
-    import pytorch_metric_learning as pml_root
-    from pytorch_metric_learning import distances, losses, miners, reducers
-  except ImportError as e:
-    return None, f"torch / pytorch-metric-learning not importable ({e}); PML not timed."
-  ns = types.SimpleNamespace(torch=torch, distances=distances, losses=losses, miners=miners,
-                             reducers=reducers)
-  return ns, f"torch {torch.__version__}, pytorch-metric-learning {pml_root.__version__}"
 
 
 def _pml_step(pml, pair: PmlPair, x: np.ndarray, y: np.ndarray, *, per_class: int):
@@ -574,7 +429,7 @@ def bench_pml(pml, pair: PmlPair, x: np.ndarray, y: np.ndarray, *, per_class: in
               repeats: int, warmup: int, max_seconds: float) -> dict:
   """Run time of PML's miner + loss forward and backward on ``(x, y)``."""
   step, _ = _pml_step(pml, pair, x, y, per_class=per_class)
-  timing, capped, loss = time_calls(step, repeats=repeats, warmup=warmup,
+  timing, capped, loss = harness.time_calls(step, repeats=repeats, warmup=warmup,
                                     max_seconds=max_seconds,
                                     min_repeats=min(repeats, MIN_PML_REPEATS))
   return {**timing, "capped": capped, "max_seconds": max_seconds, "loss": loss.item()}
@@ -600,8 +455,9 @@ def value_check(pml, pair: PmlPair, *, per_class: int, seed: int = 0) -> dict:
   grad_diff = float(np.max(np.abs(ours_grad - pml_grad)))
   agree = None
   if pair.comparable:
-    agree = bool(loss_diff <= LOSS_ATOL + LOSS_RTOL * abs(pml_loss)
-                 and grad_diff <= GRAD_ATOL + GRAD_RTOL * float(np.max(np.abs(pml_grad))))
+    grad_scale = float(np.max(np.abs(pml_grad)))
+    agree = bool(loss_diff <= pml_lib.LOSS_ATOL + pml_lib.LOSS_RTOL * abs(pml_loss)
+                 and grad_diff <= pml_lib.GRAD_ATOL + pml_lib.GRAD_RTOL * grad_scale)
   return {"pair": pair.key, "objective": _label(pair.objective, pair.hparams),
           "batch_size": int(x.shape[0]), "dim": CHECK_DIM, "ours_loss": ours_loss,
           "pml_loss": pml_loss, "loss_abs_diff": loss_diff, "grad_max_abs_diff": grad_diff,
@@ -671,22 +527,17 @@ def goals(results: Sequence[dict]) -> list[dict]:
   return out
 
 
-def fmt(value, spec: str, empty: str = "—") -> str:
-  return empty if value is None else format(value, spec)
-
-
 def markdown_table(report: dict) -> str:
   """The results as a markdown table (one row per case and batch size)."""
-  lines = ["| objective | B | ours ms (median) | IQR ms | compile s | temp MB | PML ms | "
-           "PML/ours | PML pair, notes |", "|---|---|---|---|---|---|---|---|---|"]
+  rows = []
   for r in report["results"]:
-    ours, pml = r.get("ours"), r.get("pml")
+    ours, pml = r.get("ours") or {}, r.get("pml")
     notes = []
     if r.get("pml_pair"):
       notes.append(r["pml_pair"]["pml"])
       if not r["pml_pair"]["comparable"]:
         notes.append("semantics differ (see checks)")
-    if ours is None:
+    if r.get("ours") is None:
       notes.append(f"ours failed: {r.get('error', '?')}")
     elif ours.get("memory_only"):
       notes.append("memory only (compiled, not run)")
@@ -696,16 +547,14 @@ def markdown_table(report: dict) -> str:
       notes.append(f"PML {pml['repeats']} runs (capped at {pml['max_seconds']:.0f} s)")
     if r.get("pml_error"):
       notes.append(f"PML failed: {r['pml_error']}")
-    mem = (ours or {}).get("memory") or {}
-    temp = mem.get("temp_bytes")
-    lines.append("| " + " | ".join([
-        r["label"], str(r["batch_size"]),
-        fmt((ours or {}).get("median_ms"), ".1f"), fmt((ours or {}).get("iqr_ms"), ".1f"),
-        fmt((ours or {}).get("compile_s"), ".2f"),
-        fmt(None if temp is None else temp / MIB, ".1f"),
-        fmt((pml or {}).get("median_ms"), ".1f"), fmt(r.get("ratio"), ".2f"),
-        "; ".join(notes)]) + " |")
-  return "\n".join(lines)
+    temp = (ours.get("memory") or {}).get("temp_bytes")
+    rows.append([r["label"], r["batch_size"], harness.fmt(ours.get("median_ms"), ".1f"),
+                 harness.fmt(ours.get("iqr_ms"), ".1f"), harness.fmt(ours.get("compile_s"), ".2f"),
+                 harness.fmt(None if temp is None else temp / harness.MIB, ".1f"),
+                 harness.fmt((pml or {}).get("median_ms"), ".1f"),
+                 harness.fmt(r.get("ratio"), ".2f"), "; ".join(notes)])
+  return harness.markdown_table(["objective", "B", "ours ms (median)", "IQR ms", "compile s",
+                                 "temp MB", "PML ms", "PML/ours", "PML pair, notes"], rows)
 
 
 def summary_lines(report: dict) -> list[str]:
@@ -738,14 +587,6 @@ def summary_lines(report: dict) -> list[str]:
 # The run.
 
 
-def available_cpus() -> int:
-  """CPUs this process may run on (XLA:CPU sizes its intra-op thread pool by this)."""
-  try:
-    return len(os.sched_getaffinity(0))
-  except AttributeError:   # not Linux
-    return os.cpu_count() or 1
-
-
 def run(*, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES, dim: int = 512,
         per_class: int = 8, repeats: int = 20, warmup: int = 1,
         memory_batch_sizes: Sequence[int] = (), floor: bool = True,
@@ -764,7 +605,7 @@ def run(*, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES, dim: int = 512,
     floor: time the bare similarity matmul (:func:`bench_floor`) at every ``B`` first.
     objective_names: registry names or ``('all',)``.
     pml: time the PML pairs when torch and PML import.
-    threads: torch threads; 0 = :func:`available_cpus` (what XLA:CPU uses).
+    threads: torch threads; 0 = ``harness.available_cpus()`` (what XLA:CPU uses).
     pml_max_seconds: > 0: stop timing a PML case once its timed calls took this long
       (at least ``MIN_PML_REPEATS`` calls); 0 = always ``repeats`` calls.
     max_seconds: the same cap for our cases (at least ``MIN_REPEATS`` calls).
@@ -788,8 +629,8 @@ def run(*, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES, dim: int = 512,
   for b in batch_sizes + memory_batch_sizes:
     make_batch(b, 1, per_class=per_class)   # validates B and per_class
   cases, skipped = select_cases(objective_names)
-  cpus = available_cpus()
-  pml_ns, pml_info = import_pml() if pml else (None, "PML disabled (--nopml).")
+  cpus = harness.available_cpus()
+  pml_ns, pml_info = pml_lib.import_pml() if pml else (None, "PML disabled (--nopml).")
   if pml_ns is None:
     skipped.append(pml_info)
   else:
@@ -803,7 +644,7 @@ def run(*, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES, dim: int = 512,
       "devices": [str(d) for d in jax.devices()], "cpus": cpus,
       "torch_threads": pml_ns.torch.get_num_threads() if pml_ns else None,
       "pml": pml_info if pml_ns else None, "python": platform.python_version(),
-      "machine": platform.machine(), "load_average": {"start": list(os.getloadavg())},
+      "machine": platform.machine(), "load_average": {"start": harness.load_average()},
       "grad_wrt": "embeddings and objective params",
   }
   log(f"JAX {jax.__version__} on {config['devices']}, {cpus} CPUs; "
@@ -859,11 +700,12 @@ def run(*, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES, dim: int = 512,
         row["error"] = f"{type(e).__name__}: {e}"
       results.append(row)
       log(_progress(row, time.perf_counter() - start_all))
-  config["load_average"]["end"] = list(os.getloadavg())
+  config["load_average"]["end"] = harness.load_average()
   config["total_s"] = time.perf_counter() - start_all
   report = {"config": config, "results": results, "memory_growth": memory_growth(results),
-            "goals": goals(results), "checks": checks, "skipped": skipped}
-  write_json(report, out)
+            "goals": goals(results), "checks": checks, "skipped": skipped,
+            "stamp": harness.stamp()}
+  harness.write_json(report, out)
   return report
 
 
@@ -879,7 +721,8 @@ def _progress(row: dict, elapsed: float) -> str:
     text += "failed"
   elif ours.get("memory_only"):
     temp = (ours["memory"] or {}).get("temp_bytes")
-    text += f"temp {fmt(None if temp is None else temp / MIB, '.1f')} MB (compile only)"
+    temp_mb = None if temp is None else temp / harness.MIB
+    text += f"temp {harness.fmt(temp_mb, '.1f')} MB (compile only)"
   else:
     text += f"{ours['median_ms']:.1f} ms (compile {ours['compile_s']:.1f} s"
     if ours.get("faults_per_call") is not None:
@@ -933,7 +776,7 @@ def main(argv):
   if f.host_memory == "keep":
     from dml_jax import host_memory  # pylint: disable=import-outside-toplevel
     print(host_memory.describe(host_memory.keep_freed_memory()))
-  cap = limit_address_space(f.memory_fraction)
+  cap = harness.limit_address_space(f.memory_fraction)
   report = run(
       batch_sizes=SMOKE_BATCH_SIZES if smoke else [int(b) for b in f.batch_sizes],
       memory_batch_sizes=() if smoke else [int(b) for b in f.memory_batch_sizes],

@@ -37,15 +37,14 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
-from dml_jax import memory as memory_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from dml_jax import objectives  # pylint: disable=g-import-not-at-top,wrong-import-position
-
-
-# timing, memory analysis, PML import
-from benchmarks import objectives as common  # pylint: disable=g-import-not-at-top,wrong-import-position
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+# pylint: disable=g-import-not-at-top,wrong-import-position
+import jax
+from benchmarks import harness
+from benchmarks import pml as pml_lib
+from dml_jax import memory as memory_lib
+from dml_jax import objectives
+# pylint: enable=g-import-not-at-top,wrong-import-position
 
 DEFAULT_MEMORY_SIZES = (0, 4096, 16384)
 SMOKE_MEMORY_SIZES = (0, 64)
@@ -106,7 +105,7 @@ def bench_ours(name: str, hp: dict, xs: np.ndarray, ys: np.ndarray, size: int, *
 
   args = (jax.device_put(x), jax.device_put(y), filled_memory(xs[:-1], ys[:-1], size),
           jax.random.key(seed))
-  return common.compile_and_time(step, args, repeats=repeats, warmup=warmup)
+  return harness.compile_and_time(step, args, repeats=repeats, warmup=warmup)
 
 
 def bench_pml(pml, make: Callable, xs: np.ndarray, ys: np.ndarray, size: int, *,
@@ -130,9 +129,8 @@ def bench_pml(pml, make: Callable, xs: np.ndarray, ys: np.ndarray, size: int, *,
     return value
 
   first = call().item()
-  timing, capped, _ = common.time_calls(call, repeats=repeats, warmup=max(warmup - 1, 0),
-                                        max_seconds=max_seconds,
-                                        min_repeats=common.MIN_PML_REPEATS)
+  timing, capped, _ = harness.time_calls(call, repeats=repeats, warmup=max(warmup - 1, 0),
+                                         max_seconds=max_seconds, min_repeats=pml_lib.MIN_REPEATS)
   return {**timing, "capped": capped, "loss": first}
 
 
@@ -153,15 +151,15 @@ def run(*, batch_size: int = 128, memory_sizes: Sequence[int] = DEFAULT_MEMORY_S
   memory_sizes = tuple(int(m) for m in memory_sizes)
   for m in memory_sizes:
     memory_lib.check(m, 0, batch_size=batch_size)
-  pml_ns, pml_info = common.import_pml() if pml else (None, "PML disabled (--nopml).")
-  cpus = common.available_cpus()
+  pml_ns, pml_info = pml_lib.import_pml() if pml else (None, "PML disabled (--nopml).")
+  cpus = harness.available_cpus()
   if pml_ns is not None:
     pml_ns.torch.set_num_threads(cpus)
   config = {"batch_size": batch_size, "memory_sizes": list(memory_sizes), "dim": dim,
             "per_class": per_class, "num_classes": num_classes, "repeats": repeats,
             "warmup": warmup, "seed": seed, "jax": jax.__version__, "cpus": cpus,
             "devices": [str(d) for d in jax.devices()], "pml": pml_info,
-            "load_average": {"start": list(os.getloadavg())}}
+            "load_average": {"start": harness.load_average()}}
   log(f"JAX {jax.__version__}, {cpus} CPUs; {pml_info}")
   results = []
   start_all = time.perf_counter()
@@ -182,38 +180,37 @@ def run(*, batch_size: int = 128, memory_sizes: Sequence[int] = DEFAULT_MEMORY_S
       if row["pml"]:
         row["ratio"] = row["pml"]["median_ms"] / row["ours"]["median_ms"]
         row["loss_agrees"] = bool(np.isclose(row["ours"]["loss"], row["pml"]["loss"],
-                                             rtol=common.LOSS_RTOL, atol=common.LOSS_ATOL))
+                                             rtol=pml_lib.LOSS_RTOL, atol=pml_lib.LOSS_ATOL))
       results.append(row)
       log(f"[{time.perf_counter() - start_all:5.0f} s] {name} M={m}: "
           f"{row['ours']['median_ms']:.1f} ms" + (
               f", PML {row['pml']['median_ms']:.1f} ms, x{row['ratio']:.2f}"
               if row["pml"] else "") + (f", PML failed: {row['pml_error']}"
                                         if "pml_error" in row else ""))
-  config["load_average"]["end"] = list(os.getloadavg())
+  config["load_average"]["end"] = harness.load_average()
   config["total_s"] = time.perf_counter() - start_all
-  report = {"config": config, "results": results}
-  common.write_json(report, out)
+  report = {"config": config, "results": results, "stamp": harness.stamp()}
+  harness.write_json(report, out)
   return report
 
 
 def markdown_table(report: dict) -> str:
   """One row per (objective, M): our time and temp memory, PML's time, the ratio."""
   b = report["config"]["batch_size"]
-  lines = ["| objective | M | S | ours ms | temp MB | PML ms | PML/ours | same loss | notes |",
-           "|---|---|---|---|---|---|---|---|---|"]
+  rows = []
   for r in report["results"]:
-    temp = ((r["ours"].get("memory") or {}).get("temp_bytes"))
-    lines.append("| " + " | ".join([
-        r["objective"], str(r["memory_size"]), f"{b} × {b + r['memory_size']}",
+    temp = (r["ours"].get("memory") or {}).get("temp_bytes")
+    pml = r["pml"] or {}
+    rows.append([
+        r["objective"], r["memory_size"], f"{b} × {b + r['memory_size']}",
         f"{r['ours']['median_ms']:.1f}",
-        common.fmt(None if temp is None else temp / common.MIB, ".1f"),
-        common.fmt((r["pml"] or {}).get("median_ms"), ".1f"),
-        common.fmt(r["ratio"], ".2f"),
+        harness.fmt(None if temp is None else temp / harness.MIB, ".1f"),
+        harness.fmt(pml.get("median_ms"), ".1f"), harness.fmt(r["ratio"], ".2f"),
         {True: "yes", False: "NO", None: "—"}[r.get("loss_agrees")],
         (f"PML failed: {r['pml_error'][:80]}" if "pml_error" in r else
-         f"PML {r['pml']['repeats']} runs (capped)" if (r["pml"] or {}).get("capped")
-         else "")]) + " |")
-  return "\n".join(lines)
+         f"PML {pml['repeats']} runs (capped)" if pml.get("capped") else "")])
+  return harness.markdown_table(["objective", "M", "S", "ours ms", "temp MB", "PML ms",
+                                 "PML/ours", "same loss", "notes"], rows)
 
 
 def define_flags():
@@ -225,7 +222,7 @@ def define_flags():
   flags.DEFINE_integer("repeats", 10, "Timed calls per case.")
   flags.DEFINE_bool("pml", True, "Time pytorch-metric-learning's CrossBatchMemory too.")
   flags.DEFINE_float("pml_max_seconds", 15.0, "Cap on one PML case's timed calls (0 = none).")
-  flags.DEFINE_float("memory_fraction", 0.75, "Address-space cap, as in benchmarks/objectives.py.")
+  flags.DEFINE_float("memory_fraction", 0.75, "Address-space cap, as in benchmarks/speed/objectives.py.")
   flags.DEFINE_bool("smoke", False, f"B=16, M={SMOKE_MEMORY_SIZES}, 2 repeats.")
   flags.DEFINE_string("out", "runs/bench_xbm.json", "JSON output ('' = none).")
   return flags.FLAGS
@@ -234,7 +231,7 @@ def define_flags():
 def main(argv):
   del argv
   f = FLAGS
-  common.limit_address_space(f.memory_fraction)
+  harness.limit_address_space(f.memory_fraction)
   report = run(batch_size=16 if f.smoke else f.batch_size,
                memory_sizes=SMOKE_MEMORY_SIZES if f.smoke else [int(m) for m in f.memory_sizes],
                dim=f.dim, repeats=2 if f.smoke else f.repeats, pml=f.pml,
