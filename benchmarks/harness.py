@@ -8,6 +8,8 @@ Timing:
   :func:`timing_stats` (median, quartiles, IQR, min in ms) with the page faults per call;
 * :func:`time_jitted` times a JAX function the usual way (``jax.jit``, one compiling call,
   then each call ended by ``jax.block_until_ready``) and returns its median ms;
+* :func:`time_in_turns` times several calls in turns, round by round (a change in the
+  machine's load hits each alike);
 * :func:`compile_and_time` lowers and compiles once (timed), then times the executable and
   adds XLA's ``memory_analysis()`` (:func:`memory_stats`);
 * :func:`quartiles` summarises any list of rates or times.
@@ -183,6 +185,21 @@ def time_jitted(fn: Callable, *args, repeats: int, warmup: int = 1) -> float:
   stats, _, _ = time_calls(lambda: jax.block_until_ready(jitted(*args)), repeats=repeats,
                            warmup=max(warmup, 1))
   return stats["median_ms"]
+
+
+def time_in_turns(calls: dict[str, Callable[[], Any]], *, repeats: int) -> dict[str, float]:
+  """Median ms of each of ``calls`` (which must block until their results are ready), timed
+  in turns: one untimed call each, then ``repeats`` rounds of one timed call each, so that a
+  change in the machine's load hits every call alike. ``{name: median ms}``."""
+  for fn in calls.values():
+    fn()
+  times = {name: [] for name in calls}
+  for _ in range(repeats):
+    for name, fn in calls.items():
+      start = time.perf_counter()
+      fn()
+      times[name].append(1e3 * (time.perf_counter() - start))
+  return {name: statistics.median(t) for name, t in times.items()}
 
 
 def memory_stats(compiled) -> dict[str, int] | None:

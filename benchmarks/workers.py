@@ -18,14 +18,29 @@ from typing import Callable
 from benchmarks import harness
 
 
-def serve(hello: Callable[[], dict], handle: Callable[[dict], dict]) -> None:
-  """The worker's loop: writes ``{'ready': True, **hello(), 'cpus': [...]}`` as one JSON line,
-  then answers every JSON line of stdin with ``handle(request)`` as one JSON line. An exception
-  becomes ``{'ready': False, 'error'}`` (then the worker ends) or ``{'error'}`` (one request)."""
+def jax_conditions() -> dict:
+  """JAX's version, backend and device kind."""
+  import jax  # pylint: disable=import-outside-toplevel
+  return {"jax": jax.__version__, "backend": jax.default_backend(),
+          "device": str(jax.devices()[0].device_kind)}
+
+
+def serve(side: str, threads: int, handle: Callable[[dict], dict], *,
+          torch_conditions: Callable[[], dict]) -> None:
+  """The loop of ``side``'s worker: sets torch's threads (torch side), writes
+  ``{'ready': True, **conditions, 'cpus': [...]}`` as one JSON line (``torch_conditions()`` or
+  :func:`jax_conditions`), then answers every JSON line of stdin with ``handle(request)`` as
+  one JSON line. An exception becomes ``{'ready': False, 'error'}`` (then the worker ends) or
+  ``{'error'}`` (one request)."""
   out = sys.stdout
   sys.stdout = sys.stderr  # library prints must not break the protocol
   try:
-    conditions = hello()
+    if side == "torch":
+      import torch  # pylint: disable=import-outside-toplevel
+      torch.set_num_threads(threads)
+      conditions = torch_conditions()
+    else:
+      conditions = jax_conditions()
     conditions["cpus"] = sorted(os.sched_getaffinity(0))
     out.write(json.dumps({"ready": True, **conditions}) + "\n")
   except Exception as e:  # noqa: BLE001 (reported to the parent)

@@ -1,6 +1,6 @@
 r"""EPS vs the triplet baseline on the digits even/odd experiment, over several seeds.
 
-  python benchmarks/digits_evenodd_seeds.py --seeds=5 --out=runs/digits_seeds
+  python experiments/digits_evenodd_seeds.py --seeds=5 --out=runs/digits_seeds
 
 Trains configs/digits_evenodd_eps.py and configs/digits_evenodd_triplet.py once per seed
 (workdirs under --out), prints mean ± std of every metric per protocol as a markdown table

@@ -1,6 +1,6 @@
 r"""EPS paper Figure 2 on the real MNIST: the 2-D embeddings of the triplet baseline and of EPS.
 
-  python benchmarks/mnist_evenodd_figure.py \
+  python experiments/mnist_evenodd_figure.py \
       --triplet=runs/mnist_table1/loss.positive=random/seed_0 \
       --eps=runs/mnist_table1/loss.positive=easy/seed_0 --out=docs/figures/eps_fig2_mnist.png
 

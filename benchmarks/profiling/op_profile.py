@@ -1,11 +1,11 @@
 r"""Where an objective's (or a model's) forward + backward spends its time: XLA's ops, from a
 profiler trace.
 
-  python benchmarks/op_profile.py --objective=softtriple --batch_size=2048
-  python benchmarks/op_profile.py --objective=triplet --batch_size=512 --top=10
-  python benchmarks/op_profile.py --backbone=small_cnn:28:128 --calls=5
+  python benchmarks/profiling/op_profile.py --objective=softtriple --batch_size=2048
+  python benchmarks/profiling/op_profile.py --objective=triplet --batch_size=512 --top=10
+  python benchmarks/profiling/op_profile.py --backbone=small_cnn:28:128 --calls=5
 
-Runs ``jit(value_and_grad)`` of the objective on the batch of ``benchmarks/objectives.py``
+Runs ``jit(value_and_grad)`` of the objective on the batch of ``benchmarks/speed/objectives.py``
 (random unit embeddings, D = 512, 8 per class; class weights from the objective's ``init``)
 ``--calls`` times under ``jax.profiler.trace`` and prints the ops (fusions, dots, custom
 calls) by total time per call, with their share of the call's wall time, their shape and the
@@ -119,7 +119,7 @@ def profile(objective: str, *, batch_size: int, dim: int, per_class: int,
 
 
 def profile_backbone(case: str, *, calls: int) -> dict:
-  """The same for a model's forward + backward step of ``benchmarks/backbones.py``
+  """The same for a model's forward + backward step of ``benchmarks/speed/backbones.py``
   (``case`` = ``arch:image_size:batch``, e.g. ``small_cnn:28:128``; ``conv_impl='auto'``)."""
   model = backbone_step.JaxModel(backbone_step.parse_case(case), dtype="float32", conv_impl="auto")
   wall_ms, rows = profile_call(model.step, (model.params, model.stats, model.images),

@@ -1,8 +1,8 @@
 """Forward + backward speed of the embedding models (images / s), dml_jax beside PyTorch.
 
-  python benchmarks/backbones.py --out=runs/backbones.json        # the README table (~15 min)
-  python benchmarks/backbones.py --cases=resnet50:224:8 --dtypes=float32,bfloat16 --sides=dml_jax
-  python benchmarks/backbones.py --smoke                          # seconds, no torch
+  python benchmarks/speed/backbones.py --out=runs/backbones.json        # the README table (~15 min)
+  python benchmarks/speed/backbones.py --cases=resnet50:224:8 --dtypes=float32,bfloat16 --sides=dml_jax
+  python benchmarks/speed/backbones.py --smoke                          # seconds, no torch
 
 A case is ``arch:image_size:batch``. ``small_cnn`` is the EPS paper's small CNN (conv-ReLU-
 BatchNorm x2, 2x2 max-pool, dense 128, dense ``--embedding_dim``; 1 input channel up to 28 px,
@@ -59,12 +59,6 @@ SIDES = ("dml_jax", "dml_jax_lax", "torch")
 DEFAULT_CASES = ("small_cnn:8:128,small_cnn:28:128,small_cnn:32:128,resnet18:64:32,"
                  "resnet50:64:32,resnet18:224:8,resnet50:224:8")
 SMOKE_CASES = "small_cnn:8:8,resnet18:32:2"
-
-
-def jax_conditions() -> dict:
-  import jax  # pylint: disable=import-outside-toplevel
-  return {"jax": jax.__version__, "backend": jax.default_backend(),
-          "device": str(jax.devices()[0].device_kind)}
 
 
 # ---- the PyTorch side (imports torch only in its worker) ----
@@ -134,13 +128,6 @@ def worker(side: str, threads: int) -> None:
   """Answers one JSON request per stdin line with one JSON result line on stdout."""
   built = {}
 
-  def hello() -> dict:
-    if side == "torch":
-      import torch  # pylint: disable=import-outside-toplevel
-      torch.set_num_threads(threads)
-      return torch_conditions()
-    return jax_conditions()
-
   def handle(request: dict) -> dict:
     case, dtype = request["case"], request["dtype"]
     key = json.dumps([case, dtype], sort_keys=True)
@@ -159,7 +146,7 @@ def worker(side: str, threads: int) -> None:
     loss = built[key].run(request["steps"])
     return {"seconds": time.perf_counter() - t0, "first_call_s": first, "loss": loss}
 
-  workers.serve(hello, handle)
+  workers.serve(side, threads, handle, torch_conditions=torch_conditions)
 
 
 def summarize(case: dict, side: str, dtype: str, runs: list[dict]) -> dict:

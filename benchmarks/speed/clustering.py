@@ -1,9 +1,9 @@
 """k-means for NMI / NMI+: dml_jax's (``evaluation.kmeans``, JAX on the default device) beside
 scikit-learn's ``KMeans``, on the same embeddings, in one run.
 
-  python benchmarks/clustering.py --out=runs/clustering.json         # Omniglot + SOP scale
-  python benchmarks/clustering.py --busy=1                           # with a CPU hog beside
-  python benchmarks/clustering.py --smoke                            # seconds
+  python benchmarks/speed/clustering.py --out=runs/clustering.json         # Omniglot + SOP scale
+  python benchmarks/speed/clustering.py --busy=1                           # with a CPU hog beside
+  python benchmarks/speed/clustering.py --smoke                            # seconds
 
 Cases (``--cases``):
 
@@ -30,33 +30,20 @@ import json
 import multiprocessing
 import os
 import platform
-import subprocess
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from sklearn import cluster  # noqa: E402
 
+from benchmarks import harness  # noqa: E402
+from benchmarks.inputs import omniglot_like  # noqa: E402
 from dml_jax.evaluation import kmeans  # noqa: E402
 from dml_jax.evaluation import metrics  # noqa: E402
-
-
-def omniglot_like(seed: int, alphabets: int, letters: int, per_letter: int = 20,
-                  dim: int = 128) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """``(x [N, dim], letter [N], alphabet [N])``: unit vectors around letter centres, which lie
-  around their alphabet's centre; ``letters`` split evenly over ``alphabets``."""
-  rng = np.random.default_rng(seed)
-  alphabet_of_letter = np.arange(letters) % alphabets
-  centres = rng.normal(size=(alphabets, dim))[alphabet_of_letter] + 0.8 * rng.normal(
-      size=(letters, dim))
-  letter = np.repeat(np.arange(letters), per_letter)
-  x = centres[letter] + 0.9 * rng.normal(size=(letters * per_letter, dim))
-  x /= np.linalg.norm(x, axis=1, keepdims=True)
-  return x.astype(np.float32), letter, alphabet_of_letter[letter]
 
 
 def cases(names: list[str], smoke: bool) -> list[dict]:
@@ -90,15 +77,6 @@ def run_sklearn(x, k, seed):
   return km.labels_, float(km.inertia_)
 
 
-def commit() -> str:
-  """The repository's commit (``git rev-parse --short HEAD``), or ``'unknown'``."""
-  try:
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                          text=True, timeout=10, check=True).stdout.strip()
-  except (OSError, subprocess.SubprocessError):
-    return "unknown"
-
-
 def spin(stop):   # a CPU hog beside the measurement
   a = np.random.default_rng(0).normal(size=(400, 400))
   while not stop.is_set():
@@ -111,17 +89,16 @@ def timed(fn, x, k, seed) -> dict:
   return {"seconds": time.perf_counter() - t0, "inertia": inertia, "assignment": assignment}
 
 
-def table_row(r: dict) -> str:
-  """One markdown row: seconds of each side, the speed-up, the inertia ratio, NMI (%)."""
-  def cell(side: str, key: str, fmt: str) -> str:
-    return fmt.format(r[side][key]) if side in r else "—"
+def table_row(r: dict) -> list[str]:
+  """One table row's cells: seconds of each side, the speed-up, the inertia ratio, NMI."""
+  def cell(side: str, key: str, spec: str) -> str:
+    return format(r[side][key], spec) if side in r else "—"
 
-  speedup = f"{r['speedup']:.1f}x" if "speedup" in r else "—"
-  ratio = f"{r['inertia_ratio']:.4f}" if "inertia_ratio" in r else "—"
-  return (f"| {r['case']} | {r['n']:,} x {r['d']} | {r['k']:,} | "
-          f"{cell('dml_jax', 'seconds', '{:.2f}')} | {cell('sklearn', 'seconds', '{:.2f}')} | "
-          f"{speedup} | {ratio} | {cell('dml_jax', 'nmi', '{:.3f}')} / "
-          f"{cell('sklearn', 'nmi', '{:.3f}')} |")
+  return [r["case"], f"{r['n']:,} x {r['d']}", f"{r['k']:,}", cell("dml_jax", "seconds", ".2f"),
+          cell("sklearn", "seconds", ".2f"),
+          f"{r['speedup']:.1f}x" if "speedup" in r else "—",
+          harness.fmt(r.get("inertia_ratio"), ".4f"),
+          f"{cell('dml_jax', 'nmi', '.3f')} / {cell('sklearn', 'nmi', '.3f')}"]
 
 
 def main(argv=None) -> int:
@@ -171,22 +148,19 @@ def main(argv=None) -> int:
            for s in chosen}
   print(f"\n{jax.default_backend()} ({jax.devices()[0].device_kind}), {os.cpu_count()} CPUs, "
         f"{args.busy} busy processes beside\n")
-  print("| case | N x D | k | dml_jax (s) | scikit-learn (s) | speed-up | inertia ratio | "
-        "NMI dml_jax / sklearn |")
-  print("|---|---|---|---|---|---|---|---|")
-  for r in rows:
-    print(table_row(r))
+  print(harness.markdown_table(
+      ["case", "N x D", "k", "dml_jax (s)", "scikit-learn (s)", "speed-up", "inertia ratio",
+       "NMI dml_jax / sklearn"], [table_row(r) for r in rows]))
   if all(total.values()) and len(total) == 2:
     print(f"\nOmniglot protocols together: dml_jax {total['dml_jax']:.1f} s, scikit-learn "
           f"{total['sklearn']:.1f} s ({total['sklearn'] / total['dml_jax']:.1f}x)")
   if args.out:
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-      json.dump({"rows": rows, "busy": args.busy, "backend": jax.default_backend(),
-                 "commit": commit(), "date": time.strftime("%Y-%m-%d"),
-                 "command": " ".join(["python", "benchmarks/clustering.py", *(argv or sys.argv[1:])]),
-                 "device": jax.devices()[0].device_kind, "cpus": os.cpu_count(),
-                 "machine": platform.machine(), "omniglot_total_seconds": total}, f, indent=1)
+    stamp = harness.stamp([__file__, *(sys.argv[1:] if argv is None else argv)])
+    harness.write_json({"rows": rows, "busy": args.busy, "backend": jax.default_backend(),
+                        "commit": stamp["commit"], "date": stamp["date"],
+                        "command": stamp["command"], "device": jax.devices()[0].device_kind,
+                        "cpus": os.cpu_count(), "machine": platform.machine(),
+                        "omniglot_total_seconds": total, "stamp": stamp}, args.out, indent=1)
   return 0
 
 

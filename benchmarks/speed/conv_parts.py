@@ -3,10 +3,10 @@ with XLA's convolution (``lax``), the matmul form (``models.conv.conv_matmul``) 
 direct convolution (``models.conv.conv_direct``, what ``conv_impl='auto'`` runs on the CPU),
 and XLA's GEMM rate on the shapes involved. One process; ms are medians of ``--reps`` calls.
 
-  taskset -c 1 python benchmarks/conv_parts.py                 # the README's numbers (one core)
-  python benchmarks/conv_parts.py --batch=4 --size=8 --reps=2   # seconds
-  python benchmarks/conv_parts.py --weight_grads --batch=8 --size=224
-  python benchmarks/conv_parts.py --batch_norm --batch=8 --size=224
+  taskset -c 1 python benchmarks/speed/conv_parts.py                 # the README's numbers (one core)
+  python benchmarks/speed/conv_parts.py --batch=4 --size=8 --reps=2   # seconds
+  python benchmarks/speed/conv_parts.py --weight_grads --batch=8 --size=224
+  python benchmarks/speed/conv_parts.py --batch_norm --batch=8 --size=224
 
 The gradient parts are the time of ``grad`` w.r.t. that input alone minus the forward's.
 
@@ -27,28 +27,24 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
-import statistics
-import time
+import os
+import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+# pylint: disable=wrong-import-position
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from benchmarks import harness
 from dml_jax.models import conv, resnet
+# pylint: enable=wrong-import-position
 
 NHWC = ("NHWC", "HWIO", "NHWC")
 
 
 def median_ms(fn, *args, reps: int) -> float:
-  fn = jax.jit(fn)
-  jax.block_until_ready(fn(*args))
-  times = []
-  for _ in range(reps):
-    t0 = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    times.append(1e3 * (time.perf_counter() - t0))
-  return statistics.median(times)
+  return harness.time_jitted(fn, *args, repeats=reps)
 
 
 def layer_parts(batch: int, size: int, cin: int, cout: int, *, reps: int) -> dict:
@@ -113,32 +109,26 @@ def weight_grad_rows(shapes: list[dict], *, batch: int, reps: int) -> list[dict]
     if k == 1:
       forms["xla_matmul"] = jax.jit(lambda x, g: jax.lax.dot_general(
           x[:, ::s, ::s], g, (((0, 1, 2), (0, 1, 2)), ((), ()))))
-    times = {name: [] for name in forms}
-    for fn in forms.values():
-      jax.block_until_ready(fn(x, g))
-    for _ in range(reps):
-      for name, fn in forms.items():
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(x, g))
-        times[name].append(1e3 * (time.perf_counter() - t0))
+    ms = harness.time_in_turns(
+        {name: lambda fn=fn: jax.block_until_ready(fn(x, g)) for name, fn in forms.items()},
+        repeats=reps)
     gflop = 2 * batch * out * out * shape["cin"] * shape["cout"] * k * k / 1e9
     packs = min(shape["cin"], shape["cout"]) >= conv.PACK_MIN_CHANNELS
     rows.append({**shape, "gflop": gflop, "auto": "kernel_packed" if packs else
-                 "kernel_unpacked", "ms": {n: statistics.median(t) for n, t in times.items()}})
+                 "kernel_unpacked", "ms": ms})
   return rows
 
 
 def print_weight_grads(rows: list[dict], batch: int, size: int) -> None:
   names = ("kernel_unpacked", "kernel_packed", "xla_matmul")
   print(f"ResNet-50 weight gradients, batch {batch}, {size} px: ms (GFLOP/s)")
-  print("| input px | C -> O | window / stride | layers | unpacked | packed | XLA matmul | auto |")
-  print("|---|---|---|---|---|---|---|---|")
   cell = lambda r, n: (f"{r['ms'][n]:.1f} ({r['gflop'] / r['ms'][n] * 1e3:.0f})"  # noqa: E731
                        if n in r["ms"] else "—")
-  for r in rows:
-    print(f"| {r['size']} | {r['cin']} -> {r['cout']} | {r['window']} x {r['window']} / "
-          f"{r['stride']} | {r['count']} | " + " | ".join(cell(r, n) for n in names)
-          + f" | {r['auto'].split('_')[1]} |")
+  print(harness.markdown_table(
+      ["input px", "C -> O", "window / stride", "layers", "unpacked", "packed", "XLA matmul",
+       "auto"],
+      [[r["size"], f"{r['cin']} -> {r['cout']}", f"{r['window']} x {r['window']} / {r['stride']}",
+        r["count"], *(cell(r, n) for n in names), r["auto"].split("_")[1]] for r in rows]))
   total = lambda n: sum(r["count"] * r["ms"][n] for r in rows)  # noqa: E731
   print(f"layer-weighted totals, ms: unpacked {total('kernel_unpacked'):.1f}, packed "
         f"{total('kernel_packed'):.1f}, auto "
@@ -170,28 +160,24 @@ def batch_norm_rows(shapes, *, batch: int, reps: int) -> list[dict]:
       loss = lambda x, p, graphdef=graphdef, stats=stats, call=call: jnp.sum(  # noqa: E731
           g * call(nnx.merge(graphdef, p, stats, copy=True), x))
       fns[name] = (jax.jit(jax.grad(loss, argnums=(0, 1))), params)
-    times = {name: [] for name in fns}
     temp = {name: fn.lower(x, p).compile().memory_analysis().temp_size_in_bytes
             for name, (fn, p) in fns.items()}
-    for name, (fn, p) in fns.items():
-      jax.block_until_ready(fn(x, p))
-    for _ in range(reps):
-      for name, (fn, p) in fns.items():
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(x, p))
-        times[name].append(1e3 * (time.perf_counter() - t0))
-    rows.append({"shape": list(x.shape), "ms": {n: statistics.median(t) for n, t in times.items()},
-                 "temp_bytes": temp})
+    ms = harness.time_in_turns(
+        {name: lambda fn=fn, p=p: jax.block_until_ready(fn(x, p))
+         for name, (fn, p) in fns.items()}, repeats=reps)
+    rows.append({"shape": list(x.shape), "ms": ms, "temp_bytes": temp})
   return rows
 
 
 def print_batch_norm(rows: list[dict]) -> None:
   print("BatchNorm + ReLU, forward + backward: ms (XLA temp MB)")
-  print("| activation | nnx.BatchNorm + relu | fused | nnx / fused |\n|---|---|---|---|")
+  table = []
   for r in rows:
-    ms, mb = r["ms"], {n: b / 2 ** 20 for n, b in r["temp_bytes"].items()}
-    print(f"| {r['shape']} | {ms['nnx']:.1f} ({mb['nnx']:.0f}) | {ms['fused']:.1f} "
-          f"({mb['fused']:.0f}) | {ms['nnx'] / ms['fused']:.2f}x |")
+    ms, mb = r["ms"], {n: b / harness.MIB for n, b in r["temp_bytes"].items()}
+    table.append([r["shape"], f"{ms['nnx']:.1f} ({mb['nnx']:.0f})",
+                  f"{ms['fused']:.1f} ({mb['fused']:.0f})", f"{ms['nnx'] / ms['fused']:.2f}x"])
+  print(harness.markdown_table(["activation", "nnx.BatchNorm + relu", "fused", "nnx / fused"],
+                               table))
   total = {n: sum(r["ms"][n] for r in rows) for n in ("nnx", "fused")}
   print(f"sum over the shapes, ms: nnx {total['nnx']:.1f}, fused {total['fused']:.1f}")
 
@@ -214,31 +200,28 @@ def main(argv=None) -> int:
   if args.batch_norm:
     rows = batch_norm_rows(resnet50_activations(args.size), batch=args.batch, reps=args.reps)
     print_batch_norm(rows)
-    if args.out:
-      with open(args.out, "w") as f:
-        json.dump({"config": vars(args), "batch_norm": rows}, f, indent=1)
+    harness.write_json({"config": vars(args), "batch_norm": rows, "stamp": harness.stamp()},
+                       args.out, indent=1)
     return 0
   if args.weight_grads:
     shapes = resnet50_weight_grads(args.size)
     rows = weight_grad_rows(shapes[:args.shapes or None], batch=args.batch, reps=args.reps)
     print_weight_grads(rows, args.batch, args.size)
-    if args.out:
-      with open(args.out, "w") as f:
-        json.dump({"config": vars(args), "weight_grads": rows}, f, indent=1)
+    harness.write_json({"config": vars(args), "weight_grads": rows, "stamp": harness.stamp()},
+                       args.out, indent=1)
     return 0
   parts = layer_parts(args.batch, args.size, args.cin, args.cout, reps=args.reps)
   m = args.batch * args.size * args.size
   gemms = gemm_rates([(m, 9 * args.cin, args.cout), (2048, 512, 2048)], reps=args.reps)
   print(f"3x3 conv {args.cin}->{args.cout}, batch {args.batch}, {args.size} px, ms:")
-  print("| formulation | forward | input gradient | weight gradient |\n|---|---|---|---|")
-  for name, p in parts.items():
-    print(f"| {name} | {p['forward_ms']:.1f} | {p['input_grad_ms']:.1f} | "
-          f"{p['weight_grad_ms']:.1f} |")
+  print(harness.markdown_table(
+      ["formulation", "forward", "input gradient", "weight gradient"],
+      [[name, f"{p['forward_ms']:.1f}", f"{p['input_grad_ms']:.1f}", f"{p['weight_grad_ms']:.1f}"]
+       for name, p in parts.items()]))
   for g in gemms:
     print(f"GEMM {g['shape']}: {g['ms']:.1f} ms, {g['gflops']:.0f} GFLOP/s")
-  if args.out:
-    with open(args.out, "w") as f:
-      json.dump({"config": vars(args), "layer": parts, "gemm": gemms}, f, indent=1)
+  harness.write_json({"config": vars(args), "layer": parts, "gemm": gemms, "stamp": harness.stamp()},
+                     args.out, indent=1)
   return 0
 
 

@@ -1,8 +1,8 @@
 r"""Speed and memory of the retrieval metrics at benchmark scale, against faiss and PML.
 
-  python benchmarks/evaluation.py                       # N = 10,000 and 60,000, D = 512
-  python benchmarks/evaluation.py --smoke --out=/tmp/b  # seconds; what the test runs
-  python benchmarks/evaluation.py --sizes=60000,120000 --methods=dml_jax,faiss,faiss_1t
+  python benchmarks/speed/evaluation.py                       # N = 10,000 and 60,000, D = 512
+  python benchmarks/speed/evaluation.py --smoke --out=/tmp/b  # seconds; what the test runs
+  python benchmarks/speed/evaluation.py --sizes=60000,120000 --methods=dml_jax,faiss,faiss_1t
 
 For each N: synthetic L2-normalised embeddings ``[N, D]`` with about N/5 classes (labels
 uniform at random, so class sizes are Poisson(5): singletons included, as in SOP), each
@@ -39,8 +39,9 @@ from absl import app
 from absl import flags
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
+from benchmarks import harness  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("sizes", ["10000", "60000"], "Numbers of embeddings N.")
@@ -191,19 +192,21 @@ def run_worker_subprocess(method: str, n: int, *, dim: int, ks, out: str) -> dic
 
 def format_table(rows: list[dict], ks) -> str:
   keys = [f"recall@{k}" for k in ks] + ["map@r", "r_precision"]
-  lines = ["| N | method | time (s) | time / dml_jax | peak MiB above embeddings | "
-           + " | ".join(keys) + " |", "|---|---|---|---|---|" + "---|" * len(keys)]
+  cells = []
   for row in rows:
     if "skipped" in row:
-      lines.append(f"| {row['n']} | {row['method']} | skipped: {row['skipped'][:80]} |")
+      cells.append([row["n"], row["method"], f"skipped: {row['skipped'][:80]}"]
+                   + [""] * (2 + len(keys)))
       continue
     ours = next((r for r in rows if r["n"] == row["n"] and r["method"] == "dml_jax"
                  and "skipped" not in r), None)
-    ratio = f"{row['seconds'] / ours['seconds']:.2f}" if ours else ""
-    cells = [f"{100 * row['metrics'][k]:.2f}" if k in row["metrics"] else "—" for k in keys]
-    lines.append(f"| {row['n']} | {row['method']} | {row['seconds']:.1f} | {ratio} | "
-                 f"{row['peak_mib_above']:.0f} | " + " | ".join(cells) + " |")
-  return "\n".join(lines)
+    cells.append([row["n"], row["method"], f"{row['seconds']:.1f}",
+                  f"{row['seconds'] / ours['seconds']:.2f}" if ours else "",
+                  f"{row['peak_mib_above']:.0f}"]
+                 + [f"{100 * row['metrics'][k]:.2f}" if k in row["metrics"] else "—"
+                    for k in keys])
+  return harness.markdown_table(
+      ["N", "method", "time (s)", "time / dml_jax", "peak MiB above embeddings"] + keys, cells)
 
 
 def main(argv):
@@ -211,8 +214,7 @@ def main(argv):
   ks = [int(k) for k in FLAGS.ks]
   if FLAGS.worker:
     result = worker(FLAGS.worker, FLAGS.n, FLAGS.dim, ks, noise=FLAGS.noise, seed=FLAGS.seed)
-    with open(FLAGS.result, "w") as f:
-      json.dump(result, f)
+    harness.write_json(result, FLAGS.result, indent=None)
     return
   sizes, dim = [int(n) for n in FLAGS.sizes], FLAGS.dim
   if FLAGS.smoke:
@@ -252,10 +254,9 @@ def main(argv):
   print(table)
   print("\nchecks:", json.dumps(checks))
   path = os.path.join(FLAGS.out, "evaluation.json")
-  with open(path, "w") as f:
-    json.dump({"dim": dim, "ks": ks, "noise": FLAGS.noise, "seed": FLAGS.seed,
-               "cpu_count": os.cpu_count(), "rows": rows, "checks": checks, "table": table},
-              f, indent=2)
+  harness.write_json({"dim": dim, "ks": ks, "noise": FLAGS.noise, "seed": FLAGS.seed,
+                      "cpu_count": os.cpu_count(), "rows": rows, "checks": checks, "table": table,
+                      "stamp": harness.stamp()}, path)
   print(f"Written {path}")
 
 

@@ -3,11 +3,11 @@ ms per step, minor page faults per step and system time per step, with glibc's d
 with the settings, each in a fresh process (the settings are process-wide), the two taking
 turns round by round.
 
-  python benchmarks/host_memory.py                                   # the README table
-  python benchmarks/host_memory.py --cases=small_cnn:28:128 --rounds=3
-  python benchmarks/host_memory.py --smoke                           # seconds
+  python benchmarks/speed/host_memory.py                                   # the README table
+  python benchmarks/speed/host_memory.py --cases=small_cnn:28:128 --rounds=3
+  python benchmarks/speed/host_memory.py --smoke                           # seconds
 
-A case is ``arch:image_size:batch`` of ``benchmarks/backbones.py`` (its jitted forward +
+A case is ``arch:image_size:batch`` of ``benchmarks/speed/backbones.py`` (its jitted forward +
 backward of ``mean(E E^T)``, ``conv_impl='auto'``). Each process builds the model, runs
 ``--warmup`` untimed steps, then ``--steps`` steps, timing each and reading ``getrusage``
 around them. Prints a markdown table (medians over rounds), writes JSON (``--out``).
@@ -22,7 +22,7 @@ import statistics
 import subprocess
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_CASES = "small_cnn:28:128,resnet18:224:8,resnet50:224:8"
 SMOKE_CASES = "small_cnn:8:4"
 MODES = ("default", "keep")
@@ -36,8 +36,9 @@ def measure(case: str, mode: str, *, warmup: int, steps: int) -> dict:
   kept = host_memory.keep_freed_memory() if mode == "keep" else None
   import resource  # pylint: disable=import-outside-toplevel
   import time  # pylint: disable=import-outside-toplevel
-  from benchmarks import backbones  # pylint: disable=import-outside-toplevel
-  model = backbones.JaxModel(backbones.parse_case(case), dtype="float32", conv_impl="auto")
+  from benchmarks import backbone_step  # pylint: disable=import-outside-toplevel
+  model = backbone_step.JaxModel(backbone_step.parse_case(case), dtype="float32",
+                                 conv_impl="auto")
   model.run(warmup)
   ms = []
   before = resource.getrusage(resource.RUSAGE_SELF)
@@ -72,12 +73,12 @@ def summarize(runs: list[dict]) -> list[dict]:
           for (case, mode), rs in rows.items()]
 
 
-def print_table(rows: list[dict]) -> None:
-  print("| case | host memory | ms/step | minor faults/step | system ms/step |")
-  print("|---|---|---|---|---|")
-  for r in rows:
-    print(f"| {r['case']} | {r['mode']} | {r['ms_per_step']:.1f} | "
-          f"{r['faults_per_step']:,.0f} | {r['system_ms_per_step']:.1f} |")
+def table(rows: list[dict]) -> str:
+  from benchmarks import harness  # pylint: disable=import-outside-toplevel
+  return harness.markdown_table(
+      ["case", "host memory", "ms/step", "minor faults/step", "system ms/step"],
+      [[r["case"], r["mode"], f"{r['ms_per_step']:.1f}", f"{r['faults_per_step']:,.0f}",
+        f"{r['system_ms_per_step']:.1f}"] for r in rows])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--out", default="")
   parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
+  if REPO not in sys.path:
+    sys.path.insert(0, REPO)
   modes = [m for m in args.modes.split(",") if m]
   if set(modes) - set(MODES):
     raise ValueError(f"unknown --modes {sorted(set(modes) - set(MODES))}; allowed: "
@@ -108,11 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"round {r + 1}/{args.rounds} done, load average {os.getloadavg()[0]:.2f}",
           flush=True)
   rows = summarize(runs)
-  print_table(rows)
+  print(table(rows))
   if args.out:
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-      json.dump({"rows": rows, "runs": runs, "cpu_count": os.cpu_count()}, f, indent=1)
+    from benchmarks import harness  # pylint: disable=import-outside-toplevel
+    harness.write_json({"rows": rows, "runs": runs, "cpu_count": os.cpu_count(),
+                        "stamp": harness.stamp()}, args.out, indent=1)
     print(f"wrote {args.out}")
   return 0
 

@@ -1,8 +1,8 @@
 r"""Host input pipeline throughput: JPEG bytes in, augmented float32 batches out, at 224 px.
 
-  python benchmarks/input_pipeline.py                      # ~1 min on 2 CPUs (1024 images)
-  python benchmarks/input_pipeline.py --smoke --out=/tmp/b.json   # seconds
-  python benchmarks/input_pipeline.py --num_images=1024 --workers=0,2,4 --threads=4
+  python benchmarks/speed/input_pipeline.py                      # ~1 min on 2 CPUs (1024 images)
+  python benchmarks/speed/input_pipeline.py --smoke --out=/tmp/b.json   # seconds
+  python benchmarks/speed/input_pipeline.py --num_images=1024 --workers=0,2,4 --threads=4
 
 The inputs are synthetic but CUB-like JPEGs generated in memory (``--seed``): the longer side
 500 px, the shorter side uniform in [300, 500], three of four landscape; each a smooth random
@@ -44,7 +44,8 @@ import traceback
 import numpy as np
 from PIL import Image
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from benchmarks import harness  # pylint: disable=g-import-not-at-top,wrong-import-position
 from dml_jax.data import augment  # pylint: disable=g-import-not-at-top,wrong-import-position
 from dml_jax.data import images as images_lib  # pylint: disable=g-import-not-at-top
 from dml_jax.data import samplers  # pylint: disable=g-import-not-at-top
@@ -84,15 +85,6 @@ def synthetic_jpegs(num_images: int, *, seed: int = 0, quality: int = 90) -> lis
 
 # ------------------------------------------------------------------------------------------
 # Measurements.
-
-
-def available_cpus() -> int:
-  """``os.cpu_count()`` (the count the report gives), capped by the affinity mask."""
-  count = os.cpu_count() or 1
-  try:
-    return min(count, len(os.sched_getaffinity(0)))
-  except AttributeError:   # not Linux
-    return count
 
 
 def _row(stage, augmentation, workers, threads, cores, images, seconds, startup_s=None,
@@ -163,7 +155,7 @@ def bench_pipeline(train_batches, records, augmentation: str, *, workers: int, t
     else:
       n += len(x)
   end = time.perf_counter()
-  cores = min(available_cpus(), threads * max(1, workers))
+  cores = min(harness.available_cpus(), threads * max(1, workers))
   return _row("pipeline", augmentation, workers, threads, cores, n, end - first,
               startup_s=first - start, total_s=end - start)
 
@@ -173,17 +165,13 @@ def bench_pipeline(train_batches, records, augmentation: str, *, workers: int, t
 
 
 def markdown_table(report: dict) -> str:
-  lines = ["| stage | augmentation | workers | threads | cores | images/s | images/s per core "
-           "| ms/image | startup s | total s |", "|---|---|---|---|---|---|---|---|---|---|"]
-  for r in report["results"]:
-    lines.append("| " + " | ".join([
-        r["stage"], r["augmentation"],
-        "—" if r["stage"] == "loop" else str(r["workers"]), str(r["threads"]), str(r["cores"]),
-        f"{r['images_per_s']:.1f}", f"{r['images_per_s_per_core']:.1f}",
-        f"{r['ms_per_image']:.2f}",
-        "—" if r["startup_s"] is None else f"{r['startup_s']:.2f}",
-        f"{r['total_s']:.2f}"]) + " |")
-  return "\n".join(lines)
+  return harness.markdown_table(
+      ["stage", "augmentation", "workers", "threads", "cores", "images/s", "images/s per core",
+       "ms/image", "startup s", "total s"],
+      [[r["stage"], r["augmentation"], "—" if r["stage"] == "loop" else r["workers"],
+        r["threads"], r["cores"], f"{r['images_per_s']:.1f}", f"{r['images_per_s_per_core']:.1f}",
+        f"{r['ms_per_image']:.2f}", harness.fmt(r["startup_s"], ".2f"), f"{r['total_s']:.2f}"]
+       for r in report["results"]])
 
 
 def run(*, num_images: int = 1024, image_size: int = 224, resize_size: int = 256,
@@ -203,7 +191,7 @@ def run(*, num_images: int = 1024, image_size: int = 224, resize_size: int = 256
                           channels=3, mean=augment.IMAGENET_MEAN, std=augment.IMAGENET_STD)
   if num_images < batch_size * 2:
     raise ValueError(f"num_images ({num_images}) must be >= 2 * batch_size ({batch_size}).")
-  cpus = available_cpus()
+  cpus = harness.available_cpus()
   threads = threads or cpus
   config = {"num_images": num_images, "image_size": image_size, "resize_size": resize_size,
             "augmentations": list(augmentations), "workers": [int(w) for w in workers],
@@ -212,7 +200,7 @@ def run(*, num_images: int = 1024, image_size: int = 224, resize_size: int = 256
             "os_cpu_count": os.cpu_count(), "cpus": cpus,
             "pillow": Image.__version__, "numpy": np.__version__,
             "python": platform.python_version(), "machine": platform.machine(),
-            "load_average": {"start": list(os.getloadavg())}}
+            "load_average": {"start": harness.load_average()}}
   t = time.perf_counter()
   records = synthetic_jpegs(num_images, seed=seed)
   sizes = [len(r) for r in records]
@@ -247,13 +235,11 @@ def run(*, num_images: int = 1024, image_size: int = 224, resize_size: int = 256
         results.append(row)
         log(f"[{time.perf_counter() - start_all:5.0f} s] pipeline {a} workers={w}: "
             f"{row['images_per_s']:.1f} images/s (startup {row['startup_s']:.1f} s)")
-  config["load_average"]["end"] = list(os.getloadavg())
+  config["load_average"]["end"] = harness.load_average()
   config["total_s"] = time.perf_counter() - start_all
-  report = {"config": config, "results": results, "skipped": skipped}
-  if out:
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    with open(out, "w") as f:
-      json.dump(report, f, indent=2)
+  report = {"config": config, "results": results, "skipped": skipped,
+            "stamp": harness.stamp()}
+  harness.write_json(report, out)
   return report
 
 

@@ -1,8 +1,8 @@
 r"""Forward+backward time and memory of every objective, against pytorch-metric-learning (PML).
 
-  python benchmarks/objectives.py                    # B = 128, 512, 2048, D = 512 (~10 min, 2 CPUs)
-  python benchmarks/objectives.py --smoke            # B = 32, 2 repeats (seconds)
-  python benchmarks/objectives.py --objectives=triplet,nca --batch_sizes=512 --nopml
+  python benchmarks/speed/objectives.py                    # B = 128, 512, 2048, D = 512 (~10 min, 2 CPUs)
+  python benchmarks/speed/objectives.py --smoke            # B = 32, 2 repeats (seconds)
+  python benchmarks/speed/objectives.py --objectives=triplet,nca --batch_sizes=512 --nopml
 
 What is measured, per objective and batch size ``B``:
 
@@ -46,7 +46,7 @@ with an error, shown in the table, instead of getting the benchmark killed. On a
 multi-threaded runs (XLA's pool and torch's OpenMP threads both) lose much time to preemption
 — PML's small cases most, since every OpenMP barrier waits for a descheduled thread. Pinning
 the process to one CPU gives both sides one thread and far steadier numbers:
-``taskset -c 0 python benchmarks/objectives.py`` (the CPU count is read from the affinity).
+``taskset -c 0 python benchmarks/speed/objectives.py`` (the CPU count is read from the affinity).
 
 The goal printed per row with a PML time at ``B >= 512``: where PML takes more than
 ``3x`` the floor, ours must be ``>= 3x`` faster than PML; elsewhere (PML itself near the

@@ -1,6 +1,6 @@
 r"""Cost of global-batch mining across devices: loss + mining step time on 1 vs N devices.
 
-  python benchmarks/parallel.py [--batch_sizes=512,2048] [--devices=1,8] [--out=runs/bench_parallel.json]
+  python benchmarks/speed/parallel.py [--batch_sizes=512,2048] [--devices=1,8] [--out=runs/bench_parallel.json]
 
 For each objective and global batch B, times ``value_and_grad`` of the loss w.r.t. the
 embeddings ``[B, D]`` sharded over a ('data',) mesh of 1 and of N devices (median of
@@ -11,10 +11,8 @@ share 2 cores, so the N-device times show the overhead, not a speed-up; on a mul
 the same command reports the real scaling.
 """
 
-import json
 import os
 import sys
-import time
 
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
@@ -25,7 +23,8 @@ from absl import flags
 import jax
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from benchmarks import harness  # pylint: disable=g-import-not-at-top
 from dml_jax import objectives  # pylint: disable=g-import-not-at-top
 from dml_jax import parallel
 from dml_jax import similarity
@@ -39,16 +38,6 @@ flags.DEFINE_integer("dim", 512, "Embedding dimension.")
 flags.DEFINE_integer("per_class", 8, "Examples per class.")
 flags.DEFINE_integer("repeats", 10, "Timed runs (median reported).")
 flags.DEFINE_string("out", "runs/bench_parallel.json", "JSON output path.")
-
-
-def median_time(fn, *args, repeats):
-  jax.block_until_ready(fn(*args))
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - start)
-  return float(np.median(times))
 
 
 def main(argv):
@@ -65,7 +54,7 @@ def main(argv):
       e, y = parallel.global_batch(mesh, emb, labels, batch_size=b)
       key = parallel.replicate(mesh, jax.random.key(0))
       gather = jax.jit(lambda x: x * 1.0, in_shardings=sh, out_shardings=rep)
-      t_gather = median_time(gather, e, repeats=FLAGS.repeats) if n > 1 else 0.0
+      t_gather = 1e-3 * harness.time_jitted(gather, e, repeats=FLAGS.repeats) if n > 1 else 0.0
       for name in names:
         obj = objectives.make(name)
         params = parallel.replicate(mesh, obj.init(jax.random.key(0),
@@ -74,7 +63,7 @@ def main(argv):
         step = jax.jit(jax.value_and_grad(lambda p, x, l, k: obj.apply(p, x, l, rng=k)[0],
                                           argnums=1),
                        in_shardings=(rep, sh, sh, rep), out_shardings=(rep, sh))
-        t = median_time(step, params, e, y, key, repeats=FLAGS.repeats)
+        t = 1e-3 * harness.time_jitted(step, params, e, y, key, repeats=FLAGS.repeats)
         rows.append({"objective": name, "batch_size": b, "devices": n, "step_ms": 1e3 * t,
                      "all_gather_ms": 1e3 * t_gather,
                      "all_gather_share": t_gather / t if t else 0.0})
@@ -83,15 +72,13 @@ def main(argv):
 
   print(f"\n{jax.devices()[0].platform} devices: {len(jax.devices())} "
         f"({'fake host devices' if jax.devices()[0].platform == 'cpu' else 'real'})\n")
-  print("| objective | B | devices | loss+mining fwd+bwd (ms) | all-gather (ms) | all-gather share |")
-  print("|---|---|---|---|---|---|")
-  for r in rows:
-    print(f"| {r['objective']} | {r['batch_size']} | {r['devices']} | {r['step_ms']:.2f} | "
-          f"{r['all_gather_ms']:.2f} | {100 * r['all_gather_share']:.1f}% |")
-  os.makedirs(os.path.dirname(FLAGS.out) or ".", exist_ok=True)
-  with open(FLAGS.out, "w") as f:
-    json.dump({"platform": jax.devices()[0].platform, "dim": FLAGS.dim, "rows": rows}, f,
-              indent=2)
+  print(harness.markdown_table(
+      ["objective", "B", "devices", "loss+mining fwd+bwd (ms)", "all-gather (ms)",
+       "all-gather share"],
+      [[r["objective"], r["batch_size"], r["devices"], f"{r['step_ms']:.2f}",
+        f"{r['all_gather_ms']:.2f}", f"{100 * r['all_gather_share']:.1f}%"] for r in rows]))
+  harness.write_json({"platform": jax.devices()[0].platform, "dim": FLAGS.dim, "rows": rows,
+                      "stamp": harness.stamp()}, FLAGS.out)
 
 
 if __name__ == "__main__":

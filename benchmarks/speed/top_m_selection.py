@@ -2,9 +2,9 @@
 into lists of m (``selection='kernel'``, the C++ merge; ``'xla'`` without it) against whole rows
 (``selection='rows'``, what ``'auto'`` takes from ``top_m.ROWS_MIN_M`` on).
 
-  python benchmarks/top_m_selection.py --ms=64,256,659
+  python benchmarks/speed/top_m_selection.py --ms=64,256,659
 
-Embeddings shaped like Omniglot's test set (13,180 x 128, ``benchmarks/clustering.py``), the
+Embeddings shaped like Omniglot's test set (13,180 x 128, ``benchmarks/inputs.py``), the
 query set its own gallery. Each (m, selection) is timed once after an untimed call (compilation);
 the neighbours of every selection must equal the first's up to near-ties (``check_same``).
 Prints a markdown table.
@@ -17,12 +17,13 @@ import os
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 
 import numpy as np  # noqa: E402
 
-from benchmarks.clustering import omniglot_like  # noqa: E402
+from benchmarks import harness  # noqa: E402
+from benchmarks.inputs import omniglot_like  # noqa: E402
 from dml_jax import kernels  # noqa: E402
 from dml_jax.evaluation import top_m  # noqa: E402
 
@@ -46,7 +47,7 @@ def main(argv=None) -> int:
   x, _, _ = omniglot_like(0, 20, 65 if args.smoke else 659)
   ms = [8, 64] if args.smoke else [int(m) for m in args.ms.split(",") if m]
   tiles = "kernel" if kernels.load("top_m.cc") is not None else "xla"
-  print(f"| m | tiles ({tiles}) s | rows s | tiles / rows |\n|---|---|---|---|")
+  print(harness.markdown_table(["m", f"tiles ({tiles}) s", "rows s", "tiles / rows"], []))
   for m in ms:
     seconds, first = {}, None
     for selection in (tiles, "rows"):

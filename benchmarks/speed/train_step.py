@@ -1,9 +1,9 @@
 r"""The main job's training step, dml_jax beside PyTorch + pytorch-metric-learning (PML).
 
-  python benchmarks/train_step.py --out=runs/train_step.json        # the README table (~5 min)
-  python benchmarks/train_step.py --cases=8:128 --sides=dml_jax,torch --rounds=8
-  python benchmarks/train_step.py --profile --cases=8:128 --sides=dml_jax   # where a step goes
-  python benchmarks/train_step.py --smoke                            # seconds, no torch
+  python benchmarks/speed/train_step.py --out=runs/train_step.json        # the README table (~5 min)
+  python benchmarks/speed/train_step.py --cases=8:128 --sides=dml_jax,torch --rounds=8
+  python benchmarks/speed/train_step.py --profile --cases=8:128 --sides=dml_jax   # where a step goes
+  python benchmarks/speed/train_step.py --smoke                            # seconds, no torch
 
 The job is ``configs/digits_evenodd_eps.py``: the small CNN (conv-ReLU-BatchNorm x2, 2x2
 max-pool, dense 128, dense 2, no normalisation), batch 128 = 2 classes x 64, triplet loss with
@@ -255,12 +255,6 @@ def jax_profile(case: dict, *, steps: int) -> dict:
   return out
 
 
-def jax_conditions() -> dict:
-  import jax  # pylint: disable=import-outside-toplevel
-  return {"jax": jax.__version__, "backend": jax.default_backend(),
-          "device": str(jax.devices()[0].device_kind)}
-
-
 # ---- the PyTorch + PML side (imports torch only in its worker) ----
 
 class TorchLoop:
@@ -325,13 +319,6 @@ def worker(side: str, threads: int) -> None:
   """Answers one JSON request per stdin line with one JSON result line on stdout."""
   loops = {}
 
-  def hello() -> dict:
-    if side == "torch":
-      import torch  # pylint: disable=import-outside-toplevel
-      torch.set_num_threads(threads)
-      return torch_conditions()
-    return jax_conditions()
-
   def handle(request: dict) -> dict:
     case = request["case"]
     key = json.dumps(case, sort_keys=True)
@@ -355,7 +342,7 @@ def worker(side: str, threads: int) -> None:
       seconds.append(time.perf_counter() - t0)
     return {"chunk_s": seconds, "build_and_first_step_s": first, "last_metrics": metrics}
 
-  workers.serve(hello, handle)
+  workers.serve(side, threads, handle, torch_conditions=torch_conditions)
 
 
 def export_data(case: dict, path: str) -> dict:
@@ -472,11 +459,10 @@ def startup(names: list[str], *, first_step_only: bool) -> dict:
       row["cache_mb"] = sum(os.path.getsize(os.path.join(d, f))
                             for d, _, fs in os.walk(cache) for f in fs) / 2 ** 20
       results[name] = row
-  print("| run | first step, cold cache (s) | warm (s) | exit, cold (s) | warm (s) |")
-  print("|---|---|---|---|---|")
-  for name, row in results.items():
-    cells = [row[k][m] for m in ("first_step_s", "exit_s") for k in ("cold", "warm")]
-    print(f"| {name} | " + " | ".join("—" if v is None else f"{v:.1f}" for v in cells) + " |")
+  print(harness.markdown_table(
+      ["run", "first step, cold cache (s)", "warm (s)", "exit, cold (s)", "warm (s)"],
+      [[name] + [harness.fmt(row[k][m], ".1f") for m in ("first_step_s", "exit_s")
+                 for k in ("cold", "warm")] for name, row in results.items()]))
   return results
 
 
@@ -537,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
     chunk_steps = {c["image_size"]: int(per_size.get(str(c["image_size"]), 10)) for c in cases}
   else:
     chunk_steps = {c["image_size"]: int(args.chunk_steps) for c in cases}
-  threads = min(args.threads, len(os.sched_getaffinity(0)))
+  threads = min(args.threads, harness.available_cpus())
   env = workers.worker_env(threads, keep_host_memory=args.host_memory == "keep")
   running = {}
   for side in sides:

@@ -1,9 +1,9 @@
 """Training throughput (images / s) of a full training step, with the real input pipeline and
 with synthetic input, on whatever devices JAX finds.
 
-  python benchmarks/train_throughput.py --out=runs/train_throughput.json   # ResNet-50, 224 px
-  python benchmarks/train_throughput.py --batch_size=256 --steps=50        # on a GPU
-  python benchmarks/train_throughput.py --smoke                            # seconds (CPU)
+  python benchmarks/speed/train_throughput.py --out=runs/train_throughput.json   # ResNet-50, 224 px
+  python benchmarks/speed/train_throughput.py --batch_size=256 --steps=50        # on a GPU
+  python benchmarks/speed/train_throughput.py --smoke                            # seconds (CPU)
 
 The step is the training loop's (``training.make_guarded_step``: forward, the objective,
 backward, the optimizer update, the non-finite guard; the train state donated) for the config
@@ -46,13 +46,14 @@ import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from benchmarks import harness  # noqa: E402
 from dml_jax import parallel  # noqa: E402
 from dml_jax import train_input  # noqa: E402
 from dml_jax import training  # noqa: E402
@@ -229,18 +230,16 @@ def main(argv: list[str] | None = None) -> int:
       print(json.dumps(r), flush=True)
   device = str(jax.devices()[0].device_kind)
   print(f"\n{jax.device_count()} × {device} ({jax.default_backend()})")
-  print("| model | px | dtype | global batch | real input (img/s) | cached input (img/s) | "
-        "synthetic (img/s) | input only (img/s) | warm-up incl. compile (s) |")
-  print("|---|---|---|---|---|---|---|---|---|")
-  for r in rows:
-    cells = [f"{r[k]:,.1f}" if k in r else "—" for k in INPUTS]
-    print(f"| {r['model']} | {r['image_size']} | {r['dtype']} | {r['batch_size']} | "
-          + " | ".join(cells) + f" | {r['warmup_s']:.1f} |")
+  print(harness.markdown_table(
+      ["model", "px", "dtype", "global batch", "real input (img/s)", "cached input (img/s)",
+       "synthetic (img/s)", "input only (img/s)", "warm-up incl. compile (s)"],
+      [[r["model"], r["image_size"], r["dtype"], r["batch_size"],
+        *(f"{r[k]:,.1f}" if k in r else "—" for k in INPUTS), f"{r['warmup_s']:.1f}"]
+       for r in rows]))
   if args.out:
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-      json.dump({"device": device, "backend": jax.default_backend(),
-                 "device_count": jax.device_count(), "results": rows}, f, indent=1)
+    harness.write_json({"device": device, "backend": jax.default_backend(),
+                        "device_count": jax.device_count(), "results": rows,
+                        "stamp": harness.stamp()}, args.out, indent=1)
     print(f"wrote {args.out}")
   return 0
 

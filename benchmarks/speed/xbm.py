@@ -1,7 +1,7 @@
 r"""Cross-batch memory (XBM): step time and memory against the memory size M, beside PML's.
 
-  python benchmarks/xbm.py                        # B = 128, M = 0, 4096, 16384, D = 512
-  python benchmarks/xbm.py --smoke                # B = 16, M = 0, 64 (seconds)
+  python benchmarks/speed/xbm.py                        # B = 128, M = 0, 4096, 16384, D = 512
+  python benchmarks/speed/xbm.py --smoke                # B = 16, M = 0, 64 (seconds)
 
 For each objective and memory size ``M`` (``memory.size``), one training step's objective work
 at batch ``B``, with a full memory:
@@ -10,7 +10,7 @@ at batch ``B``, with a full memory:
   ``references = memory.references(mem, x, y, reference_gradient=False)`` (``S`` is
   ``[B, B + M]``), followed by ``memory.enqueue`` (the new memory is an output, as in the
   train step). ``M = 0`` is the plain batch objective (no memory). Time as in
-  ``benchmarks/objectives.py`` (median of ``repeats`` calls after compilation) and XLA's
+  ``benchmarks/speed/objectives.py`` (median of ``repeats`` calls after compilation) and XLA's
   ``memory_analysis()`` temp bytes;
 * PML (when torch and pytorch-metric-learning import): ``CrossBatchMemory(loss, D,
   memory_size = M + B)`` (PML's memory holds the current batch too, which is what
@@ -19,7 +19,7 @@ at batch ``B``, with a full memory:
   the same batches), then ``loss(x, y)`` + ``backward()`` timed the same way; ``M = 0`` is
   the bare PML loss. The first call's loss is compared with ours (``loss_agrees``). PML
   cases stop after ``--pml_max_seconds`` of timed calls; the address space is capped as in
-  ``benchmarks/objectives.py`` (PML's NTXent builds ``[P, N]`` pair matrices that outgrow
+  ``benchmarks/speed/objectives.py`` (PML's NTXent builds ``[P, N]`` pair matrices that outgrow
   the machine at M = 16384), so such a case fails with an error in the table.
 
 The objectives and hyper-parameters are those whose equality with PML's ``CrossBatchMemory`` is

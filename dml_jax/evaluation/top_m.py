@@ -179,7 +179,7 @@ def top_m_neighbors(query, gallery=None, *, m: int, kind: str = "dot", row_tile:
 
 
 # From this m on, ``'auto'`` takes whole rows: ``lax.top_k`` over each query's row beats
-# merging tiles into lists of m (benchmarks/top_m_selection.py on 2 cores, 13,180 points:
+# merging tiles into lists of m (benchmarks/speed/top_m_selection.py on 2 cores, 13,180 points:
 # m = 659 rows 2.7 s against the C++ merge's 11.3 s, m = 256 1.4 against 2.4, m = 64 0.9 against
 # 0.4).
 ROWS_MIN_M = 256

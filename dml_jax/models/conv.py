@@ -358,7 +358,7 @@ def pointwise_applies(x_shape, w_shape, dtypes, *, window_strides, padding, **kw
 
 
 # C and O from which the C++ kernel gradient packs its operands (direct_kernel_grad): below,
-# the copies cost about as much as the sums they save (benchmarks/conv_parts.py
+# the copies cost about as much as the sums they save (benchmarks/speed/conv_parts.py
 # --weight_grads).
 PACK_MIN_CHANNELS = 256
 

@@ -12,7 +12,7 @@ Its VJP is the closed form
 statistics' own cotangents, which recompute ``xhat`` from ``x`` instead of letting XLA keep and
 differentiate each intermediate of the chain: on this CPU the forward + backward of a
 BatchNorm + ReLU at ``[8, 56, 56, 256]`` took 28.9 ms instead of nnx's 41.5, with 25 MB of
-temporaries instead of 49 (``benchmarks/conv_parts.py --batch_norm --batch=8 --size=224``).
+temporaries instead of 49 (``benchmarks/speed/conv_parts.py --batch_norm --batch=8 --size=224``).
 The mask of ``relu`` comes from the output, which the next layer keeps anyway.
 """
 
