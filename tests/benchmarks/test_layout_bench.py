@@ -12,7 +12,7 @@ from dml_test_support import ROOT
 
 BENCHMARKS = os.path.join(ROOT, "benchmarks")
 KINDS = ("speed", "profiling", "device")
-PATH = re.compile(r"\b((?:benchmarks|experiments)/[\w/]+\.(?:py|sh))\b")
+PATH = re.compile(r"(?<![\w/.])((?:benchmarks|experiments)/[a-z0-9_/]+\.(?:py|sh))\b")   # not NAME.py
 
 
 def shared_modules() -> set[str]:
