@@ -33,7 +33,6 @@ everything as JSON to ``--out`` (``runs/bench_input_pipeline.json``).
 from __future__ import annotations
 
 import io
-import json
 import math
 import os
 import platform

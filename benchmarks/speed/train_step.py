@@ -57,7 +57,9 @@ written as PNG files) runs ``train.py`` twice with a fresh ``--compilation_cache
 to the log line of step 1 (``--config.log_every_steps=1 --noprogress``) and to its exit
 (``--startup_first_step_only`` stops it after step 1).
 
-Prints a markdown table, writes JSON (``--out``).
+Prints a markdown table, writes JSON (``--out``). One file of about 600 lines: both sides'
+loops, the worker protocol's requests and the start-up runs are what this benchmark measures,
+and the worker process runs this same file (``--worker``).
 """
 
 from __future__ import annotations
