@@ -52,7 +52,8 @@ def restore_state(workdir, step=None):
 
 
 def load_benchmark(name: str):
-  """The module ``benchmarks.<name>`` (``benchmarks/<name>.py``), imported once."""
+  """The module ``benchmarks.<name>`` (``'speed.xbm'``: ``benchmarks/speed/xbm.py``), imported
+  once."""
   if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
   return importlib.import_module(f"benchmarks.{name}")

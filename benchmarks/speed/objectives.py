@@ -1,7 +1,7 @@
 r"""Forward+backward time and memory of every objective, against pytorch-metric-learning (PML).
 
-  python benchmarks/speed/objectives.py                    # B = 128, 512, 2048, D = 512 (~10 min, 2 CPUs)
-  python benchmarks/speed/objectives.py --smoke            # B = 32, 2 repeats (seconds)
+  python benchmarks/speed/objectives.py               # B = 128, 512, 2048, D = 512 (~10 min)
+  python benchmarks/speed/objectives.py --smoke       # B = 32, 2 repeats (seconds)
   python benchmarks/speed/objectives.py --objectives=triplet,nca --batch_sizes=512 --nopml
 
 What is measured, per objective and batch size ``B``:

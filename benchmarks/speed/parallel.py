@@ -1,6 +1,7 @@
 r"""Cost of global-batch mining across devices: loss + mining step time on 1 vs N devices.
 
-  python benchmarks/speed/parallel.py [--batch_sizes=512,2048] [--devices=1,8] [--out=runs/bench_parallel.json]
+  python benchmarks/speed/parallel.py [--batch_sizes=512,2048] [--devices=1,8] \
+      [--out=runs/bench_parallel.json]
 
 For each objective and global batch B, times ``value_and_grad`` of the loss w.r.t. the
 embeddings ``[B, D]`` sharded over a ('data',) mesh of 1 and of N devices (median of

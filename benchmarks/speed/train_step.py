@@ -1,8 +1,8 @@
 r"""The main job's training step, dml_jax beside PyTorch + pytorch-metric-learning (PML).
 
-  python benchmarks/speed/train_step.py --out=runs/train_step.json        # the README table (~5 min)
+  python benchmarks/speed/train_step.py --out=runs/train_step.json    # the README table (~5 min)
   python benchmarks/speed/train_step.py --cases=8:128 --sides=dml_jax,torch --rounds=8
-  python benchmarks/speed/train_step.py --profile --cases=8:128 --sides=dml_jax   # where a step goes
+  python benchmarks/speed/train_step.py --profile --cases=8:128 --sides=dml_jax  # a step's parts
   python benchmarks/speed/train_step.py --smoke                            # seconds, no torch
 
 The job is ``configs/digits_evenodd_eps.py``: the small CNN (conv-ReLU-BatchNorm x2, 2x2

@@ -222,7 +222,8 @@ def define_flags():
   flags.DEFINE_integer("repeats", 10, "Timed calls per case.")
   flags.DEFINE_bool("pml", True, "Time pytorch-metric-learning's CrossBatchMemory too.")
   flags.DEFINE_float("pml_max_seconds", 15.0, "Cap on one PML case's timed calls (0 = none).")
-  flags.DEFINE_float("memory_fraction", 0.75, "Address-space cap, as in benchmarks/speed/objectives.py.")
+  flags.DEFINE_float("memory_fraction", 0.75,
+                     "Address-space cap, as in benchmarks/speed/objectives.py.")
   flags.DEFINE_bool("smoke", False, f"B=16, M={SMOKE_MEMORY_SIZES}, 2 repeats.")
   flags.DEFINE_string("out", "runs/bench_xbm.json", "JSON output ('' = none).")
   return flags.FLAGS

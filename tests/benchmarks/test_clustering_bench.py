@@ -25,4 +25,5 @@ def test_table_row():
   assert bench.table_row(row) == ["c", "1,000 x 8", "10", "0.10", "1.23", "12.3x", "1.0012",
                                   "0.500 / 0.250"]
   del row["sklearn"], row["speedup"], row["inertia_ratio"]
-  assert bench.table_row(row) == ["c", "1,000 x 8", "10", "0.10", "—", "—", "—", "0.500 / —"]
+  assert bench.table_row(row) == ["c", "1,000 x 8", "10", "0.10", "—", "—", "—",
+                                  "0.500 / —"]

@@ -12,7 +12,8 @@ from dml_test_support import ROOT
 
 BENCHMARKS = os.path.join(ROOT, "benchmarks")
 KINDS = ("speed", "profiling", "device")
-PATH = re.compile(r"(?<![\w/.])((?:benchmarks|experiments)/[a-z0-9_/]+\.(?:py|sh))\b")   # not NAME.py
+# script paths (not placeholders such as NAME.py, nor tests/benchmarks/...)
+PATH = re.compile(r"(?<![\w/.])((?:benchmarks|experiments)/[a-z0-9_/]+\.(?:py|sh))\b")
 
 
 def shared_modules() -> set[str]:

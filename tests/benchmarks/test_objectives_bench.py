@@ -1,4 +1,5 @@
-"""benchmarks/speed/objectives.py: the smoke mode runs in-process and writes the JSON it documents."""
+"""benchmarks/speed/objectives.py: the smoke mode runs in-process and writes the JSON it
+documents."""
 
 import json
 import math

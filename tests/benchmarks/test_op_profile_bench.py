@@ -1,4 +1,5 @@
-"""benchmarks/profiling/op_profile.py: the ops of a profiled objective, with their shapes and origins."""
+"""benchmarks/profiling/op_profile.py: the ops of a profiled objective, with their shapes and
+origins."""
 
 from dml_test_support import load_benchmark
 
