@@ -54,8 +54,11 @@ def _public_objects() -> set[str]:
       if name.startswith("_"):
         continue
       if member.is_alias:
-        target = member.final_target if member.resolved else None
-        if target is None or not target.path.startswith("dml_jax."):
+        try:
+          target = member.final_target
+        except (griffe.AliasResolutionError, griffe.CyclicAliasError):
+          continue
+        if not target.path.startswith("dml_jax."):
           continue
         private_home = any(p.startswith("_") for p in target.path.split("."))
         if not private_home or not (target.is_function or target.is_class):
