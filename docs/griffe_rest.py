@@ -52,10 +52,13 @@ def to_markdown(text: str) -> str:
       i += 1
     while block and not block[-1].strip():
       block.pop()
-    if out and out[-1].rstrip().endswith("::"):
+    while out and not out[-1].strip():
+      out.pop()
+    if out and out[-1].strip() == "::":
+      out.pop()
+    elif out and out[-1].rstrip().endswith("::"):
       out[-1] = out[-1].rstrip()[:-1]
-    if out and out[-1].strip():
-      out.append("")
+    out.append("")
     out += ["```text", *block, "```", ""]
   return "\n".join(out)
 

@@ -104,3 +104,39 @@ def test_the_readme_library_example_runs():
 def test_the_readme_is_short():
   lines = README.read_text().count("\n")
   assert lines <= 210, f"README.md has {lines} lines; the details belong in docs/"
+
+
+def test_rest_habits_become_markdown():
+  pytest.importorskip("griffe", reason="griffe is not installed (pip install -r requirements-test.txt)")
+  sys.path.insert(0, str(ROOT / "docs"))
+  try:
+    import griffe_rest  # pylint: disable=g-import-not-at-top
+  finally:
+    sys.path.remove(str(ROOT / "docs"))
+  text = ("Usage::\n\n  python -m tool [--a=1] [--b=2]\n\nSee :func:`make`.\n\n"
+          "Args:\n  x: ``[B, D]``.\n\n  y: more.\n")
+  assert griffe_rest.to_markdown(text) == (
+      "Usage:\n\n```text\npython -m tool [--a=1] [--b=2]\n```\n\nSee ``make``.\n\n"
+      "Args:\n  x: ``[B, D]``.\n\n  y: more.\n")
+  assert griffe_rest.to_markdown("Run\n\n  cmd --x\n\nthen") == "Run\n\n```text\ncmd --x\n```\n\nthen"
+
+
+def test_the_options_the_departures_table_names_exist():
+  """Every ``--config.KEY=VALUE`` of docs/papers.md is a config key (``loss.*``: a
+  hyper-parameter of some objective) and every ``optimizer.*`` / ``data.*`` key it quotes is
+  in the schema."""
+  from configs import default  # pylint: disable=g-import-not-at-top
+  from dml_jax import objectives  # pylint: disable=g-import-not-at-top
+  text = (ROOT / "docs" / "papers.md").read_text()
+  table = text[text.index("## Departures from the papers"):]
+  config = default.get_config()
+  hparams = {k for name in objectives.names() for k in objectives.hparam_defaults(name)}
+  keys = set(re.findall(r"--config\.([a-z_.]+)=", table))
+  keys |= set(re.findall(r"`((?:optimizer|data)\.[a-z_]+)", table))
+  assert {"loss.positive", "data.small_class", "optimizer.weight_decay_mode"} <= keys
+  for key in sorted(keys):
+    group, _, name = key.partition(".")
+    if group == "loss":
+      assert name in hparams, f"docs/papers.md names loss.{name}, which no objective takes"
+    else:
+      assert name in config[group], f"docs/papers.md names {key}, not a config key"
