@@ -42,7 +42,7 @@ def mode(what: str, value, allowed) -> str:
 
   Raises:
     ValueError: ``"Unknown {what} {value!r}; allowed: a, b, c."`` (e.g. ``what='positive
-    mode'``).
+      mode'``).
   """
   if value not in allowed:
     raise ValueError(f"Unknown {what} {value!r}; allowed: {', '.join(allowed)}.")
@@ -65,7 +65,7 @@ def real(name: str, value, *, finite: bool = True) -> float:
 
   Raises:
     ValueError: ``"{name} must be a finite number, got {value!r}."`` (``"a number"`` when
-    ``finite=False``).
+      ``finite=False``).
   """
   if not is_real(value) or (finite and not -float("inf") < value < float("inf")):
     raise ValueError(f"{name} must be a {'finite ' if finite else ''}number, got {value!r}.")

@@ -136,9 +136,9 @@ def test_a_config_json_that_is_not_a_dml_jax_config_is_one_line(tmp_path, text, 
     assert "\n" not in str(error.value)
 
 
-def test_the_readme_lists_the_keys_a_rerun_may_change():
-  """README "A rerun never damages a workdir" names exactly workdir.RESUMABLE_KEYS."""
-  with open(os.path.join(ROOT, "README.md")) as f:
+def test_the_training_page_lists_the_keys_a_rerun_may_change():
+  """docs/training.md "A rerun never damages a workdir" names exactly workdir.RESUMABLE_KEYS."""
+  with open(os.path.join(ROOT, "docs", "training.md")) as f:
     text = " ".join(f.read().split())
   start = text.index("The keys a rerun **may** change")
   paragraph = text[start:text.index("`config.json` is written only", start)]

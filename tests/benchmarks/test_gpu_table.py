@@ -1,14 +1,14 @@
-"""The README's GPU tables are generated from the committed GPU summaries."""
+"""The GPU tables of docs/performance.md are generated from the committed GPU summaries."""
 
 from dml_test_support import load_device_script
 
 
-def test_readme_gpu_tables_equal_the_summaries():
+def test_the_performance_page_gpu_tables_equal_the_summaries():
   gpu_table = load_device_script("gpu_table")
-  with open(gpu_table.README) as f:
+  with open(gpu_table.PAGE) as f:
     text = f.read()
   assert gpu_table.replace_block(text, gpu_table.generate()) == text, (
-      "README's GPU tables differ from docs/results/gpu/*.json: run "
+      "docs/performance.md's GPU tables differ from docs/results/gpu/*.json: run "
       "python benchmarks/device/gpu_table.py --write")
 
 

@@ -1,8 +1,9 @@
 """benchmarks/'s layout (benchmarks/README.md): scripts in folders by kind import only the
 shared modules at the top of benchmarks/, never another script; every script path that
-gpu_check.sh and the README name exists."""
+gpu_check.sh, the README and the docs' pages name exists."""
 
 import ast
+import glob
 import os
 import re
 
@@ -54,8 +55,12 @@ def test_scripts_import_only_the_shared_modules(script):
       "into a module at the top of benchmarks/")
 
 
-@pytest.mark.parametrize("doc", ["benchmarks/device/gpu_check.sh", "README.md",
-                                 "benchmarks/README.md", "requirements-bench.txt"])
+DOCS = ["benchmarks/device/gpu_check.sh", "README.md", "benchmarks/README.md",
+        "requirements-bench.txt"] + sorted(
+            os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
+
+
+@pytest.mark.parametrize("doc", DOCS)
 def test_named_script_paths_exist(doc):
   with open(os.path.join(ROOT, doc)) as f:
     named = set(PATH.findall(f.read()))

@@ -1,0 +1,142 @@
+"""The documentation: the site builds with warnings as errors, its API reference holds every
+public function and class of ``dml_jax``, and the README's library example runs.
+
+The site is built with ``mkdocs build --strict`` (broken links, unknown references and
+docstrings the reference cannot parse fail); ``requirements-test.txt`` installs mkdocs, so
+the build runs wherever the test suite is set up as the README says.
+"""
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+
+
+def _readme_block(marker: str) -> str:
+  """The fenced code block that follows ``marker`` in the README."""
+  text = README.read_text()
+  start = text.index(marker)
+  match = re.compile(r"```(\w*)\n(.*?)```", re.S).search(text, start)
+  return match.group(2)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+  pytest.importorskip("mkdocs", reason="mkdocs is not installed (pip install -r requirements-test.txt)")
+  pytest.importorskip("mkdocstrings", reason="mkdocstrings is not installed")
+  out = tmp_path_factory.mktemp("site")
+  env = dict(os.environ, DISABLE_MKDOCS_2_WARNING="true", NO_MKDOCS_2_WARNING="1")
+  proc = subprocess.run(
+      [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+      cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+  assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
+  return out
+
+
+def _public_objects() -> set[str]:
+  """Dotted paths of every function and class a public module of dml_jax defines or takes
+  from one of its package's private modules (``objectives.nca`` from ``objectives._nca``)."""
+  import griffe  # pylint: disable=g-import-not-at-top
+  package = griffe.load("dml_jax", search_paths=[str(ROOT)], resolve_aliases=True,
+                        resolve_external=False)
+  found = set()
+
+  def visit(module):
+    if any(part.startswith("_") for part in module.path.split(".")):
+      return
+    for name, member in module.members.items():
+      if name.startswith("_"):
+        continue
+      if member.is_alias:
+        try:
+          target = member.final_target
+        except (griffe.AliasResolutionError, griffe.CyclicAliasError):
+          continue
+        if not target.path.startswith("dml_jax."):
+          continue
+        private_home = any(p.startswith("_") for p in target.path.split("."))
+        if not private_home or not (target.is_function or target.is_class):
+          continue
+        found.add(f"{module.path}.{name}")
+      elif member.is_module:
+        visit(member)
+      elif member.is_function or member.is_class:
+        found.add(member.path)
+
+  visit(package)
+  return found
+
+
+def test_the_site_builds_strictly_and_documents_every_public_name(site):
+  from mkdocstrings import Inventory  # pylint: disable=g-import-not-at-top
+  with open(site / "objects.inv", "rb") as f:
+    documented = set(Inventory.parse_sphinx(f))
+  public = _public_objects()
+  assert len(public) > 300, sorted(public)[:20]
+  assert {"dml_jax.objectives.make", "dml_jax.objectives.nca", "dml_jax.evaluation.knn.nearest_neighbors",
+          "dml_jax.data.samplers.NPerClassSampler"} <= public
+  missing = sorted(public - documented)
+  assert not missing, f"not in the API reference: {missing}"
+
+
+def test_every_docs_page_is_in_the_navigation():
+  text = (ROOT / "mkdocs.yml").read_text()
+  pages = {p.name for p in (ROOT / "docs").glob("*.md")}
+  assert pages, "docs/ has no pages"
+  unlisted = sorted(p for p in pages if p not in text)
+  assert not unlisted, f"docs pages missing from mkdocs.yml's nav: {unlisted}"
+
+
+def test_the_readme_library_example_runs():
+  code = _readme_block("## The library in ten lines")
+  assert len([l for l in code.splitlines() if l.strip()]) <= 13, code
+  namespace = {}
+  exec(compile(code, "README.md", "exec"), namespace)  # pylint: disable=exec-used
+  assert float(namespace["loss"]) > 0 and namespace["aux"]["active_fraction"] >= 0
+
+
+def test_the_readme_is_short():
+  lines = README.read_text().count("\n")
+  assert lines <= 210, f"README.md has {lines} lines; the details belong in docs/"
+
+
+def test_rest_habits_become_markdown():
+  pytest.importorskip("griffe", reason="griffe is not installed (pip install -r requirements-test.txt)")
+  sys.path.insert(0, str(ROOT / "docs"))
+  try:
+    import griffe_rest  # pylint: disable=g-import-not-at-top
+  finally:
+    sys.path.remove(str(ROOT / "docs"))
+  text = ("Usage::\n\n  python -m tool [--a=1] [--b=2]\n\nSee :func:`make`.\n\n"
+          "Args:\n  x: ``[B, D]``.\n\n  y: more.\n")
+  assert griffe_rest.to_markdown(text) == (
+      "Usage:\n\n```text\npython -m tool [--a=1] [--b=2]\n```\n\nSee ``make``.\n\n"
+      "Args:\n  x: ``[B, D]``.\n\n  y: more.\n")
+  assert griffe_rest.to_markdown("Run\n\n  cmd --x\n\nthen") == "Run\n\n```text\ncmd --x\n```\n\nthen"
+
+
+def test_the_options_the_departures_table_names_exist():
+  """Every ``--config.KEY=VALUE`` of docs/papers.md is a config key (``loss.*``: a
+  hyper-parameter of some objective) and every ``optimizer.*`` / ``data.*`` key it quotes is
+  in the schema."""
+  from configs import default  # pylint: disable=g-import-not-at-top
+  from dml_jax import objectives  # pylint: disable=g-import-not-at-top
+  text = (ROOT / "docs" / "papers.md").read_text()
+  table = text[text.index("## Departures from the papers"):]
+  config = default.get_config()
+  hparams = {k for name in objectives.names() for k in objectives.hparam_defaults(name)}
+  keys = set(re.findall(r"--config\.([a-z_.]+)=", table))
+  keys |= set(re.findall(r"`((?:optimizer|data)\.[a-z_]+)", table))
+  assert {"loss.positive", "data.small_class", "optimizer.weight_decay_mode"} <= keys
+  for key in sorted(keys):
+    group, _, name = key.partition(".")
+    if group == "loss":
+      assert name in hparams, f"docs/papers.md names loss.{name}, which no objective takes"
+    else:
+      assert name in config[group], f"docs/papers.md names {key}, not a config key"
