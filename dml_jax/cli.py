@@ -214,7 +214,7 @@ def wants_host_memory(flag: bool | None, config: ml_collections.ConfigDict) -> b
   return bool(config.get("keep_host_memory", False)) or config.data.get("image_size", 0) > 0
 
 
-def define_machine_flags() -> None:
+def define_machine_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   """``--num_threads`` / ``--num_workers``: the input pipeline's decoding threads and worker
   processes (``data.num_threads`` / ``data.num_workers`` of the run; default: the environment
   variables of ``MACHINE_ENV``, else the config's)."""
@@ -224,7 +224,8 @@ def define_machine_flags() -> None:
     env = os.environ.get(MACHINE_ENV[name], "").strip()
     flags.DEFINE_integer(name, int(env) if env.lstrip("-").isdigit() else None,
                          f"{what}; sets data.{name} (default: the environment variable "
-                         f"{MACHINE_ENV[name]}, else the config's value).")
+                         f"{MACHINE_ENV[name]}, else the config's value).",
+                         flag_values=flag_values)
 
 
 def machine_overrides(flag_values: flags.FlagValues = FLAGS) -> dict[str, int]:
