@@ -19,6 +19,7 @@ from dml_jax import cli
 from dml_jax import signals
 from dml_jax import training
 from dml_jax import workdir as workdir_lib
+from dml_jax.run import config as config_lib
 from dml_jax.evaluation import report
 
 PROGRAM = "train.py"
@@ -29,6 +30,8 @@ config_flags.DEFINE_config_file("config", None, "Experiment config file (configs
                                 lock_config=False, accept_new_attributes=True)
 flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and results.")
 cli.define_cache_flag()
+cli.define_host_memory_flag(default=None)
+cli.define_machine_flags()
 flags.DEFINE_multi_string("module", [], "A module to import first, e.g. one that registers an "
                           "objective (dotted name or .py path); recorded in the workdir.")
 flags.DEFINE_bool("overwrite", False, "Delete what an earlier run wrote into --workdir and "
@@ -53,8 +56,11 @@ def main(argv):
   cli.quiet_logs()
   cache = cli.enable_compilation_cache(FLAGS.compilation_cache)
   try:
-    config = cli.resolved_config(FLAGS["config"], modules=FLAGS.module)
-    cli.keep_host_memory(config.keep_host_memory)   # before JAX starts its threads
+    config = cli.resolved_config(FLAGS["config"], modules=FLAGS.module,
+                                 machine=cli.machine_overrides())
+    config_lib.validate(config)
+    # before JAX starts its threads
+    cli.keep_host_memory(cli.wants_host_memory(FLAGS.keep_host_memory, config))
     if FLAGS.distributed or FLAGS.coordinator_address:
       jax.distributed.initialize(coordinator_address=FLAGS.coordinator_address,
                                  num_processes=FLAGS.num_processes, process_id=FLAGS.process_id)
@@ -75,7 +81,10 @@ def main(argv):
 
 
 # --help lists these after the everyday flags, and says where the config keys are.
-HELP_GROUPS = (("multi-host flags (jax.distributed; one process per host)",
+HELP_GROUPS = (("machine flags (the environment variables DML_JAX_KEEP_HOST_MEMORY, "
+                "DML_JAX_NUM_THREADS, DML_JAX_NUM_WORKERS set their defaults)",
+                ("keep_host_memory", "num_threads", "num_workers")),
+               ("multi-host flags (jax.distributed; one process per host)",
                 ("distributed", "coordinator_address", "num_processes", "process_id")),)
 HELP_EPILOG = ("Config keys (--config.KEY=VALUE): every key of configs/default.py, commented "
                "there, and the table of README.md \"Configs and flags\"; a misspelt key is "

@@ -10,17 +10,14 @@ the DRO recipe (BN-Inception, 1024-D, Adam 1e-5, batch 80 = 16 x 5).
   python train.py --config=configs/cars_dro_kl.py:smoke --workdir=/tmp/smoke
 """
 
-from ml_collections import config_dict
-
-from configs import default
 from configs import recipes
+from dml_jax.run import config
+
+ROW = {**recipes.DATASETS["cars196"], **recipes.DRO,
+       "loss": {"name": "dro_kl", "gamma": 0.1, "mode": "sample", "k": 160,
+                "pair_loss": "margin", "margin": 0.2, "base": 0.5}}
+VARIANTS = {"smoke": recipes.smoke}
 
 
 def get_config(arg: str = ""):
-  c = default.get_config()
-  recipes.dataset(c, "cars196")
-  recipes.dro(c)
-  c.loss = config_dict.ConfigDict({"name": "dro_kl", "gamma": 0.1, "mode": "sample",
-                                   "k": 160, "pair_loss": "margin", "margin": 0.2,
-                                   "base": 0.5})
-  return recipes.finish(c, arg)
+  return config.build(ROW, arg, VARIANTS, path=__file__)

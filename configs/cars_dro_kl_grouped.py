@@ -11,18 +11,15 @@ identity (tests/objectives/test_dro.py).
   python train.py --config=configs/cars_dro_kl_grouped.py:smoke --workdir=/tmp/smoke
 """
 
-from ml_collections import config_dict
-
-from configs import default
 from configs import recipes
+from dml_jax.run import config
+
+ROW = {**recipes.DATASETS["cars196"], **recipes.DRO,
+       "model.embedding_dim": 64,
+       "loss": {"name": "dro_kl_grouped", "gamma_pos": 0.001, "gamma_neg": 0.001,
+                "pair_loss": "margin", "margin": 0.2, "base": 0.5}}
+VARIANTS = {"smoke": recipes.smoke}
 
 
 def get_config(arg: str = ""):
-  c = default.get_config()
-  recipes.dataset(c, "cars196")
-  recipes.dro(c)
-  c.model.embedding_dim = 64
-  c.loss = config_dict.ConfigDict({"name": "dro_kl_grouped", "gamma_pos": 0.001,
-                                   "gamma_neg": 0.001, "pair_loss": "margin", "margin": 0.2,
-                                   "base": 0.5})
-  return recipes.finish(c, arg)
+  return config.build(ROW, arg, VARIANTS, path=__file__)

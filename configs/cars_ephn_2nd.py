@@ -9,12 +9,13 @@ n = 16, 2nd-order loss (temperature 0.1), SGD 0.005 divided by 10 after epochs 2
   python train.py --config=configs/cars_ephn_2nd.py:smoke --workdir=/tmp/smoke
 """
 
-from configs import default
 from configs import recipes
+from dml_jax.run import config
+
+ROW = {**recipes.DATASETS["cars196"], **recipes.EPHN,
+       "data.group_size": 16, "optimizer.learning_rate": 0.005}
+VARIANTS = {"smoke": recipes.smoke}
 
 
 def get_config(arg: str = ""):
-  c = default.get_config()
-  recipes.dataset(c, "cars196")
-  recipes.ephn(c, learning_rate=0.005, group_size=16)
-  return recipes.finish(c, arg)
+  return config.build(ROW, arg, VARIANTS, path=__file__)

@@ -10,17 +10,12 @@ Roth et al.'s framework).
   python train.py --config=configs/cars_eps_margin.py:smoke --workdir=/tmp/smoke
 """
 
-from ml_collections import config_dict
-
-from configs import default
 from configs import recipes
+from dml_jax.run import config
+
+ROW = {**recipes.DATASETS["cars196"], **recipes.EPS, **recipes.EPS_LOSSES["eps_margin"]}
+VARIANTS = {"smoke": recipes.smoke}
 
 
 def get_config(arg: str = ""):
-  c = default.get_config()
-  recipes.dataset(c, "cars196")
-  recipes.eps(c)
-  c.loss = config_dict.ConfigDict({"name": "margin", "positive": "easy",
-                                   "negative": "distance_weighted", "alpha": 0.2,
-                                   "beta": "class", "beta0": 1.2})
-  return recipes.finish(c, arg)
+  return config.build(ROW, arg, VARIANTS, path=__file__)

@@ -10,16 +10,14 @@ binomial variant: --config.loss.pair_loss=binomial.
   python train.py --config=configs/cub_dro_topk.py:smoke --workdir=/tmp/smoke
 """
 
-from ml_collections import config_dict
-
-from configs import default
 from configs import recipes
+from dml_jax.run import config
+
+ROW = {**recipes.DATASETS["cub"], **recipes.DRO,
+       "loss": {"name": "dro_topk", "k": 160, "pair_loss": "margin", "margin": 0.2,
+                "base": 0.5}}
+VARIANTS = {"smoke": recipes.smoke}
 
 
 def get_config(arg: str = ""):
-  c = default.get_config()
-  recipes.dataset(c, "cub")
-  recipes.dro(c)
-  c.loss = config_dict.ConfigDict({"name": "dro_topk", "k": 160, "pair_loss": "margin",
-                                   "margin": 0.2, "base": 0.5})
-  return recipes.finish(c, arg)
+  return config.build(ROW, arg, VARIANTS, path=__file__)

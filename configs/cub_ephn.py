@@ -14,13 +14,14 @@ configs/cub_epshn.py (README "Departures from the papers").
   python train.py --config=configs/cub_ephn.py:smoke --workdir=/tmp/smoke
 """
 
-from configs import default
 from configs import recipes
+from dml_jax.run import config
+
+ROW = {**recipes.DATASETS["cub"], **recipes.EPHN,
+       "data.group_size": 8, "optimizer.learning_rate": 0.0025,
+       "loss.name": "nca"}
+VARIANTS = {"smoke": recipes.smoke}
 
 
 def get_config(arg: str = ""):
-  c = default.get_config()
-  recipes.dataset(c, "cub")
-  recipes.ephn(c, learning_rate=0.0025, group_size=8)
-  c.loss.name = "nca"
-  return recipes.finish(c, arg)
+  return config.build(ROW, arg, VARIANTS, path=__file__)

@@ -11,12 +11,13 @@ Needs CUB prepared (README "Datasets") and weights/resnet50.npz (README "Backbon
   python train.py --config=configs/cub_ephn_2nd.py:smoke --workdir=/tmp/smoke
 """
 
-from configs import default
 from configs import recipes
+from dml_jax.run import config
+
+ROW = {**recipes.DATASETS["cub"], **recipes.EPHN,
+       "data.group_size": 8, "optimizer.learning_rate": 0.0025}
+VARIANTS = {"smoke": recipes.smoke}
 
 
 def get_config(arg: str = ""):
-  c = default.get_config()
-  recipes.dataset(c, "cub")
-  recipes.ephn(c, learning_rate=0.0025, group_size=8)
-  return recipes.finish(c, arg)
+  return config.build(ROW, arg, VARIANTS, path=__file__)

@@ -9,17 +9,12 @@ EPS recipe (ResNet-50, 128-D, Adam 1e-5, batch 160).
   python train.py --config=configs/cub_eps_ms.py:smoke --workdir=/tmp/smoke
 """
 
-from ml_collections import config_dict
-
-from configs import default
 from configs import recipes
+from dml_jax.run import config
+
+ROW = {**recipes.DATASETS["cub"], **recipes.EPS, **recipes.EPS_LOSSES["eps_ms"]}
+VARIANTS = {"smoke": recipes.smoke}
 
 
 def get_config(arg: str = ""):
-  c = default.get_config()
-  recipes.dataset(c, "cub")
-  recipes.eps(c)
-  c.loss = config_dict.ConfigDict({"name": "multi_similarity", "positive": "easy",
-                                   "negative": "ms", "alpha": 2.0, "beta": 50.0, "base": 1.0,
-                                   "epsilon": 0.1})
-  return recipes.finish(c, arg)
+  return config.build(ROW, arg, VARIANTS, path=__file__)

@@ -9,16 +9,12 @@ default), the easiest positive (EPS) and a semi-hard negative chosen for it; the
   python train.py --config=configs/cub_eps_triplet.py:smoke --workdir=/tmp/smoke
 """
 
-from ml_collections import config_dict
-
-from configs import default
 from configs import recipes
+from dml_jax.run import config
+
+ROW = {**recipes.DATASETS["cub"], **recipes.EPS, **recipes.EPS_LOSSES["eps_triplet"]}
+VARIANTS = {"smoke": recipes.smoke}
 
 
 def get_config(arg: str = ""):
-  c = default.get_config()
-  recipes.dataset(c, "cub")
-  recipes.eps(c)
-  c.loss = config_dict.ConfigDict({"name": "triplet", "positive": "easy",
-                                   "negative": "semihard", "margin": 0.2})
-  return recipes.finish(c, arg)
+  return config.build(ROW, arg, VARIANTS, path=__file__)

@@ -9,14 +9,14 @@ paper's CUB rate) divided by 10 after epochs 20 and 30, 40 epochs.
   python train.py --config=configs/cub_epshn.py:smoke --workdir=/tmp/smoke
 """
 
-from configs import default
 from configs import recipes
+from dml_jax.run import config
+
+ROW = {**recipes.DATASETS["cub"], **recipes.EPHN,
+       "data.group_size": 16, "optimizer.learning_rate": 1e-4,
+       "loss.name": "nca", "loss.negative": "semihard"}
+VARIANTS = {"smoke": recipes.smoke}
 
 
 def get_config(arg: str = ""):
-  c = default.get_config()
-  recipes.dataset(c, "cub")
-  recipes.ephn(c, learning_rate=1e-4, group_size=16)
-  c.loss.name = "nca"
-  c.loss.negative = "semihard"
-  return recipes.finish(c, arg)
+  return config.build(ROW, arg, VARIANTS, path=__file__)

@@ -1,6 +1,7 @@
 """Defaults shared by every experiment config (the config schema: README "Configs and flags").
 
-Experiment files import this module, call ``get_config()`` and override a few fields.
+Experiment files are rows over this config: a dict ``ROW`` of the dotted keys they change
+(``dml_jax/run/config.py``; ``python -m dml_jax.run.config show FILE --diff-default``).
 Every ``loss`` key except ``name`` is a keyword argument of ``objectives.make(name, ...)``.
 """
 
@@ -20,10 +21,10 @@ def get_config() -> ml_collections.ConfigDict:
   c.scatter_every_steps = 0       # > 0: triplet scatter diagram PNG of the eval split
   c.max_checkpoints_to_keep = 3
   c.user_modules = ()             # modules imported first (own objectives; train.py --module)
-  # Keep freed host memory in the process (dml_jax/host_memory.py): on the CPU a step with a
-  # large temporary buffer (28 px images and up, ResNets) no longer page-faults it in afresh
-  # every call; on by recipes.images and the MNIST / Omniglot configs, off for the 8 px digits
-  # (there its single malloc arena costs the host loop more than it saves).
+  # Keep freed host memory in the process (dml_jax/host_memory.py): a machine setting that
+  # experiment configs leave off. train.py's --keep_host_memory (or DML_JAX_KEEP_HOST_MEMORY)
+  # decides; without it, true here forces it on, false leaves it to the data: on for images
+  # (data.image_size > 0: large step buffers), off for the 8 px digits.
   c.keep_host_memory = False
 
   c.data = ml_collections.ConfigDict()
@@ -43,6 +44,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.data.augmentation = "none"
   c.data.flip = True              # random horizontal flip in training augmentation
   c.data.pad = 10                 # 'pad_crop' padding
+  # Machine settings (train.py --num_threads / --num_workers, or DML_JAX_NUM_THREADS /
+  # DML_JAX_NUM_WORKERS, set them; experiment configs do not):
   c.data.num_threads = 8          # decoding threads (per worker process)
   c.data.num_workers = -1         # grain worker processes (0: threads of the trainer only;
                                   # -1: 0 on the CPU, up to 8 on an accelerator)

@@ -14,33 +14,18 @@ n = 2 at a larger batch would need more classes than the digits have.
 (EP = easy+all, EPHN = easy+hard, HP = hard+all, batch-all = all+all.)
 """
 
-from configs import default
+from dml_jax.run import config
+
+ROW = {
+    "num_train_steps": 300, "batch_size": 16, "checkpoint_every_steps": 300,
+    "data.name": "digits", "data.group_size": 4,
+    "model.name": "small_cnn", "model.embedding_dim": 16,
+    "loss": {"name": "nca", "positive": "easy", "negative": "hard", "temperature": 0.1},
+    "eval.splits": ("test", "train"), "eval.plot": False,
+}
+VARIANTS = {"smoke": {"num_train_steps": 10, "log_every_steps": 5,
+                      "checkpoint_every_steps": 10}}
 
 
 def get_config(arg: str = ""):
-  c = default.get_config()
-  c.num_train_steps = 300
-  c.batch_size = 16
-  c.log_every_steps = 50
-  c.checkpoint_every_steps = 300
-  c.data.name = "digits"
-  c.data.group_size = 4
-  c.model.name = "small_cnn"
-  c.model.embedding_dim = 16
-  c.model.normalize = True
-  c.loss.name = "nca"
-  c.loss.positive = "easy"
-  c.loss.negative = "hard"
-  c.loss.temperature = 0.1
-  c.optimizer.learning_rate = 1e-3
-  c.eval.ks = (1, 2, 4, 8)
-  c.eval.splits = ("test", "train")
-  c.eval.similarity = "cosine"
-  c.eval.plot = False
-  if arg == "smoke":
-    c.num_train_steps = 10
-    c.log_every_steps = 5
-    c.checkpoint_every_steps = 10
-  elif arg:
-    raise ValueError(f"Unknown config argument {arg!r}; allowed: '' or 'smoke'.")
-  return c
+  return config.build(ROW, arg, VARIANTS, path=__file__)

@@ -6,9 +6,11 @@ Identical to configs/digits_evenodd_eps.py except ``loss.positive = 'random'``.
 """
 
 from configs import digits_evenodd_eps
+from dml_jax.run import config
+
+ROW = {**digits_evenodd_eps.ROW, "loss.positive": "random"}
+VARIANTS = digits_evenodd_eps.VARIANTS
 
 
 def get_config(arg: str = ""):
-  c = digits_evenodd_eps.get_config(arg)
-  c.loss.positive = "random"
-  return c
+  return config.build(ROW, arg, VARIANTS, path=__file__)

@@ -7,39 +7,23 @@ trained with EPHN (easy positive, hard negative, NCA 0.1) on the small CNN, 16-D
   python train.py --config=configs/digits_image_folder.py --workdir=runs/digits_png
 """
 
-from ml_collections import config_dict
-
-from configs import default
 from configs import recipes
+from dml_jax.run import config
+
+ROW = {
+    "data.name": "digits_png", "data.options": {"root": "data/digits_png"},
+    "data.image_size": 32, "data.resize_size": 32, "data.augmentation": "pad_crop",
+    **recipes.GREY,
+    "data.pad": 4, "data.flip": False, "data.group_size": 8,
+    "batch_size": 48,               # 6 classes x 8
+    "num_train_steps": 300, "log_every_steps": 25, "checkpoint_every_steps": 100,
+    "model.name": "small_cnn", "model.embedding_dim": 16,
+    "loss": {"name": "nca", "positive": "easy", "negative": "hard", "temperature": 0.1},
+    "eval.splits": ("test",), "eval.plot": False,
+}
+VARIANTS = {"smoke": {"num_train_steps": 2, "log_every_steps": 1, "checkpoint_every_steps": 2,
+                      "batch_size": 16, "data.group_size": 4, "eval.kmeans_n_init": 1}}
 
 
 def get_config(arg: str = ""):
-  c = default.get_config()
-  c.data.name = "digits_png"
-  c.data.options = config_dict.ConfigDict({"root": "data/digits_png"})
-  recipes.images(c, 32, resize_size=32, augmentation="pad_crop", grey=True)
-  c.data.pad = 4
-  c.data.flip = False
-  c.data.group_size = 8
-  c.batch_size = 48               # 6 classes x 8
-  c.num_train_steps = 300
-  c.log_every_steps = 25
-  c.checkpoint_every_steps = 100
-  c.model.name = "small_cnn"
-  c.model.embedding_dim = 16
-  c.loss = config_dict.ConfigDict({"name": "nca", "positive": "easy", "negative": "hard",
-                                   "temperature": 0.1})
-  c.optimizer.learning_rate = 1e-3
-  c.eval.splits = ("test",)
-  c.eval.ks = (1, 2, 4, 8)
-  c.eval.plot = False
-  if arg == "smoke":
-    c.num_train_steps = 2
-    c.log_every_steps = 1
-    c.checkpoint_every_steps = 2
-    c.batch_size = 16
-    c.data.group_size = 4
-    c.data.num_threads = 2
-    c.eval.kmeans_n_init = 1
-    return c
-  return recipes.finish(c, arg)
+  return config.build(ROW, arg, VARIANTS, path=__file__)

@@ -18,46 +18,26 @@ sampling, alpha 0.2, beta0 1.2); append ``,smoke`` (or pass ``smoke`` alone: tri
       --grid='data.label_noise=0.0,0.2,0.4,0.6' --seeds=2 --workdir=runs/label_noise_margin  # ~2 min
 """
 
-from ml_collections import config_dict
+from dml_jax.run import config
 
-from configs import default
+ROW = {
+    "num_train_steps": 2000,        # ~44 epochs: long enough for the noise to be memorised
+    "batch_size": 24, "log_every_steps": 100, "checkpoint_every_steps": 1000,
+    "data.name": "digits",
+    "data.options": {"train_digits": (0, 1, 2, 3, 4, 5), "test_digits": (6, 7, 8, 9)},
+    "data.group_size": 4,
+    "model.name": "small_cnn", "model.embedding_dim": 16,
+    "eval.splits": ("test",), "eval.plot": False,
+}
+VARIANTS = {
+    "triplet": {"loss": {"name": "triplet", "positive": "all", "negative": "semihard_random",
+                         "margin": 0.2, "similarity": "cosine"}},
+    "margin": {"loss": {"name": "margin"}},
+    "smoke": {"num_train_steps": 10, "log_every_steps": 5, "checkpoint_every_steps": 10},
+}
+GROUPS = (("triplet", "margin"),)
+DEFAULT = "triplet"
 
 
-def get_config(arg: str = "triplet"):
-  parts = [a for a in (arg or "").split(",") if a]
-  variant = "smoke" if "smoke" in parts else ""
-  rest = [a for a in parts if a != "smoke"]
-  if len(rest) > 1:
-    raise ValueError(f"Config argument {arg!r} names more than one loss; allowed: triplet, "
-                     "margin (optionally with ',smoke').")
-  loss = rest[0] if rest else "triplet"
-  c = default.get_config()
-  c.num_train_steps = 2000        # ~44 epochs: long enough for the noise to be memorised
-  c.batch_size = 24
-  c.log_every_steps = 100
-  c.checkpoint_every_steps = 1000
-  c.data.name = "digits"
-  c.data.options = config_dict.ConfigDict({"train_digits": (0, 1, 2, 3, 4, 5),
-                                           "test_digits": (6, 7, 8, 9)})
-  c.data.group_size = 4
-  c.model.name = "small_cnn"
-  c.model.embedding_dim = 16
-  c.model.normalize = True
-  if loss == "triplet":
-    c.loss = config_dict.ConfigDict({"name": "triplet", "positive": "all",
-                                     "negative": "semihard_random", "margin": 0.2,
-                                     "similarity": "cosine"})
-  elif loss == "margin":
-    c.loss = config_dict.ConfigDict({"name": "margin"})
-  else:
-    raise ValueError(f"Unknown loss {loss!r} in the config argument; allowed: triplet, margin.")
-  c.optimizer.learning_rate = 1e-3
-  c.eval.ks = (1, 2, 4, 8)
-  c.eval.splits = ("test",)
-  c.eval.similarity = "cosine"
-  c.eval.plot = False
-  if variant == "smoke":
-    c.num_train_steps = 10
-    c.log_every_steps = 5
-    c.checkpoint_every_steps = 10
-  return c
+def get_config(arg: str = ""):
+  return config.build(ROW, arg, VARIANTS, groups=GROUPS, default=DEFAULT, path=__file__)

@@ -17,24 +17,29 @@ from ml_collections import config_dict
 
 from configs import digits_evenodd_eps
 from dml_jax import objectives
+from dml_jax.run import config
+
+ROW = {**digits_evenodd_eps.ROW,
+       "model.embedding_dim": 16, "model.normalize": True, "eval.similarity": "cosine"}
+
+
+def objective_row(name: str) -> dict:
+  """``loss`` = objective ``name`` at its defaults; a cosine similarity where it has one; the
+  DRO paper's K = 2B for the top-K objectives."""
+  # A None default (e.g. dro_kl_grouped's c_pos) becomes a float placeholder so that
+  # --config.loss.c_pos=0.7 can override it.
+  loss = {k: config_dict.placeholder(float) if v is None else v
+          for k, v in objectives.hparam_defaults(name).items()}
+  loss["name"] = name
+  if "similarity" in loss:
+    loss["similarity"] = "cosine"
+  row = {"loss": loss}
+  if name in ("dro_topk", "dro_topk_pn", "dro_kl"):
+    row["loss.k"] = 2 * 128   # the DRO paper's K = 2B (batch_size 128, the default)
+  return row
 
 
 def get_config(arg: str = ""):
-  name, _, variant = (arg or "nca").partition(",")
-  if name not in objectives.names():
-    raise ValueError(f"Unknown objective {name!r} in --config=configs/digits_objective.py:"
-                     f"{arg}; available: {', '.join(objectives.names())}.")
-  c = digits_evenodd_eps.get_config(variant)
-  c.model.embedding_dim = 16
-  c.model.normalize = True
-  c.eval.similarity = "cosine"
-  # A None default (e.g. dro_kl_grouped's c_pos) becomes a float placeholder so that
-  # --config.loss.c_pos=0.7 can override it.
-  c.loss = {k: config_dict.placeholder(float) if v is None else v
-            for k, v in objectives.hparam_defaults(name).items()}
-  c.loss.name = name
-  if "similarity" in c.loss:
-    c.loss.similarity = "cosine"
-  if name in ("dro_topk", "dro_topk_pn", "dro_kl"):
-    c.loss.k = 2 * c.batch_size   # the DRO paper's K = 2B
-  return c
+  names = objectives.names()   # at call time: objectives a --module registered count too
+  variants = {**{n: objective_row(n) for n in names}, **digits_evenodd_eps.VARIANTS}
+  return config.build(ROW, arg, variants, groups=(names,), default="nca", path=__file__)

@@ -14,19 +14,16 @@ after epochs 20 and 30, 40 epochs.
       --workdir=/tmp/smoke
 """
 
-from ml_collections import config_dict
-
-from configs import default
 from configs import recipes
+from dml_jax.run import config
+
+ROW = {**recipes.EPHN,
+       "data.name": "hotels", "data.options": {"path": "", "root": ""},
+       "eval.splits": ("test@train",), "eval.ks": (1, 10, 100),
+       "model.embedding_dim": 256, "data.group_size": 4, "optimizer.learning_rate": 5e-4,
+       "loss.name": "nca", "loss.negative": "semihard"}
+VARIANTS = {"smoke": recipes.smoke}
 
 
 def get_config(arg: str = ""):
-  c = default.get_config()
-  c.data.name = "hotels"
-  c.data.options = config_dict.ConfigDict({"path": "", "root": ""})
-  c.eval.splits = ("test@train",)
-  c.eval.ks = (1, 10, 100)
-  recipes.ephn(c, learning_rate=5e-4, group_size=4, embedding_dim=256)
-  c.loss.name = "nca"
-  c.loss.negative = "semihard"
-  return recipes.finish(c, arg)
+  return config.build(ROW, arg, VARIANTS, path=__file__)

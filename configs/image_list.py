@@ -19,30 +19,22 @@ Append ``,smoke`` for a tiny run.
       --config.data.options.path=hotels.tsv --workdir=W
 """
 
-from ml_collections import config_dict
-
-from configs import default
 from configs import recipes
+from dml_jax.run import config
 
-FORMATS = ("image_list", "image_folder", "hotels")
+ROW = {**recipes.EPHN,
+       "data.group_size": 8, "optimizer.learning_rate": 0.0025, "num_epochs": 50}
+VARIANTS = {
+    "image_list": {"data.name": "image_list", "data.options": {"path": "", "root": ""}},
+    "image_folder": {"data.name": "image_folder",
+                     "data.options": {"root": "", "layout": "auto"}},
+    "hotels": {"data.name": "hotels", "data.options": {"path": "", "root": ""},
+               "eval.splits": ("test@train",), "eval.ks": (1, 10, 100)},
+    "smoke": recipes.smoke,
+}
+GROUPS = (("image_list", "image_folder", "hotels"),)
+DEFAULT = "image_list"
 
 
-def get_config(arg: str = "image_list"):
-  parts = [a for a in (arg or "").split(",") if a]
-  smoke = "smoke" in parts
-  rest = [a for a in parts if a != "smoke"] or ["image_list"]
-  if len(rest) != 1 or rest[0] not in FORMATS:
-    raise ValueError(f"Unknown config argument {arg!r}; allowed: one of {', '.join(FORMATS)} "
-                     "optionally followed by ',smoke'.")
-  fmt = rest[0]
-  c = default.get_config()
-  c.data.name = fmt
-  if fmt == "image_folder":
-    c.data.options = config_dict.ConfigDict({"root": "", "layout": "auto"})
-  else:
-    c.data.options = config_dict.ConfigDict({"path": "", "root": ""})
-  c.eval.splits = ("test@train",) if fmt == "hotels" else ("test",)
-  c.eval.ks = (1, 10, 100) if fmt == "hotels" else (1, 2, 4, 8)
-  recipes.ephn(c, learning_rate=0.0025, group_size=8)
-  c.num_epochs = 50
-  return recipes.finish(c, "smoke" if smoke else "")
+def get_config(arg: str = ""):
+  return config.build(ROW, arg, VARIANTS, groups=GROUPS, default=DEFAULT, path=__file__)

@@ -11,16 +11,15 @@ DRO-TopK_M, not TopK-PN; README "Departures from the papers".)
   python train.py --config=configs/inshop_dro_topk_pn.py:smoke --workdir=/tmp/smoke
 """
 
-from ml_collections import config_dict
-
-from configs import default
 from configs import recipes
+from dml_jax.run import config
+
+ROW = {**recipes.DATASETS["inshop"], **recipes.DRO,
+       "batch_size": 640,
+       "loss": {"name": "dro_topk_pn", "k": 1280, "pair_loss": "margin", "margin": 0.2,
+                "base": 0.5}}
+VARIANTS = {"smoke": recipes.smoke}
 
 
 def get_config(arg: str = ""):
-  c = default.get_config()
-  recipes.dataset(c, "inshop")
-  recipes.dro(c, batch_size=640)
-  c.loss = config_dict.ConfigDict({"name": "dro_topk_pn", "k": 1280, "pair_loss": "margin",
-                                   "margin": 0.2, "base": 0.5})
-  return recipes.finish(c, arg)
+  return config.build(ROW, arg, VARIANTS, path=__file__)

@@ -10,12 +10,13 @@ data.options.root must hold img/ and list_eval_partition.txt (README "Datasets")
   python train.py --config=configs/inshop_ephn_2nd.py:smoke --workdir=/tmp/smoke
 """
 
-from configs import default
 from configs import recipes
+from dml_jax.run import config
+
+ROW = {**recipes.DATASETS["inshop"], **recipes.EPHN,
+       "data.group_size": 2, "optimizer.learning_rate": 0.005}
+VARIANTS = {"smoke": recipes.smoke}
 
 
 def get_config(arg: str = ""):
-  c = default.get_config()
-  recipes.dataset(c, "inshop")
-  recipes.ephn(c, learning_rate=0.005, group_size=2)
-  return recipes.finish(c, arg)
+  return config.build(ROW, arg, VARIANTS, path=__file__)

@@ -17,11 +17,11 @@ Stanford Online Products (official split; trained from scratch: the paper names 
 weights only for CUB and Flowers), Oxford-102 Flowers (classes 0-50 train / 51-101 test, our
 choice: the paper states no split).
 
-Losses (``recipes.noise_loss``): the triplet loss on Euclidean distances (eq. 3, margin 0.2,
+Losses (``recipes.NOISE_LOSSES``): the triplet loss on Euclidean distances (eq. 3, margin 0.2,
 all positive pairs) with random semi-hard negatives (eq. 28: a random negative with non-zero
 loss) or fixed semi-hard negatives (eq. 29: the closest negative farther than the positive);
 the marginal loss with beta = 1.4 fixed and alpha = 0.2 over all positive pairs with random
-semi-hard negatives. ResNet-34, RMSProp, batches of 60 = 12 classes x 5 (``recipes.label_noise``).
+semi-hard negatives. ResNet-34, RMSProp, batches of 60 = 12 classes x 5 (``recipes.LABEL_NOISE``).
 
 Label noise (eq. 6) is set by ``data.label_noise`` (applied once, seed ``data.noise_seed``,
 clean labels kept as label set 'clean'); the topline, the ratio of Fig. (d), trains on a clean
@@ -33,33 +33,22 @@ clean labels kept as label set 'clean'); the topline, the ratio of Fig. (d), tra
       --config=configs/label_noise.py:sop,triplet_fixed_semihard \
       --grid='data.label_noise+data.clean_fraction=0.0+1.0,0.2+1.0,0.4+1.0,0.6+1.0,0.0+0.8,0.0+0.6,0.0+0.4' \
       --workdir=runs/sop_noise_triplet_fixed_semihard
-
-These were once nine files ``configs/{cub,sop,flowers}_noise_{LOSS}.py``; those names
-now stop with a message naming the variant (``overrides.RENAMED_CONFIGS``).
 """
 
-from configs import default
 from configs import recipes
+from dml_jax.run import config
 
-# data.name and whether the backbone starts from ImageNet weights, per dataset argument.
-DATASETS = {"cub": ("cub", True), "sop": ("sop", False), "flowers": ("flowers102", True)}
-LOSSES = ("triplet_random_semihard", "triplet_fixed_semihard", "margin")
-VARIANTS = tuple(f"{d},{l}" for d in DATASETS for l in LOSSES)
+ROW = recipes.LABEL_NOISE
+VARIANTS = {
+    "cub": recipes.DATASETS["cub"],
+    "sop": {**recipes.DATASETS["sop"], "model.pretrained": ""},   # from scratch
+    "flowers": recipes.DATASETS["flowers102"],
+    **recipes.NOISE_LOSSES,
+    "smoke": recipes.smoke,
+}
+GROUPS = (("cub", "sop", "flowers"), tuple(recipes.NOISE_LOSSES))
 DEFAULT = "cub,triplet_random_semihard"
 
 
 def get_config(arg: str = ""):
-  if arg in ("", "smoke"):
-    arg = f"{DEFAULT},{arg}".rstrip(",")
-  parts = arg.split(",")
-  dataset, loss, variant = (parts + ["", ""])[:3] if len(parts) <= 3 else (None, None, None)
-  if dataset not in DATASETS or loss not in LOSSES or variant not in ("", "smoke"):
-    raise ValueError(f"Unknown argument {arg!r} in --config=configs/label_noise.py:{arg}; "
-                     f"allowed: DATASET,LOSS[,smoke] with DATASET in {', '.join(DATASETS)} "
-                     f"and LOSS in {', '.join(LOSSES)}.")
-  name, pretrained = DATASETS[dataset]
-  c = default.get_config()
-  recipes.dataset(c, name)
-  recipes.label_noise(c, pretrained=pretrained)
-  recipes.noise_loss(c, loss)
-  return recipes.finish(c, variant)
+  return config.build(ROW, arg, VARIANTS, groups=GROUPS, default=DEFAULT, path=__file__)

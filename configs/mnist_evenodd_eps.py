@@ -21,28 +21,22 @@ data": 5 seeds of this and configs/mnist_evenodd_triplet.py).
   python train.py --config=configs/mnist_evenodd_eps.py:smoke --workdir=/tmp/smoke
 """
 
-from ml_collections import config_dict
-
-from configs import default
 from configs import recipes
+from dml_jax.run import config
+
+ROW = {
+    **recipes.DATASETS["mnist_evenodd"],
+    "num_train_steps": 200, "log_every_steps": 25, "checkpoint_every_steps": 200,
+    "batch_size": 64, "data.group_size": 32,
+    "data.image_size": 28, "data.resize_size": 28, "data.augmentation": "none",
+    **recipes.GREY,
+    "model.name": "small_cnn", "model.embedding_dim": 2, "model.normalize": False,
+    "loss": {"name": "triplet", "positive": "easy", "negative": "all", "margin": 0.2,
+             "similarity": "neg_sq_euclidean"},
+    "eval.ks": (1, 5, 10), "eval.similarity": "neg_sq_euclidean",
+}
+VARIANTS = {"smoke": recipes.smoke}
 
 
 def get_config(arg: str = ""):
-  c = default.get_config()
-  recipes.dataset(c, "mnist_evenodd")
-  c.num_train_steps = 200
-  c.log_every_steps = 25
-  c.checkpoint_every_steps = 200
-  c.batch_size = 64
-  c.data.group_size = 32
-  recipes.images(c, 28, resize_size=28, augmentation="none", grey=True)
-  c.model.name = "small_cnn"
-  c.model.embedding_dim = 2
-  c.model.normalize = False
-  c.loss = config_dict.ConfigDict({"name": "triplet", "positive": "easy",
-                                   "negative": "all", "margin": 0.2,
-                                   "similarity": "neg_sq_euclidean"})
-  c.optimizer.learning_rate = 1e-3
-  c.eval.ks = (1, 5, 10)
-  c.eval.similarity = "neg_sq_euclidean"
-  return recipes.finish(c, arg)
+  return config.build(ROW, arg, VARIANTS, path=__file__)

@@ -8,9 +8,11 @@ digits R@1 42.01, test digits 35.16).
 """
 
 from configs import mnist_evenodd_eps
+from dml_jax.run import config
+
+ROW = {**mnist_evenodd_eps.ROW, "loss.positive": "random"}
+VARIANTS = mnist_evenodd_eps.VARIANTS
 
 
 def get_config(arg: str = ""):
-  c = mnist_evenodd_eps.get_config(arg)
-  c.loss.positive = "random"
-  return c
+  return config.build(ROW, arg, VARIANTS, path=__file__)

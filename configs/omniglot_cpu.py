@@ -37,49 +37,31 @@ data").
       --set=data.options.root=/data/omniglot
 """
 
-from configs import default
 from configs import recipes
+from dml_jax.run import config
 
-ROWS = ("triplet", "eps_triplet", "ms", "eps_ms", "margin", "eps_margin")
+ROW = {
+    **recipes.DATASETS["omniglot"],
+    "eval.splits": ("test", "test:alphabet", "train", "train:character"),
+    "eval.overcluster": 30,     # Table 3: NMI+ with 30x the number of classes
+    "eval.kmeans_n_init": 1,
+    "eval.plot": False,         # 128-D: a PCA scatter of 659 letters says little
+    "num_train_steps": 300, "log_every_steps": 25, "checkpoint_every_steps": 300,
+    **recipes.OMNIGLOT_BATCH,
+    "data.image_size": 28, "data.resize_size": 28, "data.augmentation": "none",
+    **recipes.GREY,
+    "data.flip": False,
+    "model.name": "small_cnn", "model.embedding_dim": 128, "model.normalize": True,
+    "optimizer.name": "adam", "optimizer.learning_rate": 1e-3, "optimizer.weight_decay": 0.0,
+    "optimizer.objective_learning_rate": 5e-4,   # margin loss beta (Roth et al.)
+}
+# 2 steps on 2 alphabets x 8 drawings; only the letters of the test alphabets are evaluated.
+SMOKE = {"num_train_steps": 2, "batch_size": 16, "log_every_steps": 1,
+         "checkpoint_every_steps": 2, "eval.splits": ("test",), "eval.overcluster": 0}
+VARIANTS = {**recipes.EPS_LOSSES, "smoke": SMOKE}
+GROUPS = (tuple(recipes.EPS_LOSSES),)
+DEFAULT = "eps_triplet"
 
 
 def get_config(arg: str = ""):
-  if arg in ("", "smoke"):
-    arg = f"eps_triplet,{arg}"
-  row, _, variant = arg.partition(",")
-  if row not in ROWS:
-    raise ValueError(f"Unknown row {row!r} in --config=configs/omniglot_cpu.py:{arg}; "
-                     f"allowed: {', '.join(ROWS)} (optionally followed by ',smoke').")
-  c = default.get_config()
-  recipes.dataset(c, "omniglot")
-  c.eval.splits = ("test", "test:alphabet", "train", "train:character")
-  c.eval.overcluster = 30     # Table 3: NMI+ with 30x the number of classes
-  c.eval.kmeans_n_init = 1
-  c.eval.plot = False         # 128-D: a PCA scatter of 659 letters says little
-  c.num_train_steps = 300
-  c.log_every_steps = 25
-  c.checkpoint_every_steps = 300
-  c.batch_size, c.data.group_size = recipes.OMNIGLOT_BATCH
-  recipes.images(c, 28, resize_size=28, augmentation="none", grey=True)
-  c.data.flip = False
-  c.model.name = "small_cnn"
-  c.model.embedding_dim = 128
-  c.model.normalize = True
-  c.optimizer.name = "adam"
-  c.optimizer.learning_rate = 1e-3
-  c.optimizer.weight_decay = 0.0
-  c.optimizer.objective_learning_rate = 5e-4   # margin loss beta (Roth et al.)
-  recipes.eps_loss(c, row.removeprefix("eps_"), eps=row.startswith("eps_"))
-  if variant == "smoke":
-    # 2 steps on 2 alphabets x 8 drawings; only the letters of the test alphabets are
-    # evaluated.
-    c.num_train_steps = 2
-    c.batch_size = 16
-    c.log_every_steps = 1
-    c.checkpoint_every_steps = 2
-    c.eval.splits = ("test",)
-    c.eval.overcluster = 0
-    c.eval.plot = False
-  elif variant:
-    raise ValueError(f"Unknown config argument {arg!r}; allowed: ROW or ROW,smoke.")
-  return c
+  return config.build(ROW, arg, VARIANTS, groups=GROUPS, default=DEFAULT, path=__file__)

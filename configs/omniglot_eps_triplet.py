@@ -15,17 +15,16 @@ CPU-scale version of this table that we ran.
   python train.py --config=configs/omniglot_eps_triplet.py:smoke --workdir=/tmp/smoke
 """
 
-from configs import default
 from configs import recipes
+from dml_jax.run import config
+
+ROW = {**recipes.DATASETS["omniglot"], **recipes.EPS, **recipes.OMNIGLOT_BATCH,
+       **recipes.EPS_LOSSES["eps_triplet"],
+       "data.image_size": 80, "data.resize_size": 91, "data.augmentation": "pad_crop",
+       "data.flip": False,
+       "eval.overcluster": 30}
+VARIANTS = {"smoke": recipes.smoke}
 
 
 def get_config(arg: str = ""):
-  c = default.get_config()
-  recipes.dataset(c, "omniglot")
-  recipes.eps(c, image_size=80)
-  c.batch_size, c.data.group_size = recipes.OMNIGLOT_BATCH
-  c.data.augmentation = "pad_crop"
-  c.data.flip = False
-  c.eval.overcluster = 30
-  recipes.eps_loss(c, "triplet", eps=True)
-  return recipes.finish(c, arg)
+  return config.build(ROW, arg, VARIANTS, path=__file__)

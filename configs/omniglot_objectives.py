@@ -18,28 +18,29 @@ Append ``,smoke`` for a 2-step run.
       --config.data.options.root=/data/omniglot
 """
 
-from ml_collections import config_dict
-
 from configs import omniglot_cpu
+from dml_jax.run import config
 
-ROWS = ("proxy_anchor", "supcon", "supcon,xbm")
+ROW = omniglot_cpu.ROW
+
+
+def smoke(c) -> dict:
+  """omniglot_cpu's smoke run; the memory (if any) holds 16 embeddings from step 1."""
+  return {**omniglot_cpu.SMOKE,
+          **({"memory.size": 16, "memory.start_step": 1} if c.memory.size else {})}
+
+
+VARIANTS = {
+    "proxy_anchor": {"loss": {"name": "proxy_anchor", "margin": 0.1, "alpha": 32.0},
+                     "optimizer.objective_learning_rate": 1e-2},
+    "supcon": {"loss": {"name": "supcon", "temperature": 0.1},
+               "optimizer.objective_learning_rate": 0.0},
+    "xbm": {"memory.size": 1600, "memory.start_step": 50},
+    "smoke": smoke,
+}
+GROUPS = (("proxy_anchor", "supcon"),)
+DEFAULT = "supcon,xbm"
 
 
 def get_config(arg: str = ""):
-  parts = [p for p in arg.split(",") if p]
-  smoke = "smoke" in parts
-  row = ",".join(p for p in parts if p != "smoke") or "supcon,xbm"
-  if row not in ROWS:
-    raise ValueError(f"Unknown row {row!r} in --config=configs/omniglot_objectives.py:{arg}; "
-                     f"allowed: {', '.join(ROWS)} (optionally followed by ',smoke').")
-  c = omniglot_cpu.get_config("triplet,smoke" if smoke else "triplet")
-  if row == "proxy_anchor":
-    c.loss = config_dict.ConfigDict({"name": "proxy_anchor", "margin": 0.1, "alpha": 32.0})
-    c.optimizer.objective_learning_rate = 1e-2
-  else:
-    c.loss = config_dict.ConfigDict({"name": "supcon", "temperature": 0.1})
-    c.optimizer.objective_learning_rate = 0.0
-  if row.endswith(",xbm"):
-    c.memory.size = 16 if smoke else 1600
-    c.memory.start_step = 1 if smoke else 50
-  return c
+  return config.build(ROW, arg, VARIANTS, groups=GROUPS, default=DEFAULT, path=__file__)

@@ -29,44 +29,32 @@ Departures (ImageNet weights cannot be had here, so the network learns from scra
       --set=data.options.root=/data/omniglot
 """
 
-from configs import default
 from configs import recipes
+from dml_jax.run import config
 
-ROWS = ("triplet", "eps_triplet")
+ROW = {
+    **recipes.DATASETS["omniglot"],
+    "model.name": "resnet50", "model.embedding_dim": 128, "model.normalize": True,
+    "model.pretrained": "", "model.bn_mode": "train",
+    "model.dtype": "bfloat16",      # a GPU config: bf16 compute, float32 parameters, embeddings
+    **recipes.OMNIGLOT_BATCH,
+    "data.image_size": 80, "data.resize_size": 80, "data.augmentation": "pad_crop",
+    **recipes.GREY,
+    "data.flip": False,
+    "num_epochs": 15, "log_every_steps": 100, "checkpoint_every_steps": 1000,
+    "optimizer.name": "adam", "optimizer.learning_rate": 5e-4, "optimizer.weight_decay": 0.0,
+    "optimizer.objective_learning_rate": 5e-4,
+    "eval.splits": ("test", "test:alphabet"), "eval.overcluster": 30,
+    "eval.kmeans_n_init": 1, "eval.plot": False,
+}
+VARIANTS = {
+    "triplet": recipes.EPS_LOSSES["triplet"],
+    "eps_triplet": recipes.EPS_LOSSES["eps_triplet"],
+    "smoke": (recipes.smoke, {"eval.splits": ("test",), "model.dtype": "float32"}),
+}
+GROUPS = (("triplet", "eps_triplet"),)
+DEFAULT = "eps_triplet"
 
 
 def get_config(arg: str = ""):
-  row, _, variant = (arg or "eps_triplet").partition(",")
-  if row == "smoke":
-    row, variant = "eps_triplet", "smoke"
-  if row not in ROWS:
-    raise ValueError(f"Unknown row {row!r} in --config=configs/omniglot_resnet50.py:{arg}; "
-                     f"allowed: {', '.join(ROWS)} (optionally followed by ',smoke').")
-  c = default.get_config()
-  recipes.dataset(c, "omniglot")
-  recipes.backbone(c, "resnet50", embedding_dim=128, pretrained=False)
-  c.model.bn_mode = "train"
-  c.model.dtype = "bfloat16"     # a GPU config: bf16 compute, float32 parameters and embeddings
-  c.batch_size, c.data.group_size = recipes.OMNIGLOT_BATCH
-  recipes.images(c, 80, resize_size=80, augmentation="pad_crop", grey=True)
-  c.data.flip = False
-  c.num_epochs = 15
-  c.log_every_steps = 100
-  c.checkpoint_every_steps = 1000
-  c.optimizer.name = "adam"
-  c.optimizer.learning_rate = 5e-4
-  c.optimizer.weight_decay = 0.0
-  c.optimizer.objective_learning_rate = 5e-4
-  c.eval.splits = ("test", "test:alphabet")
-  c.eval.overcluster = 30
-  c.eval.kmeans_n_init = 1
-  c.eval.plot = False
-  recipes.eps_loss(c, "triplet", eps=row == "eps_triplet")
-  if variant == "smoke":
-    c = recipes.finish(c, "smoke")
-    c.data.channels, c.data.mean, c.data.std = 1, (0.0,), (1.0,)
-    c.eval.splits = ("test",)
-    c.model.dtype = "float32"
-  elif variant:
-    raise ValueError(f"Unknown config argument {arg!r}; allowed: ROW or ROW,smoke.")
-  return c
+  return config.build(ROW, arg, VARIANTS, groups=GROUPS, default=DEFAULT, path=__file__)

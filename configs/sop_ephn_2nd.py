@@ -9,12 +9,13 @@ divided by 10 after epochs 20 and 30, 40 epochs.
   python train.py --config=configs/sop_ephn_2nd.py:smoke --workdir=/tmp/smoke
 """
 
-from configs import default
 from configs import recipes
+from dml_jax.run import config
+
+ROW = {**recipes.DATASETS["sop"], **recipes.EPHN,
+       "data.group_size": 2, "optimizer.learning_rate": 0.005}
+VARIANTS = {"smoke": recipes.smoke}
 
 
 def get_config(arg: str = ""):
-  c = default.get_config()
-  recipes.dataset(c, "sop")
-  recipes.ephn(c, learning_rate=0.005, group_size=2)
-  return recipes.finish(c, arg)
+  return config.build(ROW, arg, VARIANTS, path=__file__)

@@ -57,7 +57,7 @@ def flags_parser(program: str, *, groups: Sequence[tuple[str, Sequence[str]]] = 
       if arg.startswith("--config="):
         path = arg.split("=", 1)[1].partition(":")[0]
         if not os.path.isfile(path):
-          fail(program, overrides.missing_config_message(path))
+          fail(program, f"config file {path} does not exist")
     try:
       return flag_values(argv)
     except SystemExit:
@@ -122,10 +122,12 @@ def help_text(flag_values: flags.FlagValues, *, doc: str, modules: Sequence[str]
   return "\n".join(lines)
 
 
-def resolved_config(config_flag, *, modules: Sequence[str] = ()) -> ml_collections.ConfigDict:
+def resolved_config(config_flag, *, modules: Sequence[str] = (),
+                    machine: dict | None = None) -> ml_collections.ConfigDict:
   """The config of ``--config=FILE[:arg]`` with its ``--config.K=V`` overrides applied by the
   rules of ``dml_jax.overrides`` (unknown keys refused, ``loss.name`` switches objective),
-  ``modules`` (``--module``) imported and recorded in ``config.user_modules``; locked.
+  then ``machine`` (:func:`machine_overrides`), ``modules`` (``--module``) imported and
+  recorded in ``config.user_modules``; locked.
 
   Raises:
     ValueError: one line naming the bad file, key or value.
@@ -135,7 +137,8 @@ def resolved_config(config_flag, *, modules: Sequence[str] = ()) -> ml_collectio
   overrides.import_user_modules(modules)
   base = overrides.load_config_file(spec)
   overrides.import_user_modules(base.get("user_modules", ()))
-  config = overrides.apply(base, config_flags.get_override_values(config_flag))
+  config = overrides.apply(base, {**config_flags.get_override_values(config_flag),
+                                  **(machine or {})})
   config.user_modules = tuple(dict.fromkeys(tuple(config.get("user_modules", ())) + modules))
   config.lock()
   return config
@@ -177,12 +180,58 @@ def enable_compilation_cache(path: str) -> str | None:
   return path
 
 
-def define_host_memory_flag() -> None:
+# Machine tuning: flags of train.py / eval.py whose defaults these environment variables set
+# (experiment configs leave them at machine-neutral values).
+HOST_MEMORY_ENV = "DML_JAX_KEEP_HOST_MEMORY"
+MACHINE_ENV = {"num_threads": "DML_JAX_NUM_THREADS", "num_workers": "DML_JAX_NUM_WORKERS"}
+_TRUE, _FALSE = ("1", "true", "yes"), ("0", "false", "no")
+
+
+def env_bool(name: str, default: bool | None) -> bool | None:
+  """The environment variable ``name`` as a bool (1/true/yes, 0/false/no), else ``default``."""
+  value = os.environ.get(name, "").strip().lower()
+  return True if value in _TRUE else False if value in _FALSE else default
+
+
+def define_host_memory_flag(default: bool | None = True) -> None:
+  """``--keep_host_memory``; ``default`` (``None``: decided by :func:`wants_host_memory`)
+  unless the environment variable ``DML_JAX_KEEP_HOST_MEMORY`` sets it."""
   flags.DEFINE_bool(
-      "keep_host_memory", True,
+      "keep_host_memory", env_bool(HOST_MEMORY_ENV, default),
       "Keep freed host memory in the process (glibc mallopt; see dml_jax/host_memory.py): "
       "large CPU buffers are not page-faulted in afresh on every call. false: glibc's "
-      "defaults. (train.py takes it from the config: --config.keep_host_memory.)")
+      f"defaults. The environment variable {HOST_MEMORY_ENV}=1/0 sets the default" +
+      ("; without either, train.py keeps it for image data (data.image_size > 0) or when "
+       "the config's keep_host_memory is true." if default is None else "."))
+
+
+def wants_host_memory(flag: bool | None, config: ml_collections.ConfigDict) -> bool:
+  """Whether to keep freed host memory: the flag when given, else on when the config asks
+  for it (``keep_host_memory``, as older workdirs record it) or reads images (large step
+  buffers; the 8 px digits' many small host allocations would queue on the one arena)."""
+  if flag is not None:
+    return flag
+  return bool(config.get("keep_host_memory", False)) or config.data.get("image_size", 0) > 0
+
+
+def define_machine_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+  """``--num_threads`` / ``--num_workers``: the input pipeline's decoding threads and worker
+  processes (``data.num_threads`` / ``data.num_workers`` of the run; default: the environment
+  variables of ``MACHINE_ENV``, else the config's)."""
+  for name, what in (("num_threads", "Decoding threads (per worker process)"),
+                     ("num_workers", "Input worker processes (0: threads of the trainer; "
+                                     "-1: auto)")):
+    env = os.environ.get(MACHINE_ENV[name], "").strip()
+    flags.DEFINE_integer(name, int(env) if env.lstrip("-").isdigit() else None,
+                         f"{what}; sets data.{name} (default: the environment variable "
+                         f"{MACHINE_ENV[name]}, else the config's value).",
+                         flag_values=flag_values)
+
+
+def machine_overrides(flag_values: flags.FlagValues = FLAGS) -> dict[str, int]:
+  """``{'data.num_threads': N, ...}`` for the machine flags that are set."""
+  return {f"data.{name}": flag_values[name].value for name in MACHINE_ENV
+          if name in flag_values and flag_values[name].value is not None}
 
 
 def keep_host_memory(keep: bool) -> None:

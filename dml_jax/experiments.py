@@ -43,6 +43,7 @@ from dml_jax import cli
 from dml_jax import overrides as overrides_lib
 from dml_jax import workdir as workdir_lib
 from dml_jax.evaluation import report
+from dml_jax.run import config as config_lib
 
 SWEEP_JSON = "sweep.json"
 
@@ -236,7 +237,9 @@ def sweep(config: ml_collections.ConfigDict, *, grid: Sequence[str] = (), seeds:
   axes = parse_grid(grid)
   points = grid_points(axes)
   configs = [(point, overrides_lib.apply(base, point, from_strings=True))
-             for point in points]  # validate all first
+             for point in points]
+  for _, cfg in configs:   # every point checked before the first run starts
+    config_lib.validate(cfg)
   runs = []
   total, done = len(points) * seeds, 0
   for point, cfg in configs:

@@ -18,9 +18,9 @@ after ``free``:
 The process keeps its peak heap (as a GPU framework's caching allocator keeps its peak);
 nothing else changes, results included. The settings are process-wide and apply to threads
 that first allocate after the call, so the binaries call it before JAX starts its threads:
-``train.py`` when the config's ``keep_host_memory`` is on (``recipes.images`` turns it on for
-every image config; off for the 8 px digits of the main job, whose many small host
-allocations then queue on the one arena: 10-20 % slower steps), ``eval.py`` unless
+``train.py`` unless ``--keep_host_memory=false`` for image data (``data.image_size > 0``) or
+a config whose ``keep_host_memory`` is on (off for the 8 px digits of the main job, whose many
+small host allocations then queue on the one arena: 10-20 % slower steps), ``eval.py`` unless
 ``--keep_host_memory=false``; neither when JAX will run on an accelerator (:func:`cpu_only`:
 the buffers are then in device memory). Elsewhere than glibc (macOS, musl) it does nothing.
 The same can be had from the environment at start (:data:`ENVIRONMENT`):

@@ -51,7 +51,7 @@ NUMERIC_KEYS = {
 
 
 def check(opt: ml_collections.ConfigDict) -> None:
-  """Checks the values of ``config.optimizer`` before any work (``training.validate_config``).
+  """Checks the values of ``config.optimizer`` before any work (``dml_jax.run.config.validate``).
 
   Raises:
     ValueError: one line naming the key, its value and what is allowed.

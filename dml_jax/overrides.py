@@ -30,33 +30,16 @@ from dml_jax import objectives
 LOSS = "loss."
 
 
-# Config files that became variants of another: old path -> new ``path:arg``.
-RENAMED_CONFIGS = {
-    f"configs/{dataset}_noise_{loss}.py": f"configs/label_noise.py:{dataset},{loss}"
-    for dataset in ("cub", "sop", "flowers")
-    for loss in ("triplet_random_semihard", "triplet_fixed_semihard", "margin")
-}
-
-
-def missing_config_message(path: str) -> str:
-  """The one-line error for a config file that does not exist (naming its new name when it
-  was renamed)."""
-  key = "configs/" + os.path.basename(path)
-  if key in RENAMED_CONFIGS:
-    return (f"config file {path} is now {RENAMED_CONFIGS[key]} (one file with a variant per "
-            "dataset and loss)")
-  return f"config file {path} does not exist"
-
-
 def load_config_file(spec: str) -> ml_collections.ConfigDict:
-  """``'configs/X.py'`` or ``'configs/X.py:arg'`` -> ``get_config(arg)`` of that file.
+  """``'configs/X.py'`` or ``'configs/X.py:arg'`` -> ``get_config(arg)`` of that file (``arg``:
+  its variants, ``dml_jax/run/config.py``).
 
   Raises:
     ValueError: the file does not exist.
   """
   path, _, arg = spec.partition(":")
   if not os.path.isfile(path):
-    raise ValueError(missing_config_message(path))
+    raise ValueError(f"config file {path} does not exist")
   root = os.path.dirname(os.path.dirname(os.path.abspath(path)))
   if root not in sys.path:
     sys.path.insert(0, root)

@@ -41,13 +41,13 @@ from dml_jax import similarity as similarity_lib
 from dml_jax import train_input
 from dml_jax import workdir as workdir_lib
 from dml_jax import writers
-from dml_jax.data import cache as cache_lib
 from dml_jax.data import noise as noise_lib
 from dml_jax.data import pipeline
 from dml_jax.evaluation import compute
 from dml_jax.evaluation import protocols as protocols_lib
 from dml_jax.evaluation import report
 from dml_jax.evaluation import scatter
+from dml_jax.run import config as config_lib
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -65,40 +65,9 @@ class TrainingInterrupted(Exception):
 # ----------------------------------------------------------------------------- config
 
 
-def validate_config(config: ml_collections.ConfigDict) -> None:
-  """Checks the values the library cannot check itself; raises ``ValueError``."""
-  for key in ("num_train_steps", "batch_size", "log_every_steps", "checkpoint_every_steps"):
-    if not isinstance(value := config[key], int) or value <= 0:
-      raise ValueError(f"config.{key} must be a positive integer, got {value!r}.")
-  for key in ("eval_every_steps", "num_epochs"):
-    if config[key] < 0:
-      raise ValueError(f"config.{key} must be >= 0, got {config[key]}.")
-  optimizers.check(config.optimizer)
-  pipeline.resolve_workers(config.data.num_workers, config.data.num_threads, platform="cpu",
-                           cpus=1)   # only checks the value
-  cache_lib.check_mode(config.data.cache, config.data.cache_max_gb)
-  if not 1 <= config.data.group_size <= config.batch_size:
-    raise ValueError(f"data.group_size={config.data.group_size} must be between 1 and "
-                     f"batch_size={config.batch_size} (examples per class in a batch).")
-  if config.data.label_noise and config.data.clean_fraction != 1.0:
-    raise ValueError(
-        f"config.data.label_noise={config.data.label_noise} and config.data.clean_fraction="
-        f"{config.data.clean_fraction}: the clean topline is a separate run; set one of them.")
-  if config.data.name in data_lib.IMAGE_DATASETS:
-    if config.data.image_size <= 0:
-      raise ValueError(f"config.data.image_size must be > 0 for the image dataset "
-                       f"{config.data.name!r} (e.g. 224), got {config.data.image_size}.")
-  elif config.data.image_size:
-    raise ValueError(
-        f"config.data.image_size={config.data.image_size}: the in-memory dataset "
-        f"{config.data.name!r} has a fixed size; use 0 (its native size).")
-  memory_lib.check(config.memory.size, config.memory.start_step, batch_size=config.batch_size)
-  if config.model.pretrained and not os.path.exists(config.model.pretrained):
-    raise FileNotFoundError(
-        f"config.model.pretrained={config.model.pretrained!r} does not exist. Convert "
-        "torchvision weights first: python -m dml_jax.models.pretrained convert --arch "
-        f"{config.model.name} --torch_checkpoint <file.pth> --output {config.model.pretrained}")
-  writers.config_backends(config)
+# The checks of a config before any work live in dml_jax/run/config.py (one place for
+# train.py, eval.py and the sweep); the name stays for callers of the library.
+validate_config = config_lib.validate
 
 
 # ------------------------------------------------------------------------ train state
@@ -173,14 +142,14 @@ def build(config: ml_collections.ConfigDict) -> Setup:
   binary that builds a workdir's config finds them.
   """
   overrides.import_user_modules(config.get("user_modules", ()))
-  validate_config(config)
+  config_lib.validate(config)
   mesh = parallel.make_mesh(config.num_devices)
   parallel.check_batch_size(config.batch_size, mesh)
   splits = dict(data_lib.load(config.data.name, **dataset_options(config.data)))
   splits["train"] = noise_lib.prepare_train_split(
       splits["train"], label_noise=config.data.label_noise,
       clean_fraction=config.data.clean_fraction, seed=config.data.noise_seed)
-  protocols_lib.validate_eval_config(config, splits)
+  config_lib.validate(config, splits)
   train = splits["train"]
   sampler = data_lib.NPerClassSampler(
       train.labels, batch_size=config.batch_size, group_size=config.data.group_size,

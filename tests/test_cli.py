@@ -62,3 +62,18 @@ def test_help_exits_0_with_the_grouped_flags_and_where_config_keys_are(capsys):
   assert names == ["--workdir", "--compilation_cache", "--[no]distributed"]
   assert lines.index("multi-host flags:") > lines.index("flags:")
   assert page.rstrip().endswith("Config keys: configs/default.py.")
+
+
+def test_machine_flags_take_their_defaults_from_the_environment(monkeypatch):
+  monkeypatch.setenv("DML_JAX_NUM_THREADS", "3")
+  monkeypatch.delenv("DML_JAX_NUM_WORKERS", raising=False)
+  flag_values = flags.FlagValues()
+  cli.define_machine_flags(flag_values)
+  flag_values(["train.py"])
+  assert cli.machine_overrides(flag_values) == {"data.num_threads": 3}
+  flag_values(["train.py", "--num_workers=0", "--num_threads=1"])
+  assert cli.machine_overrides(flag_values) == {"data.num_threads": 1, "data.num_workers": 0}
+  monkeypatch.setenv("DML_JAX_KEEP_HOST_MEMORY", "0")
+  assert cli.env_bool("DML_JAX_KEEP_HOST_MEMORY", None) is False
+  monkeypatch.setenv("DML_JAX_KEEP_HOST_MEMORY", "")
+  assert cli.env_bool("DML_JAX_KEEP_HOST_MEMORY", None) is None

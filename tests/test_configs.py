@@ -3,6 +3,7 @@ objective."""
 
 import glob
 import importlib
+import itertools
 import json
 import os
 import sys
@@ -10,6 +11,7 @@ import sys
 import pytest
 
 from dml_jax import objectives
+from dml_jax.run import config as config_lib
 from dml_test_support import ROOT
 
 if ROOT not in sys.path:   # ``python tests/test_configs.py`` (conftest does this under pytest)
@@ -36,8 +38,10 @@ SMOKE_ARG = {"digits_objective": "nca,smoke"}
 
 
 def variants(name: str) -> tuple[str, ...]:
-  """A config file's named variants (its ``VARIANTS``, e.g. label_noise's 'cub,margin')."""
-  return tuple(getattr(importlib.import_module(f"configs.{name}"), "VARIANTS", ("",)))
+  """A config file's rows: one variant of each of its ``GROUPS`` (e.g. label_noise's
+  'cub,margin'), or ``('',)`` for a file of one row."""
+  groups = getattr(importlib.import_module(f"configs.{name}"), "GROUPS", ())
+  return tuple(",".join(p) for p in itertools.product(*groups)) if groups else ("",)
 
 
 # Every experiment: 'name' or 'name:variant' (the --config=configs/name.py:variant spelling).
@@ -118,7 +122,7 @@ def test_every_objective_trains_on_digits(objective, tmp_path):
 
 def test_digits_objective_rejects_unknown_name():
   from configs import digits_objective  # pylint: disable=import-outside-toplevel
-  with pytest.raises(ValueError, match="Unknown objective 'npair'.*available: angular, arcface"):
+  with pytest.raises(ValueError, match="unknown variant 'npair'.*allowed: angular, arcface"):
     digits_objective.get_config("npair")
 
 
@@ -156,6 +160,97 @@ def write_golden() -> None:
     f.write("{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(v, sort_keys=True)}"
                                for k, v in sorted(golden.items())) + "\n}\n")
 
+
+
+# ------------------------------------------------------------ rows, variants, show
+
+
+def test_a_variant_argument_is_parsed_in_one_place():
+  variants = {"cub": {}, "sop": {}, "margin": {}, "triplet": {}, "smoke": {}}
+  groups = (("cub", "sop"), ("margin", "triplet"))
+  select = lambda arg: config_lib.select(arg, variants, groups=groups, default="cub,margin",
+                                         path="configs/x.py")
+  assert select("") == ["cub", "margin"]
+  assert select("smoke") == ["cub", "margin", "smoke"]
+  assert select("smoke,triplet,sop") == ["sop", "triplet", "smoke"]   # the file's order
+  with pytest.raises(ValueError, match=r"^unknown variant 'smok' in --config=configs/x.py:"
+                                       r"sop,smok; allowed: cub, sop, margin, triplet, smoke$"):
+    select("sop,smok")
+  with pytest.raises(ValueError, match=r"^--config=configs/x.py:cub,sop,margin names more "
+                                       r"than one of cub, sop$"):
+    select("cub,sop,margin")
+  with pytest.raises(ValueError, match=r"^--config=configs/x.py:cub needs one of margin, "
+                                       r"triplet$"):
+    select("cub")
+  with pytest.raises(ValueError, match="allowed: none"):
+    config_lib.select("smoke", {})
+
+
+def test_a_row_sets_keys_of_the_default_config_only():
+  from configs import default  # pylint: disable=import-outside-toplevel
+  c = config_lib.apply_row(default.get_config(), {"loss": {"name": "triplet"},
+                                                  "loss.margin": 0.3, "data.options.root": "r",
+                                                  "optimizer.learning_rate": 0.5})
+  assert c.loss.to_dict() == {"name": "triplet", "margin": 0.3}
+  assert (c.data.options.root, c.optimizer.learning_rate) == ("r", 0.5)
+  with pytest.raises(ValueError, match="^config row key optimizer.learning_rat is not a key"):
+    config_lib.apply_row(default.get_config(), {"optimizer.learning_rat": 0.5})
+
+
+def test_paper_configs_set_no_machine_settings():
+  """Machine tuning comes from train.py's flags or the environment, not from experiments."""
+  from configs import default  # pylint: disable=import-outside-toplevel
+  base = default.get_config()
+  for spec in EXPERIMENTS:
+    for c in (load(spec), load(spec, "smoke")):
+      assert c.keep_host_memory == base.keep_host_memory, spec
+      assert (c.data.num_threads, c.data.num_workers) == (base.data.num_threads,
+                                                          base.data.num_workers), spec
+
+
+def test_the_eps_losses_are_defined_once():
+  from configs import recipes  # pylint: disable=import-outside-toplevel
+  assert load("cub_eps_triplet").loss.to_dict() == recipes.EPS_LOSSES["eps_triplet"]["loss"]
+  assert load("cub_eps_ms").loss.to_dict() == recipes.EPS_LOSSES["eps_ms"]["loss"]
+  assert load("omniglot_cpu:margin").loss.to_dict() == recipes.EPS_LOSSES["margin"]["loss"]
+
+
+def test_show_prints_a_resolved_row(capsys):
+  path = os.path.join(ROOT, "configs", "cub_ephn_2nd.py")
+  assert config_lib.main(["show", path]) == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert "seed = 0" in lines and 'data.name = "cub"' in lines
+  assert "loss.temperature = 0.1" in lines and "optimizer.decay_epochs = [20, 30]" in lines
+  assert config_lib.main(["show", path + ":smoke", "--diff-default",
+                          "--set=loss.temperature=0.05", "--set", "seed=3"]) == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert "seed = 3" in lines and "loss.temperature = 0.05" in lines
+  assert "optimizer.learning_rate = 0.0025" in lines and "num_train_steps = 2" in lines
+  assert not [l for l in lines if l.startswith(("eval.similarity", "data.pad", "log."))]
+
+
+def test_show_refuses_a_bad_key_or_variant_in_one_line(capsys):
+  path = os.path.join(ROOT, "configs", "cub_ephn_2nd.py")
+  assert config_lib.main(["show", path, "--set=optimizer.learning_rat=1"]) == 1
+  err = capsys.readouterr().err.strip()
+  assert err.count("\n") == 0 and "unknown config key optimizer.learning_rat" in err
+  assert config_lib.main(["show", path + ":tiny"]) == 1
+  assert "unknown variant 'tiny'" in capsys.readouterr().err
+
+
+def test_validate_is_the_check_of_every_binary():
+  from configs import default  # pylint: disable=import-outside-toplevel
+  from dml_jax import training  # pylint: disable=import-outside-toplevel
+  assert training.validate_config is config_lib.validate
+  c = default.get_config()
+  config_lib.validate(c)
+  c.model.name, c.model.bn_mode = "resnet18", "frozn"
+  with pytest.raises(ValueError, match="bn_mode='frozn'; allowed"):
+    config_lib.validate(c)
+  c = default.get_config()
+  c.data.name, c.data.image_size, c.data.augmentation = "cub", 32, "crop"
+  with pytest.raises(ValueError, match="Unknown augmentation 'crop'"):
+    config_lib.validate(c)
 
 if __name__ == "__main__":
   write_golden()

@@ -10,6 +10,7 @@ import textwrap
 import pytest
 
 from configs import default, mnist_evenodd_eps
+from dml_jax import cli
 from dml_jax import host_memory
 from dml_jax import workdir
 
@@ -64,9 +65,14 @@ def test_keep_freed_memory_elsewhere_than_glibc_does_nothing(monkeypatch):
   assert "does not apply" in host_memory.describe(False)
 
 
-def test_configs_keep_host_memory_for_images_only():
-  assert default.get_config().keep_host_memory is False        # the 8 px digits
-  assert mnist_evenodd_eps.get_config().keep_host_memory is True   # recipes.images
+def test_train_keeps_host_memory_for_images_only():
+  digits, mnist = default.get_config(), mnist_evenodd_eps.get_config()
+  assert digits.keep_host_memory is False and mnist.keep_host_memory is False   # no machine
+  assert not cli.wants_host_memory(None, digits)               # the 8 px digits
+  assert cli.wants_host_memory(None, mnist)                    # images
+  assert not cli.wants_host_memory(False, mnist)               # the flag decides
+  digits.keep_host_memory = True                               # older workdirs' key
+  assert cli.wants_host_memory(None, digits)
   assert "keep_host_memory" in workdir.RESUMABLE_KEYS         # a rerun may change it
 
 

@@ -27,10 +27,16 @@ def test_unknown_keys_are_one_line_with_the_closest_key():
     overrides.apply(base, {"loss.name": "tripplet"})
 
 
-def test_a_renamed_config_file_names_its_new_name():
-  with pytest.raises(ValueError, match=r"configs/sop_noise_margin.py is now "
-                                       r"configs/label_noise.py:sop,margin"):
+def test_a_config_file_that_is_not_there_is_one_line_naming_it():
+  with pytest.raises(ValueError, match=r"^config file configs/sop_noise_margin.py does not "
+                                       r"exist$"):
     overrides.load_config_file("configs/sop_noise_margin.py")
+
+
+def test_an_unknown_variant_is_one_line_naming_the_allowed_ones():
+  with pytest.raises(ValueError, match=r"^unknown variant 'smok' in --config=.*"
+                                       r"digits_evenodd_eps.py:smok; allowed: smoke$"):
+    overrides.load_config_file(EPS + ":smok")
 
 
 def test_switching_the_objective_takes_its_defaults_and_the_given_keys():

@@ -11,6 +11,7 @@ import pytest
 
 from dml_jax import data, training
 from dml_jax import optimizers
+from dml_jax.run import config as config_lib
 from dml_jax.evaluation import checkpoints
 from fake_datasets import fill_image_list_options, write_inshop_dataset
 from test_configs import EXPERIMENTS, load
@@ -52,7 +53,7 @@ def test_training_a_paper_config_needs_the_converted_weights(tmp_path):
   c = paper_config("cub_ephn_2nd")
   c.model.pretrained = str(tmp_path / "missing.npz")
   with pytest.raises(FileNotFoundError, match="pretrained convert --arch resnet50"):
-    training.validate_config(c)
+    config_lib.validate(c)
 
 
 def test_num_epochs_and_decay_epochs_use_the_sampler_epoch():

@@ -1,0 +1,1 @@
+"""The application: what runs experiments on top of the library."""
