@@ -1,12 +1,12 @@
 """The GPU tables of docs/performance.md, generated from the committed summaries of ``gpu_check.sh``.
 
   python benchmarks/device/gpu_table.py              # prints the markdown
-  python benchmarks/device/gpu_table.py --write      # replaces the block in docs/performance.md
+  python docs/tables.py --write                      # rewrites every docs table, these included
 
 Reads ``docs/results/gpu/{tests,cross_platform,throughput,omniglot}.json`` (each stamped by
-``gpu_check.sh`` with its part, commit, date, device and JAX version) and writes the block
-between ``<!-- gpu-tables:start -->`` and ``<!-- gpu-tables:end -->`` of docs/performance.md; a
-test checks that the page holds exactly this output.
+``gpu_check.sh`` with its part, commit, date, device and JAX version); :func:`generate` is the
+``<!-- table: gpu -->`` block of docs/performance.md, which ``docs/tables.py`` writes and
+tests/test_docs_tables.py checks.
 """
 
 from __future__ import annotations
@@ -18,8 +18,6 @@ import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS = os.path.join(REPO, "docs", "results", "gpu")
-PAGE = os.path.join(REPO, "docs", "performance.md")
-START, END = "<!-- gpu-tables:start -->", "<!-- gpu-tables:end -->"
 LOSS_FLOOR = 1e-3   # as cross_platform.loss_rel_diff: losses near 0 are compared absolutely
 
 # EPS paper, Table 3 (ImageNet ResNet-50): letters R@1, NMI; languages R@1, NMI+
@@ -114,26 +112,9 @@ def generate() -> str:
   return "\n".join(lines)
 
 
-def replace_block(text: str, block: str) -> str:
-  head, sep, rest = text.partition(START)
-  _, sep2, tail = rest.partition(END)
-  if not sep or not sep2:
-    raise ValueError(f"docs/performance.md lacks the {START} ... {END} block.")
-  return f"{head}{START}\n{block}\n{END}{tail}"
-
-
 def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  p.add_argument("--write", action="store_true", help="replace the block in docs/performance.md")
-  args = p.parse_args(argv)
-  block = generate()
-  if args.write:
-    with open(PAGE) as f:
-      text = f.read()
-    with open(PAGE, "w") as f:
-      f.write(replace_block(text, block))
-  else:
-    print(block)
+  argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
+  print(generate())
   return 0
 
 

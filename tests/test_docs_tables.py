@@ -1,0 +1,79 @@
+"""The results tables of the docs and the README equal their committed summaries
+(docs/tables.py), and each summary says how, where and when it was measured."""
+
+import glob
+import json
+import os
+import sys
+
+import pytest
+
+from dml_test_support import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "docs"))
+import tables  # pylint: disable=g-import-not-at-top,wrong-import-position
+sys.path.remove(os.path.join(ROOT, "docs"))
+
+
+def _page_blocks():
+  for path in tables.pages():
+    with open(path) as f:
+      text = f.read()
+    for name in tables.blocks(text):
+      yield os.path.relpath(path, ROOT), name
+
+
+def test_every_table_block_equals_its_summary():
+  assert tables.check(write=False) == 0, "run python docs/tables.py --write"
+
+
+def test_the_reproductions_and_the_readme_hold_generated_tables():
+  names = {name for _, name in _page_blocks()}
+  assert {"reproductions/mnist_table1", "reproductions/mnist_collapse",
+          "reproductions/headline", "gpu"} <= names, names
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "docs", "results",
+                                                               "reproductions", "*.json"))))
+def test_a_summary_is_stamped_and_holds_every_run_it_shows(path):
+  with open(path) as f:
+    summary = json.load(f)
+  assert summary.get("title")
+  if summary.get("kind") == "claims":
+    for row in summary["rows"]:
+      assert ("ours" in row) != ("ours_text" in row), row["result"]
+      for ref in row.get("ours", ()):
+        assert tables.source_values(ref), ref
+    return
+  assert summary["command"] and all(isinstance(c, str) for c in summary["command"])
+  assert set(summary["stamp"]) >= {"commit", "date", "machine", "jax"}
+  for row in summary["rows"]:
+    seeds = summary["runs"][row["run"]]
+    assert len(seeds) >= 3, f"{row['run']}: fewer than 3 seeds"
+    for column in summary["columns"]:
+      assert len(tables.seed_values(summary, row, column["metric"])) == len(seeds)
+
+
+def test_mean_and_sample_std():
+  assert tables.mean_std([1.0]) == (1.0, 0.0)
+  mean, std = tables.mean_std([1.0, 2.0, 3.0])
+  assert mean == 2.0 and abs(std - 1.0) < 1e-12
+
+
+def test_a_changed_number_is_caught(tmp_path, monkeypatch):
+  page = tmp_path / "page.md"
+  with open(os.path.join(ROOT, "docs", "reproductions.md")) as f:
+    text = f.read()
+  page.write_text(text.replace("**42.6 ± 7.1**", "**43.6 ± 7.1**", 1))
+  monkeypatch.setattr(tables, "pages", lambda: [str(page)])
+  assert tables.check(write=False) == 1
+  assert tables.check(write=True) == 0
+  assert page.read_text() == text
+
+
+def test_an_unknown_summary_is_one_line(tmp_path, monkeypatch, capsys):
+  page = tmp_path / "page.md"
+  page.write_text("<!-- table: reproductions/nope -->\n<!-- end table -->\n")
+  monkeypatch.setattr(tables, "pages", lambda: [str(page)])
+  assert tables.main([]) == 2
+  assert "no summary docs/results/reproductions/nope.json" in capsys.readouterr().err
