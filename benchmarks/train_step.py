@@ -407,10 +407,10 @@ def default_torch_python(modules: str = "torch, pytorch_metric_learning") -> str
 def worker_env(threads: int, *, keep_host_memory: bool) -> dict:
   """The environment of every side's worker process: this one's, the repository on the
   path, ``OMP_NUM_THREADS = threads`` and, with ``keep_host_memory``, glibc's settings of
-  ``dml_jax/host_memory.py`` (what ``train.py`` applies to itself), the same for each side."""
+  ``dml_jax/run/host_memory.py`` (what ``train.py`` applies to itself), the same for each side."""
   if REPO not in sys.path:
     sys.path.insert(0, REPO)
-  from dml_jax import host_memory  # pylint: disable=import-outside-toplevel
+  from dml_jax.run import host_memory  # pylint: disable=import-outside-toplevel
   env = dict(os.environ)
   env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
   env["OMP_NUM_THREADS"] = str(threads)
@@ -587,7 +587,7 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--threads", type=int, default=2, help="CPUs (and torch threads) per side")
   parser.add_argument("--host_memory", default="default", choices=("keep", "default"),
                       help="default: glibc's malloc defaults on every side; keep: every "
-                      "side's worker keeps freed host memory (dml_jax/host_memory.py)")
+                      "side's worker keeps freed host memory (dml_jax/run/host_memory.py)")
   parser.add_argument("--profile", action="store_true", help="profile the dml_jax step too")
   parser.add_argument("--profile_steps", type=int, default=30)
   parser.add_argument("--torch_python", default="",

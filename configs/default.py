@@ -20,7 +20,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.scatter_every_steps = 0       # > 0: triplet scatter diagram PNG of the eval split
   c.max_checkpoints_to_keep = 3
   c.user_modules = ()             # modules imported first (own objectives; train.py --module)
-  # Keep freed host memory in the process (dml_jax/host_memory.py): on the CPU a step with a
+  # Keep freed host memory in the process (dml_jax/run/host_memory.py): on the CPU a step with a
   # large temporary buffer (28 px images and up, ResNets) no longer page-faults it in afresh
   # every call; on by recipes.images and the MNIST / Omniglot configs, off for the 8 px digits
   # (there its single malloc arena costs the host loop more than it saves).
@@ -113,7 +113,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.retrieval_grid_k = 8     # their top-k gallery images, at every evaluation
   c.eval.retrieval_grid_queries = "random"   # 'random' (seeded by c.seed) | 'worst' (lowest AP)
 
-  # Where metrics go besides metrics.jsonl (dml_jax.writers); process 0 only.
+  # Where metrics go besides metrics.jsonl (dml_jax.run.writers); process 0 only.
   c.log = ml_collections.ConfigDict()
   c.log.tensorboard = True        # event files under <workdir>/tensorboard/ (tensorboardX)
   c.log.wandb = False             # Weights & Biases (needs: pip install wandb)

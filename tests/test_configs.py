@@ -106,7 +106,7 @@ def test_digits_objective_config_makes_every_objective(objective):
 def test_every_objective_trains_on_digits(objective, tmp_path):
   """configs/digits_objective.py:NAME runs end to end and the loss stays finite."""
   from configs import digits_objective  # pylint: disable=import-outside-toplevel
-  from dml_jax import training  # pylint: disable=import-outside-toplevel
+  from dml_jax.run import training  # pylint: disable=import-outside-toplevel
   c = digits_objective.get_config(f"{objective},smoke")
   c.num_train_steps, c.batch_size, c.data.group_size = 2, 32, 16
   c.log_every_steps, c.checkpoint_every_steps = 1, 2

@@ -88,8 +88,8 @@ def test_cycle_finder_finds_a_cycle():
 
 def test_no_import_cycle_in_the_package():
   graph = import_graph()
-  assert "dml_jax.training" in graph and "dml_jax.evaluation.checkpoints" in graph
-  assert "dml_jax.training" in graph["dml_jax.evaluation.checkpoints"]
+  assert "dml_jax.run.training" in graph and "dml_jax.run.eval_checkpoints" in graph
+  assert "dml_jax.run.training" in graph["dml_jax.run.eval_checkpoints"]
   assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
 
 

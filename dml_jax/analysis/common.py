@@ -9,11 +9,11 @@ from collections.abc import Sequence
 import jax.numpy as jnp
 import numpy as np
 
-from dml_jax import checkpointing
+from dml_jax.run import checkpointing
 from dml_jax import similarity as sim
-from dml_jax import training
-from dml_jax import workdir as workdir_lib
-from dml_jax.evaluation import checkpoints
+from dml_jax.run import training
+from dml_jax.run import workdir as workdir_lib
+from dml_jax.run import eval_checkpoints
 from dml_jax.evaluation import compute
 from dml_jax.evaluation import report
 
@@ -70,7 +70,7 @@ def load_embeddings(workdir: str, *, step: int | None = None,
   if at_init:
     restored_step, state = 0, setup.init_state
   else:
-    checkpoints.checkpoint_steps(workdir)  # FileNotFoundError with a helpful message
+    eval_checkpoints.checkpoint_steps(workdir)  # FileNotFoundError with a helpful message
     manager = checkpointing.make_manager(workdir, read_only=True)
     try:
       restored_step, state, _ = checkpointing.restore(manager, setup.init_state, step=step)
@@ -100,7 +100,7 @@ def add_workdir_args(parser) -> None:
 
 def parse_args(parser, argv):
   """``parser.parse_args(argv)``, then quiet logs and the ``--module`` imports."""
-  from dml_jax import cli  # pylint: disable=import-outside-toplevel
+  from dml_jax.run import cli  # pylint: disable=import-outside-toplevel
   from dml_jax import overrides  # pylint: disable=import-outside-toplevel
   args = parser.parse_args(argv)
   cli.quiet_logs()

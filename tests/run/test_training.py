@@ -7,14 +7,14 @@ import jax
 import numpy as np
 import pytest
 
-from dml_jax import checkpointing
+from dml_jax.run import checkpointing
 from dml_jax import data as data_lib
 from dml_jax import optimizers
-from dml_jax import training
-from dml_jax import workdir as workdir_lib
-from dml_jax import writers
+from dml_jax.run import training
+from dml_jax.run import workdir as workdir_lib
+from dml_jax.run import writers
 from dml_jax.data import noise as noise_lib
-from dml_jax.evaluation import checkpoints
+from dml_jax.run import eval_checkpoints
 from dml_test_support import leaves_equal, restore_state, small_config
 
 
@@ -73,7 +73,7 @@ def test_resume_continues_and_matches_uninterrupted(run20, tmp_path):
 
 def test_eval_checkpoint_equals_train_results(run20):
   workdir, results = run20
-  step, again = checkpoints.evaluate_checkpoint(workdir)
+  step, again = eval_checkpoints.evaluate_checkpoint(workdir)
   assert step == 20
   assert again.keys() == results.keys()
   for p in results:
@@ -99,9 +99,9 @@ def test_damaged_latest_checkpoint_falls_back(run20, tmp_path, caplog):
 def test_eval_without_checkpoint_is_a_clear_error(tmp_path):
   workdir_lib.write_config(small_config(), str(tmp_path))
   with pytest.raises(FileNotFoundError, match="No checkpoint"):
-    checkpoints.evaluate_checkpoint(str(tmp_path))
+    eval_checkpoints.evaluate_checkpoint(str(tmp_path))
   with pytest.raises(FileNotFoundError, match="not a dml_jax workdir"):
-    checkpoints.evaluate_checkpoint(str(tmp_path / "nowhere"))
+    eval_checkpoints.evaluate_checkpoint(str(tmp_path / "nowhere"))
 
 
 def test_nan_stops_training_and_never_checkpoints_nan(tmp_path, monkeypatch):

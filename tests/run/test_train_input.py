@@ -1,4 +1,4 @@
-"""Tests of dml_jax.train_input: which input feeds the training loop (``data.cache``), the
+"""Tests of dml_jax.run.train_input: which input feeds the training loop (``data.cache``), the
 mmap cache in the workdir, and the sharded feed of the cached path on the test session's 8
 fake CPU devices against the streaming path."""
 

@@ -18,7 +18,7 @@ from absl import logging
 import ml_collections
 from ml_collections import config_flags
 
-from dml_jax import host_memory
+from dml_jax.run import host_memory
 from dml_jax import overrides
 
 FLAGS = flags.FLAGS
@@ -180,7 +180,7 @@ def enable_compilation_cache(path: str) -> str | None:
 def define_host_memory_flag() -> None:
   flags.DEFINE_bool(
       "keep_host_memory", True,
-      "Keep freed host memory in the process (glibc mallopt; see dml_jax/host_memory.py): "
+      "Keep freed host memory in the process (glibc mallopt; see dml_jax/run/host_memory.py): "
       "large CPU buffers are not page-faulted in afresh on every call. false: glibc's "
       "defaults. (train.py takes it from the config: --config.keep_host_memory.)")
 

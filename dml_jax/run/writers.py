@@ -37,7 +37,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from dml_jax import workdir as workdir_lib
+from dml_jax.run import workdir as workdir_lib
 
 TENSORBOARD_DIR = "tensorboard"
 WANDB_ID_FILE = "wandb_run_id.txt"

@@ -10,10 +10,10 @@ import os
 
 from absl import logging
 
-from dml_jax import checkpointing
-from dml_jax import training
-from dml_jax import workdir as workdir_lib
-from dml_jax import writers
+from dml_jax.run import checkpointing
+from dml_jax.run import training
+from dml_jax.run import workdir as workdir_lib
+from dml_jax.run import writers
 from dml_jax.evaluation import compute
 from dml_jax.evaluation import projector
 from dml_jax.evaluation import protocols as protocols_lib

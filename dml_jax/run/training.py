@@ -28,7 +28,7 @@ import numpy as np
 import optax
 import tqdm
 
-from dml_jax import checkpointing
+from dml_jax.run import checkpointing
 from dml_jax import memory as memory_lib
 from dml_jax import data as data_lib
 from dml_jax import models
@@ -36,11 +36,11 @@ from dml_jax import objectives
 from dml_jax import optimizers
 from dml_jax import overrides
 from dml_jax import parallel
-from dml_jax import signals
+from dml_jax.run import signals
 from dml_jax import similarity as similarity_lib
-from dml_jax import train_input
-from dml_jax import workdir as workdir_lib
-from dml_jax import writers
+from dml_jax.run import train_input
+from dml_jax.run import workdir as workdir_lib
+from dml_jax.run import writers
 from dml_jax.data import cache as cache_lib
 from dml_jax.data import noise as noise_lib
 from dml_jax.data import pipeline
