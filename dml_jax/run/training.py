@@ -28,26 +28,25 @@ import numpy as np
 import optax
 import tqdm
 
-from dml_jax.run import checkpointing
-from dml_jax import memory as memory_lib
 from dml_jax import data as data_lib
-from dml_jax import models
+from dml_jax import memory as memory_lib
 from dml_jax import objectives
 from dml_jax import optimizers
 from dml_jax import overrides
 from dml_jax import parallel
-from dml_jax.run import signals
 from dml_jax import similarity as similarity_lib
-from dml_jax.run import train_input
-from dml_jax.run import workdir as workdir_lib
-from dml_jax.run import writers
 from dml_jax.data import cache as cache_lib
-from dml_jax.data import noise as noise_lib
 from dml_jax.data import pipeline
 from dml_jax.evaluation import compute
 from dml_jax.evaluation import protocols as protocols_lib
 from dml_jax.evaluation import report
 from dml_jax.evaluation import scatter
+from dml_jax.run import checkpointing
+from dml_jax.run import restore
+from dml_jax.run import signals
+from dml_jax.run import train_input
+from dml_jax.run import workdir as workdir_lib
+from dml_jax.run import writers
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -120,44 +119,6 @@ class Setup:
   num_train_steps: int
 
 
-def model_options(model: ml_collections.ConfigDict) -> dict:
-  """The backbone options of ``config.model`` that differ from the defaults, as keyword
-  arguments of ``models.make`` (so the small CNN, which has none, gets none)."""
-  defaults = {"dtype": "float32", "pooling": "", "bn_mode": "train", "embedding_hidden": ()}
-  options = {}
-  for key, default in defaults.items():
-    value = model.get(key, default)
-    value = tuple(value) if isinstance(value, (list, tuple)) else value
-    if value != default:
-      options[key] = value
-  return options
-
-
-def input_options(model_name: str, image_shape) -> dict:
-  """``image_size`` / ``in_channels`` for models whose layers depend on the input shape (the
-  small CNN's dense layer), from the train images ``[N, H, W, C]``."""
-  if model_name not in models.MODELS:
-    return {}
-  params = inspect.signature(models.MODELS[model_name].__init__).parameters
-  options = {}
-  if "image_size" in params:
-    options["image_size"] = tuple(int(d) for d in image_shape[1:3])
-  if "in_channels" in params:
-    options["in_channels"] = int(image_shape[3])
-  return options
-
-
-def dataset_options(data: ml_collections.ConfigDict) -> dict:
-  """Keyword arguments of the dataset loader: ``data.options`` plus, for image datasets, the
-  ``ImageOptions`` keys (``resize_size`` 0 means ``round(image_size * 8 / 7)``, 256 for 224)."""
-  options = data.options.to_dict()
-  if data.name in data_lib.IMAGE_DATASETS:
-    options.update(image_size=data.image_size,
-                   resize_size=data.resize_size or round(data.image_size * 8 / 7),
-                   channels=data.channels, mean=tuple(data.mean), std=tuple(data.std))
-  return options
-
-
 def resolve_num_train_steps(config: ml_collections.ConfigDict, steps_per_epoch: int) -> int:
   """``num_epochs * steps_per_epoch`` when ``config.num_epochs > 0``, else
   ``config.num_train_steps``."""
@@ -176,11 +137,7 @@ def build(config: ml_collections.ConfigDict) -> Setup:
   validate_config(config)
   mesh = parallel.make_mesh(config.num_devices)
   parallel.check_batch_size(config.batch_size, mesh)
-  splits = dict(data_lib.load(config.data.name, **dataset_options(config.data)))
-  splits["train"] = noise_lib.prepare_train_split(
-      splits["train"], label_noise=config.data.label_noise,
-      clean_fraction=config.data.clean_fraction, seed=config.data.noise_seed)
-  protocols_lib.validate_eval_config(config, splits)
+  splits = restore.load_splits(config)
   train = splits["train"]
   sampler = data_lib.NPerClassSampler(
       train.labels, batch_size=config.batch_size, group_size=config.data.group_size,
@@ -192,12 +149,7 @@ def build(config: ml_collections.ConfigDict) -> Setup:
 
   key = jax.random.key(config.seed)
   model_key, objective_key = jax.random.split(key)
-  model = models.make(config.model.name, embedding_dim=config.model.embedding_dim,
-                      normalize=config.model.normalize, rngs=nnx.Rngs(params=model_key),
-                      **model_options(config.model), **input_options(config.model.name,
-                                                                     train.images.shape))
-  if config.model.pretrained:
-    models.load_pretrained(model, config.model.pretrained)
+  model = restore.make_model(config, train.images.shape, model_key)
   model.train()
   train_graphdef, params, batch_stats = nnx.split(model, nnx.Param, ...)
   model.eval()
@@ -334,14 +286,7 @@ def make_guarded_step(setup: Setup) -> Callable:
 
 def make_embed_fn(setup: Setup) -> Callable:
   """``embed(state, images [B,H,W,C]) -> embeddings [B, D]`` in eval mode, jitted."""
-  graphdef = setup.eval_graphdef
-
-  @jax.jit
-  def embed(state, images):
-    model = nnx.merge(graphdef, state["params"], state["batch_stats"])
-    return model(images)
-
-  return embed
+  return restore.make_embed_fn(setup.eval_graphdef)
 
 
 def make_batch_similarity_fn(setup: Setup) -> Callable:
@@ -539,8 +484,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
         writer.write_row({"step": step, **log_scatter(setup, state, embed_fn, workdir=workdir,
                                                       step=step, writer=writer)})
       if config.eval_every_steps and step % config.eval_every_steps == 0 and step != total:
-        results = compute.evaluate_with_config(setup, state, embed_fn, workdir=workdir, step=step,
-                                       plot=False, writer=writer, show_progress=eval_progress)
+        results = compute.evaluate_with_config(setup.config, setup.splits, state, embed_fn,
+                                               workdir=workdir, step=step, plot=False,
+                                               writer=writer, show_progress=eval_progress)
         writer.write_row({"step": step, **report.flatten(results)})
     last = int(state["step"])
   except BaseException:
@@ -552,7 +498,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
 
   with writer:
     # A rerun of a finished run evaluates again but logs nothing (its step is logged).
-    results = compute.evaluate_with_config(setup, state, embed_fn, workdir=workdir, step=last,
+    results = compute.evaluate_with_config(setup.config, setup.splits, state, embed_fn,
+                                           workdir=workdir, step=last,
                                            plot=config.eval.plot, show_progress=eval_progress,
                                            writer=writer if last > start else None)
     if last > start:

@@ -10,6 +10,7 @@ import pytest
 from dml_jax.run import checkpointing
 from dml_jax import data as data_lib
 from dml_jax import optimizers
+from dml_jax.run import restore
 from dml_jax.run import training
 from dml_jax.run import workdir as workdir_lib
 from dml_jax.run import writers
@@ -224,7 +225,7 @@ def test_per_part_learning_rates_reach_the_model():
 
 
 def test_model_options_and_pretrained_errors():
-  assert training.model_options(small_config().model) == {}
+  assert restore.model_options(small_config().model) == {}
   with pytest.raises(ValueError, match="dtype"):
     training.build(small_config(**{"model.dtype": "bfloat16"}))
   with pytest.raises(FileNotFoundError, match="pretrained convert"):
