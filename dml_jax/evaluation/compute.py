@@ -21,7 +21,7 @@ from dml_jax.evaluation import metrics
 from dml_jax.evaluation import protocols as protocols_lib
 from dml_jax.evaluation import report
 from dml_jax.evaluation import retrieval_grid
-from dml_jax.evaluation import scatter
+from dml_jax.evaluation import triplet_scatter
 
 
 def embed(embed_fn: Callable, images: np.ndarray, *, batch_size: int,
@@ -250,7 +250,7 @@ def evaluate_with_config(config: ml_collections.ConfigDict, splits: Mapping, sta
     histograms = {}
     for protocol in options["protocols"]:
       split, label_set, _ = protocols_lib.parse_protocol(protocol, splits)
-      pos, neg = scatter.pair_similarities(
+      pos, neg = triplet_scatter.pair_similarities(
           cache[split], protocols_lib.protocol_labels(splits[split], label_set),
           similarity=options["similarity"], seed=options["seed"])
       histograms[f"eval/{protocol}/similarity_positive"] = pos

@@ -40,7 +40,7 @@ from dml_jax.data import pipeline
 from dml_jax.evaluation import compute
 from dml_jax.evaluation import protocols as protocols_lib
 from dml_jax.evaluation import report
-from dml_jax.evaluation import scatter
+from dml_jax.evaluation import triplet_scatter
 from dml_jax.run import checkpointing
 from dml_jax.run import restore
 from dml_jax.run import signals
@@ -185,7 +185,9 @@ def build(config: ml_collections.ConfigDict) -> Setup:
 
 
 def _train_step_fn(setup: Setup) -> Callable:
-  """The un-jitted train step (see :func:`make_train_step`)."""
+  """The un-jitted train step, unguarded: ``(state, images, labels, key) -> (new state,
+  metrics)`` with ``metrics['finite']`` 0 when the loss or the gradient is not finite; the
+  callers keep the old state then (:func:`make_train_step`, :func:`make_guarded_step`)."""
   graphdef, objective, tx = setup.train_graphdef, setup.objective, setup.tx
   mem_config = setup.config.memory
 
@@ -221,8 +223,6 @@ def _train_step_fn(setup: Setup) -> Callable:
         "opt_state": new_opt_state,
         **({"memory": new_memory} if memory is not None else {}),
     }
-    # Keep the old state (but report) when anything is NaN / inf.
-    new_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), new_state, state)
     metrics = {"loss": loss, "grad_norm": grad_norm, "finite": finite.astype(jnp.float32),
                **aux}
     if memory is not None:   # the fraction of the memory's slots the next step will see
@@ -252,9 +252,19 @@ def make_train_step(setup: Setup) -> Callable:
   When the loss or the gradient is not finite, the state is returned unchanged and
   ``metrics['finite']`` is 0, so no NaN ever reaches the parameters or a checkpoint.
   """
+  step_fn = _train_step_fn(setup)
   rep, batch = parallel.replicated(setup.mesh), parallel.batch_sharded(setup.mesh)
-  return jax.jit(_train_step_fn(setup), in_shardings=(rep, batch, batch, rep),
-                 out_shardings=(rep, rep))
+
+  def train_step(state, images, labels, key):
+    new_state, metrics = step_fn(state, images, labels, key)
+    return _keep_unless(metrics["finite"] == 1, new_state, state), metrics
+
+  return jax.jit(train_step, in_shardings=(rep, batch, batch, rep), out_shardings=(rep, rep))
+
+
+def _keep_unless(ok: jax.Array, new_state: dict, state: dict) -> dict:
+  """``new_state`` where the boolean scalar ``ok``, else ``state`` (the one NaN guard)."""
+  return jax.tree.map(lambda new, old: jnp.where(ok, new, old), new_state, state)
 
 
 def make_guarded_step(setup: Setup) -> Callable:
@@ -275,9 +285,9 @@ def make_guarded_step(setup: Setup) -> Callable:
 
   def guarded(state, halted, images, labels, key):
     new_state, metrics = step_fn(state, images, labels, key)
-    ok = halted == 0
-    new_state = jax.tree.map(lambda new, old: jnp.where(ok, new, old), new_state, state)
-    halted = jnp.where(ok & (metrics["finite"] == 0), state["step"] + 1, halted)
+    finite = metrics["finite"] == 1
+    new_state = _keep_unless((halted == 0) & finite, new_state, state)
+    halted = jnp.where((halted == 0) & ~finite, state["step"] + 1, halted)
     return new_state, halted, metrics
 
   return jax.jit(guarded, in_shardings=(rep, rep, batch, batch, rep),
@@ -326,10 +336,10 @@ def log_scatter(setup: Setup, state: dict, embed_fn: Callable, *, workdir: str,
   labels = split.label_sets[protocol.label_set] if protocol.label_set else split.labels
   emb = compute.embed(lambda images: embed_fn(state, images), split.images,
                            batch_size=setup.config.eval.batch_size)
-  s_ap, s_an, correct = scatter.scatter_points(emb, labels,
+  s_ap, s_an, correct = triplet_scatter.scatter_points(emb, labels,
                                                similarity=setup.config.eval.similarity)
   if workdir_lib.is_main_process():
-    path = scatter.plot_scatter(
+    path = triplet_scatter.plot_scatter(
         s_ap, s_an, correct, similarity=setup.config.eval.similarity,
         path=os.path.join(workdir, f"scatter_{protocol.split}_step_{step}.png"),
         title=f"{protocol.split}, step {step}")
@@ -466,7 +476,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
                "examples_per_sec": window_n / max(time.perf_counter() - window_t, 1e-9)}
         writer.write_row(row)
         if batch_similarity is not None:
-          pos, neg = scatter.split_pairs(*jax.device_get(batch_similarity(state, images,
+          pos, neg = triplet_scatter.split_pairs(*jax.device_get(batch_similarity(state, images,
                                                                           labels)))
           writer.histograms(step, {"train/similarity_positive": pos,
                                    "train/similarity_negative": neg})
