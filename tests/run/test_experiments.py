@@ -9,9 +9,7 @@ import pytest
 from dml_jax.run import experiments
 from dml_jax import overrides
 from dml_jax.evaluation import report
-from dml_test_support import small_config
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from dml_test_support import ROOT, small_config
 
 
 def test_parse_grid_and_points():
