@@ -147,7 +147,8 @@ class JaxLoop:
     import jax  # pylint: disable=import-outside-toplevel
     import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
     import numpy as np  # pylint: disable=import-outside-toplevel
-    from dml_jax import parallel, training  # pylint: disable=import-outside-toplevel
+    from dml_jax import parallel  # pylint: disable=import-outside-toplevel
+    from dml_jax.run import training  # pylint: disable=import-outside-toplevel
     self.jax, self.np, self.parallel, self.training = jax, np, parallel, training
     self.config = c = jax_config(case)
     self.setup = setup = training.build(c)

@@ -9,7 +9,8 @@ import os
 import numpy as np
 import pytest
 
-from dml_jax import data, training
+from dml_jax import data
+from dml_jax.run import training
 from dml_jax import optimizers
 from dml_jax.run import eval_checkpoints
 from fake_datasets import fill_image_list_options, write_inshop_dataset

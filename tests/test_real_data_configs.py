@@ -11,7 +11,8 @@ import os
 import numpy as np
 import pytest
 
-from dml_jax import data, objectives, training
+from dml_jax import data, objectives
+from dml_jax.run import training
 from dml_jax.run import eval_checkpoints
 from official_files import real_data
 from test_configs import EXPERIMENTS, load

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from configs import default
-from dml_jax import data, parallel, train_input, training, workdir as workdir_lib
+from dml_jax import data, parallel
+from dml_jax.run import train_input, training, workdir as workdir_lib
 from fake_datasets import write_inshop_dataset
 
 
