@@ -30,9 +30,9 @@ def embed(embed_fn: Callable, images: np.ndarray, *, batch_size: int,
   """Embeds ``images [N, H, W, C]`` in batches of a fixed shape (one compilation).
 
   The last batch is padded with copies of the first image and the padding is dropped.
-  ``embed_fn`` should be jitted (e.g. ``dml_jax.run.restore.make_embed_fn``); batches are dispatched
-  asynchronously and fetched one batch behind. Decoding: ``pipeline.eval_batches``
-  (``num_workers`` grain processes of ``num_threads`` threads, or this process).
+  ``embed_fn`` should be jitted; batches are dispatched asynchronously and fetched one batch
+  behind. Decoding: ``pipeline.eval_batches`` (``num_workers`` grain processes of
+  ``num_threads`` threads, or this process).
 
   Returns:
     float32 ``[N, D]``.
