@@ -26,9 +26,9 @@ Errors (no checkpoint, bad protocol, NaN embeddings, ...) print one line; exit c
 from absl import app
 from absl import flags
 
-from dml_jax import cli
+from dml_jax.run import cli
 from dml_jax import overrides
-from dml_jax.evaluation import checkpoints
+from dml_jax.run import eval_checkpoints
 from dml_jax.evaluation import report
 
 PROGRAM = "eval.py"
@@ -93,7 +93,7 @@ def main(argv):
     print(cli.describe_cache(cache), flush=True)
     overrides.import_user_modules(FLAGS.module)
     if FLAGS.workdirs is not None:
-      out = checkpoints.evaluate_workdirs(FLAGS.workdirs, step=FLAGS.step, output=FLAGS.output,
+      out = eval_checkpoints.evaluate_workdirs(FLAGS.workdirs, step=FLAGS.step, output=FLAGS.output,
                                        show_progress=FLAGS.progress)
       if FLAGS.side_by_side:
         print(f"{len(out['runs'])} runs, steps {out['steps']}")
@@ -104,7 +104,7 @@ def main(argv):
       if FLAGS.output:
         print(f"Written {FLAGS.output}")
     elif FLAGS.all_steps:
-      out = checkpoints.evaluate_all_steps(FLAGS.workdir, best_by=FLAGS.best_by,
+      out = eval_checkpoints.evaluate_all_steps(FLAGS.workdir, best_by=FLAGS.best_by,
                                         output=FLAGS.output, show_progress=FLAGS.progress,
                                         grid=grid_flags(),
                                         export_embeddings=FLAGS.export_embeddings)
@@ -115,13 +115,13 @@ def main(argv):
               f"({report.format_value(best['metric'], best['value'])})")
       print(f"Written {out['json']} and {out['png']}")
     else:
-      step, results = checkpoints.evaluate_checkpoint(
+      step, results = eval_checkpoints.evaluate_checkpoint(
           FLAGS.workdir, step=FLAGS.step, show_progress=FLAGS.progress, grid=grid_flags(),
           export_embeddings=FLAGS.export_embeddings)
       print(f"Step {step}")
       print(report.format_table(results))
       print(f"Written {report.results_path(FLAGS.workdir, step)}")
-      for path in checkpoints.extra_outputs(FLAGS.workdir, step, grid=grid_flags(),
+      for path in eval_checkpoints.extra_outputs(FLAGS.workdir, step, grid=grid_flags(),
                                             export_embeddings=FLAGS.export_embeddings):
         print(f"Written {path}")
   except (FileNotFoundError, ValueError, NotImplementedError) as e:

@@ -14,11 +14,11 @@ from absl import logging
 import jax
 from ml_collections import config_flags
 
-from dml_jax import checkpointing
-from dml_jax import cli
-from dml_jax import signals
-from dml_jax import training
-from dml_jax import workdir as workdir_lib
+from dml_jax.run import checkpointing
+from dml_jax.run import cli
+from dml_jax.run import signals
+from dml_jax.run import training
+from dml_jax.run import workdir as workdir_lib
 from dml_jax.run import config as config_lib
 from dml_jax.evaluation import report
 

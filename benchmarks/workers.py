@@ -71,7 +71,7 @@ def worker_env(threads: int, *, keep_host_memory: bool) -> dict:
   """The environment of every side's worker process: this one's, the repository on the
   path, ``OMP_NUM_THREADS = threads`` and, with ``keep_host_memory``, glibc's settings of
   ``dml_jax/host_memory.py`` (what ``train.py`` applies to itself), the same for each side."""
-  from dml_jax import host_memory  # pylint: disable=import-outside-toplevel
+  from dml_jax.run import host_memory  # pylint: disable=import-outside-toplevel
   env = dict(os.environ)
   env["PYTHONPATH"] = harness.REPO + os.pathsep + env.get("PYTHONPATH", "")
   env["OMP_NUM_THREADS"] = str(threads)

@@ -21,7 +21,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.scatter_every_steps = 0       # > 0: triplet scatter diagram PNG of the eval split
   c.max_checkpoints_to_keep = 3
   c.user_modules = ()             # modules imported first (own objectives; train.py --module)
-  # Keep freed host memory in the process (dml_jax/host_memory.py): a machine setting that
+  # Keep freed host memory in the process (dml_jax/run/host_memory.py): a machine setting that
   # experiment configs leave off. train.py's --keep_host_memory (or DML_JAX_KEEP_HOST_MEMORY)
   # decides; without it, true here forces it on, false leaves it to the data: on for images
   # (data.image_size > 0: large step buffers), off for the 8 px digits.
@@ -116,7 +116,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.retrieval_grid_k = 8     # their top-k gallery images, at every evaluation
   c.eval.retrieval_grid_queries = "random"   # 'random' (seeded by c.seed) | 'worst' (lowest AP)
 
-  # Where metrics go besides metrics.jsonl (dml_jax.writers); process 0 only.
+  # Where metrics go besides metrics.jsonl (dml_jax.run.writers); process 0 only.
   c.log = ml_collections.ConfigDict()
   c.log.tensorboard = True        # event files under <workdir>/tensorboard/ (tensorboardX)
   c.log.wandb = False             # Weights & Biases (needs: pip install wandb)

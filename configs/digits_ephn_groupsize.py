@@ -6,7 +6,7 @@ with a fixed batch of 16 and ``n`` examples per class. With 8 training classes a
 holds 16/n classes, so n in {2, 4, 8}; n = 16 would leave a single class (no negatives) and
 n = 2 at a larger batch would need more classes than the digits have.
 
-  python -m dml_jax.experiments sweep --config=configs/digits_ephn_groupsize.py \
+  python -m dml_jax.run.experiments sweep --config=configs/digits_ephn_groupsize.py \
       --grid='loss.positive+loss.negative=easy+all,easy+hard,hard+all,all+all' \
       --grid='data.group_size=2,4,8' --seeds=2 --x=data.group_size \
       --workdir=runs/ephn_groupsize

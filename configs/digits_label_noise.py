@@ -10,11 +10,11 @@ distance; ``loss.negative`` 'semihard_random' = random semi-hard, eq. 28, or 'se
 fixed semi-hard, eq. 29) or ``margin`` (Wu et al.'s margin loss with distance-weighted
 sampling, alpha 0.2, beta0 1.2); append ``,smoke`` (or pass ``smoke`` alone: triplet) for a 10-step run.
 
-  python -m dml_jax.experiments sweep --config=configs/digits_label_noise.py:triplet \
+  python -m dml_jax.run.experiments sweep --config=configs/digits_label_noise.py:triplet \
       --grid='loss.negative=semihard_random,semihard' \
       --grid='data.label_noise+data.clean_fraction=0.0+1.0,0.2+1.0,0.4+1.0,0.6+1.0,0.0+0.8,0.0+0.6,0.0+0.4' \
       --seeds=2 --workdir=runs/label_noise_triplet  # ~7 min here
-  python -m dml_jax.experiments sweep --config=configs/digits_label_noise.py:margin \
+  python -m dml_jax.run.experiments sweep --config=configs/digits_label_noise.py:margin \
       --grid='data.label_noise=0.0,0.2,0.4,0.6' --seeds=2 --workdir=runs/label_noise_margin  # ~2 min
 """
 

@@ -29,7 +29,7 @@ clean labels kept as label set 'clean'); the topline, the ratio of Fig. (d), tra
 
   python train.py --config=configs/label_noise.py:cub,margin --workdir=runs/cub_noise_margin
   python train.py --config=configs/label_noise.py:cub,margin,smoke --workdir=/tmp/smoke
-  python -m dml_jax.experiments sweep \
+  python -m dml_jax.run.experiments sweep \
       --config=configs/label_noise.py:sop,triplet_fixed_semihard \
       --grid='data.label_noise+data.clean_fraction=0.0+1.0,0.2+1.0,0.4+1.0,0.6+1.0,0.0+0.8,0.0+0.6,0.0+0.4' \
       --workdir=runs/sop_noise_triplet_fixed_semihard

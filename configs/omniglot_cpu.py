@@ -32,7 +32,7 @@ data").
 
   python train.py --config=configs/omniglot_cpu.py:eps_triplet --workdir=runs/omniglot_eps_triplet_cpu \
       --config.data.options.root=/data/omniglot
-  python -m dml_jax.experiments sweep --config=configs/omniglot_cpu.py:triplet \
+  python -m dml_jax.run.experiments sweep --config=configs/omniglot_cpu.py:triplet \
       --grid='loss.positive=random,easy' --seeds=1 --workdir=runs/omniglot_cpu_triplet \
       --set=data.options.root=/data/omniglot
 """

@@ -24,7 +24,7 @@ Departures (ImageNet weights cannot be had here, so the network learns from scra
 
   python train.py --config=configs/omniglot_resnet50.py:eps_triplet --workdir=runs/omni_eps \
       --config.data.options.root=/data/omniglot
-  python -m dml_jax.experiments sweep --config=configs/omniglot_resnet50.py \
+  python -m dml_jax.run.experiments sweep --config=configs/omniglot_resnet50.py \
       --grid='loss.positive=random,easy' --seeds=2 --workdir=runs/omniglot_resnet50 \
       --set=data.options.root=/data/omniglot
 """

@@ -18,8 +18,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from configs import digits_evenodd_eps, digits_evenodd_triplet  # pylint: disable=g-import-not-at-top
-from dml_jax import cli  # pylint: disable=g-import-not-at-top
-from dml_jax import training  # pylint: disable=g-import-not-at-top
+from dml_jax.run import cli  # pylint: disable=g-import-not-at-top
+from dml_jax.run import training  # pylint: disable=g-import-not-at-top
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("seeds", 5, "Number of seeds (0 .. seeds-1).")

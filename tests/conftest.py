@@ -29,7 +29,7 @@ import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 def run20(tmp_path_factory):
   """One finished 20-step digits run (checkpoints 10 and 20), shared by several test files;
   ``(workdir, results)``. Tests must not write into it (copy it first)."""
-  from dml_jax import training  # pylint: disable=import-outside-toplevel
+  from dml_jax.run import training  # pylint: disable=import-outside-toplevel
   from dml_test_support import small_config  # pylint: disable=import-outside-toplevel
   workdir = str(tmp_path_factory.mktemp("run20"))
   results = training.train_and_evaluate(small_config(20), workdir, show_progress=False)

@@ -40,9 +40,9 @@ def leaves_equal(a, b, atol=0.0):
 
 def restore_state(workdir, step=None):
   """``(step, state, extra)`` of ``workdir``'s newest (or ``step``'s) checkpoint."""
-  from dml_jax import checkpointing  # pylint: disable=import-outside-toplevel
-  from dml_jax import training  # pylint: disable=import-outside-toplevel
-  from dml_jax import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+  from dml_jax.run import checkpointing  # pylint: disable=import-outside-toplevel
+  from dml_jax.run import training  # pylint: disable=import-outside-toplevel
+  from dml_jax.run import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
   setup = training.build(workdir_lib.load_config(workdir))
   manager = checkpointing.make_manager(workdir, read_only=True)
   try:

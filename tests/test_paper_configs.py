@@ -9,10 +9,11 @@ import os
 import numpy as np
 import pytest
 
-from dml_jax import data, training
+from dml_jax import data
+from dml_jax.run import training
 from dml_jax import optimizers
 from dml_jax.run import config as config_lib
-from dml_jax.evaluation import checkpoints
+from dml_jax.run import eval_checkpoints
 from fake_datasets import fill_image_list_options, write_inshop_dataset
 from test_configs import EXPERIMENTS, load
 from tfds_mock import mock_tfds
@@ -99,7 +100,7 @@ def run_smoke(c, workdir):
     rows = [json.loads(line) for line in f]
   losses = [r["train/loss"] for r in rows if "train/loss" in r]
   assert len(losses) == 2 and np.all(np.isfinite(losses))
-  assert checkpoints.checkpoint_steps(workdir) == [2]
+  assert eval_checkpoints.checkpoint_steps(workdir) == [2]
   assert os.path.exists(os.path.join(workdir, "eval_step_2.json"))
 
 

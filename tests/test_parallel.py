@@ -10,8 +10,8 @@ import pytest
 from dml_jax import objectives
 from dml_jax import parallel
 from dml_jax import similarity
-from dml_jax import training
-from dml_jax import workdir as workdir_lib
+from dml_jax.run import training
+from dml_jax.run import workdir as workdir_lib
 from dml_test_support import small_config
 
 pytestmark = pytest.mark.skipif(len(jax.devices()) < 8, reason="needs 8 (fake) devices; "
@@ -111,7 +111,7 @@ def trained(num_devices, steps=20):
 
 def final_state(workdir):
   setup = training.build(workdir_lib.load_config(workdir))
-  from dml_jax import checkpointing  # pylint: disable=import-outside-toplevel
+  from dml_jax.run import checkpointing  # pylint: disable=import-outside-toplevel
   manager = checkpointing.make_manager(workdir, read_only=True)
   try:
     return checkpointing.restore(manager, setup.init_state)

@@ -17,7 +17,7 @@ import pytest
 
 from dml_jax import objectives
 from dml_jax import similarity as sim
-from dml_jax import training
+from dml_jax.run import training
 from dml_jax.evaluation import knn
 from dml_jax.evaluation import top_m
 from dml_test_support import small_config

@@ -11,8 +11,9 @@ import os
 import numpy as np
 import pytest
 
-from dml_jax import data, objectives, training
-from dml_jax.evaluation import checkpoints
+from dml_jax import data, objectives
+from dml_jax.run import training
+from dml_jax.run import eval_checkpoints
 from official_files import real_data
 from test_configs import EXPERIMENTS, load
 
@@ -99,7 +100,7 @@ def test_omniglot_cpu_config_trains_on_the_real_files(tmp_path):
   with open(os.path.join(tmp_path, "metrics.jsonl")) as f:
     losses = [r["train/loss"] for r in map(json.loads, f) if "train/loss" in r]
   assert len(losses) == 2 and np.all(np.isfinite(losses))
-  assert checkpoints.checkpoint_steps(str(tmp_path)) == [2]
+  assert eval_checkpoints.checkpoint_steps(str(tmp_path)) == [2]
 
 
 @pytest.mark.long

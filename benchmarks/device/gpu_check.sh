@@ -119,7 +119,7 @@ PY
 omniglot)
   W=/tmp/omniglot_resnet50; rm -rf "$W"; mkdir -p "$W"; t0=$(date +%s)
   for s in $(seq 0 $((SEEDS - 1))); do for pos in random easy; do
-    timeout ${OMNI_TIMEOUT:-450} python3 -m dml_jax.experiments sweep \
+    timeout ${OMNI_TIMEOUT:-450} python3 -m dml_jax.run.experiments sweep \
       --config=configs/omniglot_resnet50.py --workdir="$W" --grid=loss.positive=$pos \
       --seeds=1 --seed_offset=$s --set=data.options.root="$OMNIGLOT_ROOT" ${OMNI_SET:-} \
       > "$W/log_${pos}_$s.txt" 2>&1 &

@@ -5,7 +5,7 @@ fast it trained, per row the mean ± std over seeds, as JSON.
       --out=omniglot.json
 
 Reads every run of ``<workdir>/<point>/seed_<s>`` (the layout of ``python -m
-dml_jax.experiments sweep``): its final ``eval_step_<N>.json`` (a run without one did not
+dml_jax.run.experiments sweep``): its final ``eval_step_<N>.json`` (a run without one did not
 finish and is listed as such) and its ``metrics.jsonl`` (the training rows'
 ``examples_per_sec``: their median is the run's training rate; the first row, which holds the
 compilation, is left out when there are others). ``--seconds`` is the wall time of all runs

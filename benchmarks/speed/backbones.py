@@ -29,7 +29,7 @@ machine's load hits every side:
 Threads: ``--threads`` (default: all CPUs) restricts every worker to that many CPUs
 (``os.sched_setaffinity``; XLA:CPU sizes its pool by them) and sets ``torch.set_num_threads``.
 Host memory: by default every side's worker keeps freed host memory (``--host_memory=keep``,
-``dml_jax/host_memory.py``), as ``train.py`` runs every image config and ``eval.py`` runs;
+``dml_jax/run/host_memory.py``), as ``train.py`` runs every image config and ``eval.py`` runs;
 ``--host_memory=default`` leaves glibc's malloc defaults on every side.
 A measurement is ``--steps`` steps ended by a sync, as images/s; one untimed warm-up
 measurement per case (compilation, torch's first calls). The table gives the median over
@@ -201,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--host_memory", default="keep", choices=("keep", "default"),
                       help="keep (the default: how train.py runs every image config and "
                       "eval.py runs): every side's worker keeps freed host memory "
-                      "(dml_jax/host_memory.py); default: glibc's malloc defaults on every side")
+                      "(dml_jax/run/host_memory.py); default: glibc's malloc defaults on every "
+                      "side")
   parser.add_argument("--torch_python", default="",
                       help="Python with torch + torchvision (default: see above)")
   parser.add_argument("--smoke", action="store_true",

@@ -1,4 +1,4 @@
-r"""What keeping freed host memory (``dml_jax/host_memory.py``) does to a model's CPU step:
+r"""What keeping freed host memory (``dml_jax/run/host_memory.py``) does to a model's CPU step:
 ms per step, minor page faults per step and system time per step, with glibc's defaults and
 with the settings, each in a fresh process (the settings are process-wide), the two taking
 turns round by round.
@@ -32,7 +32,7 @@ def measure(case: str, mode: str, *, warmup: int, steps: int) -> dict:
   """In this process: apply ``mode``, build ``case``, time ``steps`` steps after ``warmup``."""
   if REPO not in sys.path:
     sys.path.insert(0, REPO)
-  from dml_jax import host_memory  # pylint: disable=import-outside-toplevel
+  from dml_jax.run import host_memory  # pylint: disable=import-outside-toplevel
   kept = host_memory.keep_freed_memory() if mode == "keep" else None
   import resource  # pylint: disable=import-outside-toplevel
   import time  # pylint: disable=import-outside-toplevel

@@ -570,7 +570,7 @@ def define_flags():
   flags.DEFINE_integer("seed", 0, "Inputs and PRNG keys.")
   flags.DEFINE_enum("host_memory", "default", ["default", "keep"],
                     "keep: this process (ours, the floor and PML alike) keeps freed host memory "
-                    "(dml_jax/host_memory.py, applied before JAX starts); default: glibc's.")
+                    "(dml_jax/run/host_memory.py, applied before JAX starts); default: glibc's.")
   return flags.FLAGS
 
 
@@ -579,7 +579,7 @@ def main(argv):
   f = FLAGS
   smoke = f.smoke
   if f.host_memory == "keep":
-    from dml_jax import host_memory  # pylint: disable=import-outside-toplevel
+    from dml_jax.run import host_memory  # pylint: disable=import-outside-toplevel
     print(host_memory.describe(host_memory.keep_freed_memory()))
   cap = harness.limit_address_space(f.memory_fraction)
   report = run(

@@ -137,7 +137,8 @@ class JaxLoop:
     import jax  # pylint: disable=import-outside-toplevel
     import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
     import numpy as np  # pylint: disable=import-outside-toplevel
-    from dml_jax import parallel, training  # pylint: disable=import-outside-toplevel
+    from dml_jax import parallel  # pylint: disable=import-outside-toplevel
+    from dml_jax.run import training  # pylint: disable=import-outside-toplevel
     self.jax, self.np, self.parallel, self.training = jax, np, parallel, training
     self.config = c = jax_config(case)
     self.setup = setup = training.build(c)
@@ -481,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--threads", type=int, default=2, help="CPUs (and torch threads) per side")
   parser.add_argument("--host_memory", default="default", choices=("keep", "default"),
                       help="default: glibc's malloc defaults on every side; keep: every "
-                      "side's worker keeps freed host memory (dml_jax/host_memory.py)")
+                      "side's worker keeps freed host memory (dml_jax/run/host_memory.py)")
   parser.add_argument("--profile", action="store_true", help="profile the dml_jax step too")
   parser.add_argument("--profile_steps", type=int, default=30)
   parser.add_argument("--torch_python", default="",

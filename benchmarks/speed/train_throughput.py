@@ -55,8 +55,8 @@ import numpy as np  # noqa: E402
 
 from benchmarks import harness  # noqa: E402
 from dml_jax import parallel  # noqa: E402
-from dml_jax import train_input  # noqa: E402
-from dml_jax import training  # noqa: E402
+from dml_jax.run import train_input  # noqa: E402
+from dml_jax.run import training  # noqa: E402
 from dml_jax.data import cache as cache_lib  # noqa: E402
 
 INPUTS = ("real", "cached", "synthetic", "input_only")

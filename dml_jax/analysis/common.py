@@ -9,13 +9,11 @@ from collections.abc import Sequence
 import jax.numpy as jnp
 import numpy as np
 
-from dml_jax import checkpointing
+from dml_jax import overrides
 from dml_jax import similarity as sim
-from dml_jax import training
-from dml_jax import workdir as workdir_lib
-from dml_jax.evaluation import checkpoints
-from dml_jax.evaluation import compute
 from dml_jax.evaluation import report
+from dml_jax.run import cli
+from dml_jax.run import restore
 
 SIMILARITIES = sim.KINDS
 
@@ -52,8 +50,8 @@ def load_embeddings(workdir: str, *, step: int | None = None,
   """Embeds ``splits`` with a checkpoint of ``workdir`` (newest readable when ``step`` is None),
   or with the config's initial parameters (``at_init=True``; returned step 0).
 
-  Uses ``training.build(load_workdir_config(workdir))``, ``checkpointing.restore``,
-  ``training.make_embed_fn`` and ``evaluation.compute.embed``.
+  Uses ``restore.restore_model`` (the model and the dataset's splits only) and
+  ``restore.embed_split``.
 
   Returns:
     ``(step, {split: (embeddings float32 [N, D], Split)}, config)``.
@@ -61,29 +59,15 @@ def load_embeddings(workdir: str, *, step: int | None = None,
   Raises:
     FileNotFoundError: not a workdir or no checkpoint. ValueError: unknown split or step.
   """
-
-  config = workdir_lib.load_config(workdir)
-  setup = training.build(config)
+  model = restore.restore_model(workdir, at_init=True)
   for name in splits:
-    if name not in setup.splits:
-      raise ValueError(f"Unknown split {name!r}; the dataset has {sorted(setup.splits)}.")
-  if at_init:
-    restored_step, state = 0, setup.init_state
-  else:
-    checkpoints.checkpoint_steps(workdir)  # FileNotFoundError with a helpful message
-    manager = checkpointing.make_manager(workdir, read_only=True)
-    try:
-      restored_step, state, _ = checkpointing.restore(manager, setup.init_state, step=step)
-    finally:
-      manager.close()
-  embed_fn = training.make_embed_fn(setup)
-  bs = batch_size or config.eval.batch_size
-  out = {}
-  for name in splits:
-    split = setup.splits[name]
-    out[name] = (compute.embed(lambda images: embed_fn(state, images), split.images,
-                                    batch_size=bs), split)
-  return restored_step, out, config
+    if name not in model.splits:
+      raise ValueError(f"Unknown split {name!r}; the dataset has {sorted(model.splits)}.")
+  if not at_init:
+    model = model.at(workdir, step)
+  out = {name: (restore.embed_split(model, model.splits[name].images, batch_size=batch_size),
+                model.splits[name]) for name in splits}
+  return model.step, out, model.config
 
 
 def add_workdir_args(parser) -> None:
@@ -100,8 +84,6 @@ def add_workdir_args(parser) -> None:
 
 def parse_args(parser, argv):
   """``parser.parse_args(argv)``, then quiet logs and the ``--module`` imports."""
-  from dml_jax import cli  # pylint: disable=import-outside-toplevel
-  from dml_jax import overrides  # pylint: disable=import-outside-toplevel
   args = parser.parse_args(argv)
   cli.quiet_logs()
   overrides.import_user_modules(args.module)

@@ -1,7 +1,7 @@
 r"""Triplet scatter diagram (2nd-order paper §3, Fig. 1 and 6).
 
-The diagram is defined (and computed) in ``dml_jax.evaluation.scatter``; this tool draws it for
-a checkpoint of a workdir:
+The diagram is defined (and computed) in ``dml_jax.evaluation.triplet_scatter``; this tool
+draws it for a checkpoint of a workdir:
 
   python -m dml_jax.analysis.scatter --workdir=W [--step=N] [--split=test] [--label_set=digit]
 
@@ -16,8 +16,8 @@ import sys
 from collections.abc import Sequence
 
 from dml_jax.analysis import common
-from dml_jax.evaluation.scatter import plot_scatter  # pylint: disable=unused-import
-from dml_jax.evaluation.scatter import scatter_points  # pylint: disable=unused-import
+from dml_jax.evaluation.triplet_scatter import plot_scatter  # pylint: disable=unused-import
+from dml_jax.evaluation.triplet_scatter import scatter_points  # pylint: disable=unused-import
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,7 +1,7 @@
 """The dataset registry: ``name -> loader`` returning ``dict[str, Split]``.
 
 * in memory, no download: ``digits_evenodd``, ``digits`` (scikit-learn's 8x8 digits);
-* the benchmarks (``benchmarks.NAMES``): ``cub``, ``cars196``, ``sop``, ``omniglot``,
+* the benchmarks (``catalog.NAMES``): ``cub``, ``cars196``, ``sop``, ``omniglot``,
   ``mnist_evenodd``, ``mnist``, ``flowers102``, read from their official files with the option
   ``root`` (``official``) or else from a TFDS ``data_source`` (``tfds_datasets``);
 * image lists (``image_lists``): ``inshop``, ``image_list`` (CSV/TSV), ``image_folder``,
@@ -17,17 +17,17 @@ import functools
 import inspect
 from collections.abc import Callable
 
-from dml_jax.data import benchmarks, digits, image_lists
+from dml_jax.data import catalog, digits, image_lists
 from dml_jax.data.splits import Split
 
 DATASETS: dict[str, Callable[..., dict[str, Split]]] = {
     "digits_evenodd": digits.load_digits_evenodd,
     "digits": digits.load_digits_split,
-    **{name: functools.partial(benchmarks.load_benchmark, name) for name in benchmarks.NAMES},
+    **{name: functools.partial(catalog.load_benchmark, name) for name in catalog.NAMES},
     **image_lists.LOADERS,
 }
 
-IMAGE_DATASETS = frozenset(benchmarks.NAMES) | frozenset(image_lists.LOADERS)
+IMAGE_DATASETS = frozenset(catalog.NAMES) | frozenset(image_lists.LOADERS)
 
 
 def load(name: str, **kwargs) -> dict[str, Split]:

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dml_jax.data import benchmarks, official, protocols
+from dml_jax.data import catalog, official, split_protocols
 from dml_jax.data.images import DatasetNotPreparedError, ImageOptions
 from dml_jax.data.official import download as download_lib
 from dml_jax.data.official.sources import SOURCES, Expected, Source
@@ -60,7 +60,7 @@ class PartCount:
     return out
 
 
-def count_part(part_name: str, part: protocols.Part, expected: Expected | None) -> PartCount:
+def count_part(part_name: str, part: split_protocols.Part, expected: Expected | None) -> PartCount:
   """The counts of one part, per class of ``expected.feature`` (``'label'`` by default)."""
   feature = expected.feature if expected is not None else "label"
   values = np.asarray(part.values.get(feature, np.zeros(len(part), np.int64)))
@@ -69,7 +69,7 @@ def count_part(part_name: str, part: protocols.Part, expected: Expected | None) 
                    (int(per_class.min()), int(per_class.max())), expected)
 
 
-def per_class_problems(part: protocols.Part, expected: Expected) -> list[str]:
+def per_class_problems(part: split_protocols.Part, expected: Expected) -> list[str]:
   """Classes whose image count differs from ``expected.per_class`` (first few named)."""
   if expected.per_class is None:
     return []
@@ -108,7 +108,7 @@ def check(name: str, root: str, *, out=sys.stdout) -> bool:
           f"{counts.classes:>9,}{_published(expected, 'classes'):>11}"
           f"{f'{lo}-{hi}' if lo != hi else str(lo):>12}  "
           f"{'OK' if not problems else '; '.join(problems)}", file=out)
-  splits = protocols.make_splits(name, parts, benchmarks.lazy_images(name, ImageOptions()))
+  splits = split_protocols.make_splits(name, parts, catalog.lazy_images(name, ImageOptions()))
   print(f"DML splits (data.name={name!r}, --config.data.options.root={root}):", file=out)
   for split in splits.values():
     print(f"  {split.name:<22}{len(split):>9,} images {split.num_classes:>7,} classes  "

@@ -4,8 +4,9 @@
 and no TensorFlow at run time; images are decoded here (Pillow, JPEG draft mode) when a batch
 needs them, so nothing is held in memory but the labels. ``TFDS_DATASETS`` names the TFDS
 builder of each benchmark; the builder's splits are the *parts* from which
-``protocols.make_splits`` makes the DML splits (README "Datasets"; the table
-is in ``protocols``), the same function the readers of the official files (``official``) use:
+``split_protocols.make_splits`` makes the DML splits (README "Datasets"; the table
+is in ``split_protocols``), the same function the readers of the official files
+(``official``) use:
 
 =================  =========================  ===========================================
 name               TFDS builder               parts
@@ -37,13 +38,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dml_jax.data import protocols
+from dml_jax.data import split_protocols
 from dml_jax.data.images import DatasetNotPreparedError, FieldView
 
 
 @dataclasses.dataclass(frozen=True)
 class TfdsSpec:
-  """The TFDS builder of one benchmark (its split protocol: ``protocols.PROTOCOLS``).
+  """The TFDS builder of one benchmark (its split protocol: ``split_protocols.PROTOCOLS``).
 
   Attributes:
     builder: the TFDS builder name.
@@ -150,9 +151,9 @@ def _read_labels(source, keys: Sequence[str]) -> dict[str, np.ndarray]:
   return values
 
 
-def read_parts(name: str, *, data_dir: str = "") -> dict[str, protocols.Part]:
+def read_parts(name: str, *, data_dir: str = "") -> dict[str, split_protocols.Part]:
   """The TFDS splits of ``TFDS_DATASETS[name]`` as protocol parts: records
-  ``FieldView(source, 'image')`` and the protocol's features (``protocols.PROTOCOLS``).
+  ``FieldView(source, 'image')`` and the protocol's features (``split_protocols.PROTOCOLS``).
 
   Raises:
     ValueError: unknown name (listing the valid ones).
@@ -161,9 +162,9 @@ def read_parts(name: str, *, data_dir: str = "") -> dict[str, protocols.Part]:
   if name not in TFDS_DATASETS:
     raise ValueError(f"Unknown TFDS dataset {name!r}; valid: {', '.join(TFDS_DATASETS)}.")
   spec = TFDS_DATASETS[name]
-  keys = protocols.PROTOCOLS[name].features
+  keys = split_protocols.PROTOCOLS[name].features
   parts = {}
   for split in spec.load_splits:
     source = _open_split(spec, split, data_dir)
-    parts[split] = protocols.Part(FieldView(source, "image"), _read_labels(source, keys))
+    parts[split] = split_protocols.Part(FieldView(source, "image"), _read_labels(source, keys))
   return parts

@@ -1,7 +1,8 @@
 """Evaluation: exact blocked kNN, retrieval metrics (Recall@K, MAP@R, R-precision), NMI / NMI+,
 spectral decay rho; the protocols (``protocols``), computing them (``compute``), reporting
-(``report``), evaluating a workdir's checkpoints (``checkpoints``, eval.py), retrieval grids
-(``retrieval_grid``) and the projector export (``projector``).
+(``report``), retrieval grids (``retrieval_grid``), the triplet scatter diagram
+(``triplet_scatter``) and the projector export (``projector``). Evaluating a workdir's
+checkpoints (eval.py) is the application's: ``dml_jax.run.eval_checkpoints``.
 
 ``from dml_jax import evaluation``::
 

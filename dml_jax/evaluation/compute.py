@@ -11,6 +11,7 @@ from typing import Callable, Mapping, Sequence
 
 from absl import logging
 import jax
+import ml_collections
 import numpy as np
 import tqdm
 
@@ -20,7 +21,7 @@ from dml_jax.evaluation import metrics
 from dml_jax.evaluation import protocols as protocols_lib
 from dml_jax.evaluation import report
 from dml_jax.evaluation import retrieval_grid
-from dml_jax.evaluation import scatter
+from dml_jax.evaluation import triplet_scatter
 
 
 def embed(embed_fn: Callable, images: np.ndarray, *, batch_size: int,
@@ -29,9 +30,9 @@ def embed(embed_fn: Callable, images: np.ndarray, *, batch_size: int,
   """Embeds ``images [N, H, W, C]`` in batches of a fixed shape (one compilation).
 
   The last batch is padded with copies of the first image and the padding is dropped.
-  ``embed_fn`` should be jitted (``training.make_embed_fn``); batches are dispatched
-  asynchronously and fetched one batch behind. Decoding: ``pipeline.eval_batches``
-  (``num_workers`` grain processes of ``num_threads`` threads, or this process).
+  ``embed_fn`` should be jitted; batches are dispatched asynchronously and fetched one batch
+  behind. Decoding: ``pipeline.eval_batches`` (``num_workers`` grain processes of
+  ``num_threads`` threads, or this process).
 
   Returns:
     float32 ``[N, D]``.
@@ -200,14 +201,16 @@ def grid_path(workdir: str, protocol: str, step: int, mode: str = "random") -> s
                                f"_step_{step}.png")
 
 
-def evaluate_with_config(setup, state: dict, embed_fn: Callable, *, workdir: str,
+def evaluate_with_config(config: ml_collections.ConfigDict, splits: Mapping, state: dict,
+                         embed_fn: Callable, *, workdir: str,
                          step: int, plot: bool, show_progress: bool = False,
                          protocols: tuple[str, ...] | None = None, writer=None,
                          grid: dict | None = None,
                          embedding_cache: dict | None = None) -> dict:
   """Runs the config's evaluation (``config.eval``: protocols, ks, metrics, similarity, ...)
-  on ``state`` and writes ``eval_step_N.json`` (process 0). ``eval.ks = ()`` means the
-  dataset's ``DEFAULT_KS``.
+  of ``splits`` (``{name: Split}``) with the model ``embed_fn(state, images [B, H, W, C]) ->
+  [B, D]`` and writes ``eval_step_N.json`` (process 0). ``eval.ks = ()`` means the dataset's
+  ``DEFAULT_KS``.
 
   Also, on process 0: the retrieval grid of the first protocol (``grid``, default
   :func:`grid_options` of the config; :func:`grid_path`), and, when ``writer``
@@ -216,24 +219,24 @@ def evaluate_with_config(setup, state: dict, embed_fn: Callable, *, workdir: str
   ``_negative``, at most 1,000 points each) and the PNGs written (embedding, grid). The caller
   writes the metrics themselves (``writer.write_row``).
   """
-  options = protocols_lib.eval_options(setup.config)
+  options = protocols_lib.eval_options(config)
   if protocols is not None:
     options["protocols"] = tuple(protocols)
   main = jax.process_index() == 0
   cache = {} if embedding_cache is None else embedding_cache
   results = evaluate_splits(
-      lambda images: embed_fn(state, images), setup.splits, **options,
+      lambda images: embed_fn(state, images), splits, **options,
       plot_dir=workdir if plot and main else None, step=step,
       show_progress=show_progress, embedding_cache=cache)
   if not main:
     return results
   report.write_results(results, workdir=workdir, step=step)
-  grid = grid_options(setup.config) if grid is None else grid
+  grid = grid_options(config) if grid is None else grid
   images = {}
   if grid:
     protocol = options["protocols"][0]
     path = grid_path(workdir, protocol, step, grid.get("mode", "random"))
-    retrieval_grid.write_grid(cache, setup.splits, protocol=protocol, path=path,
+    retrieval_grid.write_grid(cache, splits, protocol=protocol, path=path,
                               similarity=options["similarity"],
                               title=f"{protocol}, step {step}: {grid.get('mode', 'random')} "
                                     f"queries, top {grid.get('k', 8)} by "
@@ -246,9 +249,9 @@ def evaluate_with_config(setup, state: dict, embed_fn: Callable, *, workdir: str
                      for split in cache})
     histograms = {}
     for protocol in options["protocols"]:
-      split, label_set, _ = protocols_lib.parse_protocol(protocol, setup.splits)
-      pos, neg = scatter.pair_similarities(
-          cache[split], protocols_lib.protocol_labels(setup.splits[split], label_set),
+      split, label_set, _ = protocols_lib.parse_protocol(protocol, splits)
+      pos, neg = triplet_scatter.pair_similarities(
+          cache[split], protocols_lib.protocol_labels(splits[split], label_set),
           similarity=options["similarity"], seed=options["seed"])
       histograms[f"eval/{protocol}/similarity_positive"] = pos
       histograms[f"eval/{protocol}/similarity_negative"] = neg

@@ -130,7 +130,7 @@ def validate(config: ml_collections.ConfigDict, splits: Mapping | None = None) -
   from dml_jax import data as data_lib
   from dml_jax import memory as memory_lib
   from dml_jax import optimizers
-  from dml_jax import writers
+  from dml_jax.run import writers
   from dml_jax.data import augment
   from dml_jax.data import cache as cache_lib
   from dml_jax.data import pipeline

@@ -119,7 +119,7 @@ def test_tsne_plot(tmp_path):
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
-  from dml_jax import training
+  from dml_jax.run import training
   from dml_test_support import small_config
   wd = str(tmp_path_factory.mktemp("analysis_run"))
   training.train_and_evaluate(small_config(10), wd, show_progress=False)

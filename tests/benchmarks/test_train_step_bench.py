@@ -14,7 +14,7 @@ CASE = {"image_size": 8, "batch_size": 16}
 
 
 def test_loop_runs_the_training_step_and_leaves_the_initial_state_usable():
-  from dml_jax import training  # pylint: disable=import-outside-toplevel
+  from dml_jax.run import training  # pylint: disable=import-outside-toplevel
   loop = bench.JaxLoop(CASE)
   assert loop.setup.config.batch_size == 16 and loop.setup.config.data.group_size == 8
   m = loop.chunk(2)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from dml_jax import data
-from dml_jax.data import official, protocols
+from dml_jax.data import official, split_protocols
 from dml_jax.data.official import mnist as mnist_reader
 from official_files import (drawing, idx_bytes, real_data, write_cars, write_cub,
                             write_flowers, write_mnist, write_omniglot, write_sop)
@@ -218,7 +218,7 @@ def test_mnist_real_files():
   np.testing.assert_array_equal(train.records[0][5:8, 12:16],
                                 [[3, 18, 18, 18], [170, 253, 253, 253], [253, 253, 253, 253]])
   assert int(train.records[0].sum()) == 27525 and int(test.records[0].sum()) == 18454
-  splits = protocols.make_splits("mnist_evenodd", parts, lambda r, s: data.LazyImages(
+  splits = split_protocols.make_splits("mnist_evenodd", parts, lambda r, s: data.LazyImages(
       r, data.ImageOptions(**GREY)))
   assert {s: len(v) for s, v in splits.items()} == {"train": 36_017, "test": 3_969,
                                                     "val": 6_031}
@@ -412,7 +412,7 @@ def test_root_and_data_dir_are_exclusive(tmp_path):
 def test_registry_names():
   assert {"omniglot", "mnist", "mnist_evenodd", "cub", "cars196", "sop",
           "flowers102"} <= data.IMAGE_DATASETS
-  assert set(official.READERS) == set(protocols.PROTOCOLS)
+  assert set(official.READERS) == set(split_protocols.PROTOCOLS)
   with pytest.raises(ValueError, match="No reader of official files for 'inshop'"):
     official.read_parts("inshop", "/")
   assert mnist_reader.parse_idx(idx_bytes(np.arange(3))).tolist() == [0, 1, 2]

@@ -8,8 +8,8 @@ import os
 import numpy as np
 import pytest
 
-from dml_jax import training
-from dml_jax.evaluation import checkpoints
+from dml_jax.run import training
+from dml_jax.run import eval_checkpoints
 from official_files import (write_cars, write_cub, write_flowers, write_mnist, write_omniglot,
                             write_sop)
 
@@ -46,6 +46,6 @@ def test_training_on_official_files(name, tmp_path):
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
     losses = [r["train/loss"] for r in map(json.loads, f) if "train/loss" in r]
   assert len(losses) == 2 and np.all(np.isfinite(losses))
-  assert checkpoints.checkpoint_steps(workdir) == [2]
+  assert eval_checkpoints.checkpoint_steps(workdir) == [2]
   with open(os.path.join(workdir, "config.json")) as f:
     assert json.load(f)["data"]["options"]["root"] == root

@@ -1,9 +1,9 @@
 """Readers of the benchmarks' official files: no TensorFlow, no download at run time.
 
 ``read_parts(name, root)`` reads the files of benchmark ``name`` in the folder ``root`` as
-their authors distribute them and returns its parts (``protocols.Part``: published splits,
-records and TFDS-named features); ``protocols.make_splits`` makes the same DML splits from
-them as from TFDS (``benchmarks.load_benchmark`` does both, ``data.name`` + ``data.options.root``):
+their authors distribute them and returns its parts (``split_protocols.Part``: published splits,
+records and TFDS-named features); ``split_protocols.make_splits`` makes the same DML splits from
+them as from TFDS (``catalog.load_benchmark`` does both, ``data.name`` + ``data.options.root``):
 
 =================  ===========================================================================
 name               ROOT holds
@@ -32,12 +32,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dml_jax.data import protocols
+from dml_jax.data import split_protocols
 from dml_jax.data.official import cars, cub, flowers, mnist, omniglot, sop
 from dml_jax.data.official.sources import SOURCES
 
 # name -> reader(name, root) -> {part: Part}
-READERS: dict[str, Callable[[str, str], dict[str, protocols.Part]]] = {
+READERS: dict[str, Callable[[str, str], dict[str, split_protocols.Part]]] = {
     "omniglot": omniglot.read,
     "mnist": mnist.read,
     "mnist_evenodd": mnist.read,
@@ -48,7 +48,7 @@ READERS: dict[str, Callable[[str, str], dict[str, protocols.Part]]] = {
 }
 
 
-def read_parts(name: str, root: str) -> dict[str, protocols.Part]:
+def read_parts(name: str, root: str) -> dict[str, split_protocols.Part]:
   """The parts of benchmark ``name`` from its official files in ``root``.
 
   Raises:

@@ -18,7 +18,7 @@ import os
 
 import numpy as np
 
-from dml_jax.data import protocols
+from dml_jax.data import split_protocols
 from dml_jax.data.official import files
 
 NUM_CLASSES = 196
@@ -34,14 +34,14 @@ def _annotations(path: str, fields: tuple[str, ...]) -> dict[str, list]:
   return {f: files.struct_field(records, f, path) for f in fields}
 
 
-def _part(name: str, path: str, image_paths: list[str], classes: list) -> protocols.Part:
+def _part(name: str, path: str, image_paths: list[str], classes: list) -> split_protocols.Part:
   label = files.check_ints(classes, path, "the class", low=1, high=NUM_CLASSES) - 1
   files.check_images(name, image_paths, [f"{path}, annotation {k}"
                                          for k in range(len(image_paths))])
-  return protocols.Part(image_paths, {"label": label})
+  return split_protocols.Part(image_paths, {"label": label})
 
 
-def read_all_in_one(name: str, root: str) -> dict[str, protocols.Part]:
+def read_all_in_one(name: str, root: str) -> dict[str, split_protocols.Part]:
   """The parts from ``cars_annos.mat`` + ``car_ims/``."""
   path = os.path.join(root, ALL_IN_ONE)
   ann = _annotations(path, ("relative_im_path", "class", "test"))
@@ -54,7 +54,7 @@ def read_all_in_one(name: str, root: str) -> dict[str, protocols.Part]:
   return parts
 
 
-def read_devkit(name: str, root: str) -> dict[str, protocols.Part]:
+def read_devkit(name: str, root: str) -> dict[str, split_protocols.Part]:
   """The parts from the devkit layout."""
   parts = {}
   for part, (folder, candidates) in DEVKIT.items():
@@ -67,7 +67,7 @@ def read_devkit(name: str, root: str) -> dict[str, protocols.Part]:
   return parts
 
 
-def read(name: str, root: str) -> dict[str, protocols.Part]:
+def read(name: str, root: str) -> dict[str, split_protocols.Part]:
   """The parts ``'train'`` and ``'test'`` of Cars196 (module docstring); ``name`` is
   ``'cars196'``.
 

@@ -19,7 +19,7 @@ import os
 
 import numpy as np
 
-from dml_jax.data import protocols
+from dml_jax.data import split_protocols
 from dml_jax.data.official import files
 
 FOLDER = "CUB_200_2011"
@@ -68,7 +68,7 @@ def read_id_table(path: str, what: str, *, num_classes: int | None = None
   return table
 
 
-def read(name: str, root: str) -> dict[str, protocols.Part]:
+def read(name: str, root: str) -> dict[str, split_protocols.Part]:
   """The part ``'all'`` of CUB-200-2011 (module docstring); ``name`` is ``'cub'``.
 
   Raises:
@@ -90,4 +90,4 @@ def read(name: str, root: str) -> dict[str, protocols.Part]:
   image_paths = [os.path.join(folder, "images", images[i][0]) for i in ids]
   files.check_images(name, image_paths, [images[i][1] for i in ids])
   label = np.asarray([int(labels[i][0]) - 1 for i in ids], np.int64)
-  return {"all": protocols.Part(image_paths, {"label": label})}
+  return {"all": split_protocols.Part(image_paths, {"label": label})}

@@ -17,14 +17,14 @@ import os
 
 import numpy as np
 
-from dml_jax.data import protocols
+from dml_jax.data import split_protocols
 from dml_jax.data.official import files
 
 NUM_CLASSES = 102
 SETS = {"train": "trnid", "validation": "valid", "test": "tstid"}
 
 
-def read(name: str, root: str) -> dict[str, protocols.Part]:
+def read(name: str, root: str) -> dict[str, split_protocols.Part]:
   """The parts of Oxford 102 Flowers (module docstring); ``name`` is ``'flowers102'``.
 
   Raises:
@@ -46,5 +46,5 @@ def read(name: str, root: str) -> dict[str, protocols.Part]:
     paths = [os.path.join(root, "jpg", f"image_{i:05d}.jpg") for i in ids]
     files.check_images(name, paths, [f"{setid_path} ({key}), position {k}"
                                      for k in range(len(ids))])
-    parts[part] = protocols.Part(paths, {"label": labels[ids - 1]})
+    parts[part] = split_protocols.Part(paths, {"label": labels[ids - 1]})
   return parts

@@ -7,7 +7,7 @@ Compression is detected from the content (gzip magic ``1f 8b``), not the name.
 
 ``read`` returns the parts ``'train'`` and ``'test'``: records ``uint8 [N, 28, 28]`` (one
 image per row; ``augment`` treats a 2-D uint8 array as a grey image) and ``'label'`` = the
-digit. The MNIST protocols (``protocols.digit_splits``) make the DML splits of ``mnist`` and
+digit. The MNIST protocols (``split_protocols.digit_splits``) make the DML splits of ``mnist`` and
 ``mnist_evenodd``.
 """
 
@@ -18,7 +18,7 @@ import zlib
 
 import numpy as np
 
-from dml_jax.data import protocols
+from dml_jax.data import split_protocols
 from dml_jax.data.official import files
 
 # IDX type byte -> big-endian numpy dtype
@@ -87,7 +87,7 @@ def find_file(name: str, root: str, stem: str) -> str:
 
 
 def read_part(name: str, root: str, images_stem: str, labels_stem: str
-              ) -> protocols.Part:
+              ) -> split_protocols.Part:
   """One part: images uint8 ``[N, 28, 28]`` and ``{'label': int64 [N]}``.
 
   Raises:
@@ -107,10 +107,10 @@ def read_part(name: str, root: str, images_stem: str, labels_stem: str
     raise ValueError(f"{labels_path} has {len(labels)} labels but {images_path} has "
                      f"{len(images)} images.")
   digits = files.check_ints(labels, labels_path, "the label", low=0, high=9)
-  return protocols.Part(images, {"label": digits})
+  return split_protocols.Part(images, {"label": digits})
 
 
-def read(name: str, root: str) -> dict[str, protocols.Part]:
+def read(name: str, root: str) -> dict[str, split_protocols.Part]:
   """The parts ``'train'`` and ``'test'`` of MNIST from the IDX files in ``root`` (``name``:
   ``'mnist'`` or ``'mnist_evenodd'``, for messages)."""
   root = files.check_root(name, root)

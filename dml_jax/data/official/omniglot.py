@@ -23,7 +23,7 @@ import zipfile
 
 import numpy as np
 
-from dml_jax.data import protocols
+from dml_jax.data import split_protocols
 from dml_jax.data.official import files
 from dml_jax.data.official.records import DecodedGrey, ZipMembers
 
@@ -100,7 +100,7 @@ def _check_characters(parsed: dict[str, list[tuple[str, int, int]]],
                            f"{alphabet}/character{char:02d} disagrees with {first[1]}.")
 
 
-def read(name: str, root: str) -> dict[str, protocols.Part]:
+def read(name: str, root: str) -> dict[str, split_protocols.Part]:
   """The parts ``'train'`` (background) and ``'test'`` (evaluation); see the module
   docstring. ``name`` is ``'omniglot'`` (for messages)."""
   del name
@@ -116,5 +116,5 @@ def read(name: str, root: str) -> dict[str, protocols.Part]:
   for part, (records, _, _) in listed.items():
     values = {"alphabet": np.asarray([rank[a] for a, _, _ in parsed[part]], np.int64),
               "label": np.asarray([c - 1 for _, _, c in parsed[part]], np.int64)}
-    parts[part] = protocols.Part(DecodedGrey(records), values)
+    parts[part] = split_protocols.Part(DecodedGrey(records), values)
   return parts

@@ -17,7 +17,7 @@ import os
 
 import numpy as np
 
-from dml_jax.data import protocols
+from dml_jax.data import split_protocols
 from dml_jax.data.official import files
 
 FOLDER = "Stanford_Online_Products"
@@ -26,7 +26,7 @@ HEADER = ("image_id", "class_id", "super_class_id", "path")
 NUM_SUPER_CLASSES = 12
 
 
-def read_list(name: str, path: str, folder: str) -> protocols.Part:
+def read_list(name: str, path: str, folder: str) -> split_protocols.Part:
   """One ``Ebay_*.txt`` list as a part.
 
   Raises:
@@ -46,11 +46,11 @@ def read_list(name: str, path: str, folder: str) -> protocols.Part:
   if not image_paths:
     raise ValueError(f"{path}: no image listed.")
   files.check_images(name, image_paths, wheres)
-  return protocols.Part(image_paths, {"class_id": np.asarray(class_ids, np.int64),
+  return split_protocols.Part(image_paths, {"class_id": np.asarray(class_ids, np.int64),
                                       "super_class_id": np.asarray(super_ids, np.int64)})
 
 
-def read(name: str, root: str) -> dict[str, protocols.Part]:
+def read(name: str, root: str) -> dict[str, split_protocols.Part]:
   """The parts ``'train'`` and ``'test'`` of SOP (module docstring); ``name`` is ``'sop'``."""
   folder = files.dataset_folder(files.check_root(name, root), FOLDER, LISTS["train"])
   return {part: read_list(name, files.find(name, folder, (list_file,)), folder)

@@ -1,7 +1,8 @@
 """Evaluating a workdir's checkpoints, the logic of ``eval.py``: the newest or a given step,
 every step (learning curves, best checkpoint by a validation metric), and several workdirs
-(mean ± std over seeds). Builds the run with ``training.build`` from the workdir's
-``config.json``; nothing in ``training`` imports this module."""
+(mean ± std over seeds). Restores the model and the evaluation data with
+``restore.restore_model`` from the workdir's ``config.json``: no sampler, objective or
+optimizer is built."""
 
 from __future__ import annotations
 
@@ -10,14 +11,15 @@ import os
 
 from absl import logging
 
-from dml_jax import checkpointing
-from dml_jax import training
-from dml_jax import workdir as workdir_lib
-from dml_jax import writers
 from dml_jax.evaluation import compute
 from dml_jax.evaluation import projector
 from dml_jax.evaluation import protocols as protocols_lib
 from dml_jax.evaluation import report
+from dml_jax.run import checkpointing
+from dml_jax.run import config as config_lib
+from dml_jax.run import restore
+from dml_jax.run import workdir as workdir_lib
+from dml_jax.run import writers
 
 
 def evaluate_checkpoint(workdir: str, *, step: int | None = None,
@@ -49,10 +51,10 @@ def evaluate_checkpoint(workdir: str, *, step: int | None = None,
     FileNotFoundError: ``workdir`` has no config or no checkpoint.
     ValueError: ``step`` does not exist, or a bad evaluation setting (named).
   """
-  setup = training.build(workdir_lib.load_config(workdir))
-  with eval_writer(setup.config, workdir, tensorboard) as writer:
+  model = restore.initial_model(workdir_lib.load_config(workdir), pretrained=False)
+  with eval_writer(model.config, workdir, tensorboard) as writer:
     (restored_step, results), = evaluate_checkpoints(
-        setup, workdir, steps=None if step is None else (step,), plot=plot,
+        model, workdir, steps=None if step is None else (step,), plot=plot,
         show_progress=show_progress, protocols=protocols, grid=grid,
         export_embeddings=export_embeddings, writer=writer).items()
   return restored_step, results
@@ -103,16 +105,17 @@ def checkpoint_steps(workdir: str) -> list[int]:
   return available
 
 
-def evaluate_checkpoints(setup: training.Setup, workdir: str, *, steps=None,
+def evaluate_checkpoints(model: restore.RestoredModel, workdir: str, *, steps=None,
                          plot: bool | None = False, show_progress: bool = False,
                          protocols: tuple[str, ...] | None = None, grid: dict | None = None,
                          export_embeddings: bool = False,
                          writer: writers.MetricWriter | None = None) -> dict[int, dict]:
-  """Evaluates several checkpoints of ``workdir`` with one ``setup`` (data and model built
+  """Evaluates several checkpoints of ``workdir`` with one ``model`` (data and model built
   once); writes ``eval_step_<N>.json`` for each.
 
   Args:
-    setup: ``training.build(workdir_lib.load_config(workdir))``.
+    model: ``restore.initial_model(config, pretrained=False)`` of the workdir's config; its
+      variables are replaced by each checkpoint's.
     workdir: a directory written by ``train.py``.
     steps: ``None`` (the newest readable checkpoint), ``'all'`` (every checkpoint) or a
       sequence of steps.
@@ -129,38 +132,31 @@ def evaluate_checkpoints(setup: training.Setup, workdir: str, *, steps=None,
     FileNotFoundError: no checkpoint. ValueError: a missing or unreadable step, or a bad
       evaluation setting (checked before anything is restored).
   """
-  protocols_lib.validate_eval_config(setup.config, setup.splits)
+  config, splits = model.config, model.splits
+  config_lib.validate(config, splits)
   for protocol in protocols or ():
-    protocols_lib.parse_protocol(protocol, setup.splits)
+    protocols_lib.parse_protocol(protocol, splits)
   if grid:
-    protocols_lib.check_retrieval_grid((protocols or tuple(setup.config.eval.splits))[0],
-                                       setup.splits, num_queries=grid["num_queries"],
+    protocols_lib.check_retrieval_grid((protocols or tuple(config.eval.splits))[0],
+                                       splits, num_queries=grid["num_queries"],
                                        mode=grid.get("mode", "random"))
-  plot = setup.config.eval.plot if plot is None else plot
-  embed_fn = training.make_embed_fn(setup)
-  manager = checkpointing.make_manager(workdir, read_only=True)
+  plot = config.eval.plot if plot is None else plot
+  embed_fn = model.embed_fn()
+  available = checkpoint_steps(workdir)
+  wanted = [None] if steps is None else available if steps == "all" else sorted(steps)
   history = {}
-  try:
-    available = checkpointing.steps(manager)
-    if not available:
-      raise FileNotFoundError(
-          f"No checkpoint in {checkpointing.checkpoint_dir(workdir)}: train first with "
-          f"python train.py --config=<config> --workdir={workdir}")
-    wanted = [None] if steps is None else available if steps == "all" else sorted(steps)
-    for step in wanted:
-      restored_step, state, _ = checkpointing.restore(manager, setup.init_state, step=step)
-      cache = {}
-      history[restored_step] = compute.evaluate_with_config(
-          setup, state, embed_fn, workdir=workdir, step=restored_step, plot=plot,
-          show_progress=show_progress, protocols=protocols, writer=writer, grid=grid,
-          embedding_cache=cache)
-      if writer is not None:
-        writer.scalars(restored_step, report.flatten(history[restored_step]))
-      if export_embeddings and workdir_lib.is_main_process():
-        projector.export(cache, setup.splits, workdir=workdir, step=restored_step,
-                         protocol=(protocols or tuple(setup.config.eval.splits))[0])
-  finally:
-    manager.close()
+  for step in wanted:
+    restored = model.at(workdir, step)
+    cache = {}
+    history[restored.step] = compute.evaluate_with_config(
+        config, splits, restored.variables, embed_fn, workdir=workdir, step=restored.step,
+        plot=plot, show_progress=show_progress, protocols=protocols, writer=writer, grid=grid,
+        embedding_cache=cache)
+    if writer is not None:
+      writer.scalars(restored.step, report.flatten(history[restored.step]))
+    if export_embeddings and workdir_lib.is_main_process():
+      projector.export(cache, splits, workdir=workdir, step=restored.step,
+                       protocol=(protocols or tuple(config.eval.splits))[0])
   return history
 
 
@@ -188,12 +184,12 @@ def evaluate_all_steps(workdir: str, *, best_by: str | None = None,
     'json': path, 'png': path}``.
   """
   selection = protocols_lib.parse_selection(best_by) if best_by else None
-  setup = training.build(workdir_lib.load_config(workdir))
-  protocols = tuple(setup.config.eval.splits)
+  model = restore.initial_model(workdir_lib.load_config(workdir), pretrained=False)
+  protocols = tuple(model.config.eval.splits)
   if selection and selection[0] not in protocols:
     protocols += (selection[0],)
-  with eval_writer(setup.config, workdir, None) as writer:
-    history = evaluate_checkpoints(setup, workdir, steps="all", plot=False,
+  with eval_writer(model.config, workdir, None) as writer:
+    history = evaluate_checkpoints(model, workdir, steps="all", plot=False,
                                    show_progress=show_progress, protocols=protocols, grid=grid,
                                    export_embeddings=export_embeddings, writer=writer)
   best = None

@@ -18,7 +18,7 @@ from absl import logging
 import ml_collections
 from ml_collections import config_flags
 
-from dml_jax import host_memory
+from dml_jax.run import host_memory
 from dml_jax import overrides
 
 FLAGS = flags.FLAGS
@@ -198,7 +198,7 @@ def define_host_memory_flag(default: bool | None = True) -> None:
   unless the environment variable ``DML_JAX_KEEP_HOST_MEMORY`` sets it."""
   flags.DEFINE_bool(
       "keep_host_memory", env_bool(HOST_MEMORY_ENV, default),
-      "Keep freed host memory in the process (glibc mallopt; see dml_jax/host_memory.py): "
+      "Keep freed host memory in the process (glibc mallopt; see dml_jax/run/host_memory.py): "
       "large CPU buffers are not page-faulted in afresh on every call. false: glibc's "
       f"defaults. The environment variable {HOST_MEMORY_ENV}=1/0 sets the default" +
       ("; without either, train.py keeps it for image data (data.image_size > 0) or when "

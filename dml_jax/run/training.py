@@ -28,26 +28,26 @@ import numpy as np
 import optax
 import tqdm
 
-from dml_jax import checkpointing
-from dml_jax import memory as memory_lib
 from dml_jax import data as data_lib
-from dml_jax import models
+from dml_jax import memory as memory_lib
 from dml_jax import objectives
 from dml_jax import optimizers
 from dml_jax import overrides
 from dml_jax import parallel
-from dml_jax import signals
 from dml_jax import similarity as similarity_lib
-from dml_jax import train_input
-from dml_jax import workdir as workdir_lib
-from dml_jax import writers
-from dml_jax.data import noise as noise_lib
+from dml_jax.data import cache as cache_lib
 from dml_jax.data import pipeline
 from dml_jax.evaluation import compute
 from dml_jax.evaluation import protocols as protocols_lib
 from dml_jax.evaluation import report
-from dml_jax.evaluation import scatter
+from dml_jax.evaluation import triplet_scatter
+from dml_jax.run import checkpointing
 from dml_jax.run import config as config_lib
+from dml_jax.run import restore
+from dml_jax.run import signals
+from dml_jax.run import train_input
+from dml_jax.run import workdir as workdir_lib
+from dml_jax.run import writers
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -60,14 +60,6 @@ class TrainingInterrupted(Exception):
   def __init__(self, step: int, signum: int):
     super().__init__(f"interrupted at step {step}; rerun the same command to resume")
     self.step, self.signum = step, signum
-
-
-# ----------------------------------------------------------------------------- config
-
-
-# The checks of a config before any work live in dml_jax/run/config.py (one place for
-# train.py, eval.py and the sweep); the name stays for callers of the library.
-validate_config = config_lib.validate
 
 
 # ------------------------------------------------------------------------ train state
@@ -89,44 +81,6 @@ class Setup:
   num_train_steps: int
 
 
-def model_options(model: ml_collections.ConfigDict) -> dict:
-  """The backbone options of ``config.model`` that differ from the defaults, as keyword
-  arguments of ``models.make`` (so the small CNN, which has none, gets none)."""
-  defaults = {"dtype": "float32", "pooling": "", "bn_mode": "train", "embedding_hidden": ()}
-  options = {}
-  for key, default in defaults.items():
-    value = model.get(key, default)
-    value = tuple(value) if isinstance(value, (list, tuple)) else value
-    if value != default:
-      options[key] = value
-  return options
-
-
-def input_options(model_name: str, image_shape) -> dict:
-  """``image_size`` / ``in_channels`` for models whose layers depend on the input shape (the
-  small CNN's dense layer), from the train images ``[N, H, W, C]``."""
-  if model_name not in models.MODELS:
-    return {}
-  params = inspect.signature(models.MODELS[model_name].__init__).parameters
-  options = {}
-  if "image_size" in params:
-    options["image_size"] = tuple(int(d) for d in image_shape[1:3])
-  if "in_channels" in params:
-    options["in_channels"] = int(image_shape[3])
-  return options
-
-
-def dataset_options(data: ml_collections.ConfigDict) -> dict:
-  """Keyword arguments of the dataset loader: ``data.options`` plus, for image datasets, the
-  ``ImageOptions`` keys (``resize_size`` 0 means ``round(image_size * 8 / 7)``, 256 for 224)."""
-  options = data.options.to_dict()
-  if data.name in data_lib.IMAGE_DATASETS:
-    options.update(image_size=data.image_size,
-                   resize_size=data.resize_size or round(data.image_size * 8 / 7),
-                   channels=data.channels, mean=tuple(data.mean), std=tuple(data.std))
-  return options
-
-
 def resolve_num_train_steps(config: ml_collections.ConfigDict, steps_per_epoch: int) -> int:
   """``num_epochs * steps_per_epoch`` when ``config.num_epochs > 0``, else
   ``config.num_train_steps``."""
@@ -145,11 +99,7 @@ def build(config: ml_collections.ConfigDict) -> Setup:
   config_lib.validate(config)
   mesh = parallel.make_mesh(config.num_devices)
   parallel.check_batch_size(config.batch_size, mesh)
-  splits = dict(data_lib.load(config.data.name, **dataset_options(config.data)))
-  splits["train"] = noise_lib.prepare_train_split(
-      splits["train"], label_noise=config.data.label_noise,
-      clean_fraction=config.data.clean_fraction, seed=config.data.noise_seed)
-  config_lib.validate(config, splits)
+  splits = restore.load_splits(config)
   train = splits["train"]
   sampler = data_lib.NPerClassSampler(
       train.labels, batch_size=config.batch_size, group_size=config.data.group_size,
@@ -161,12 +111,7 @@ def build(config: ml_collections.ConfigDict) -> Setup:
 
   key = jax.random.key(config.seed)
   model_key, objective_key = jax.random.split(key)
-  model = models.make(config.model.name, embedding_dim=config.model.embedding_dim,
-                      normalize=config.model.normalize, rngs=nnx.Rngs(params=model_key),
-                      **model_options(config.model), **input_options(config.model.name,
-                                                                     train.images.shape))
-  if config.model.pretrained:
-    models.load_pretrained(model, config.model.pretrained)
+  model = restore.make_model(config, train.images.shape, model_key)
   model.train()
   train_graphdef, params, batch_stats = nnx.split(model, nnx.Param, ...)
   model.eval()
@@ -202,7 +147,9 @@ def build(config: ml_collections.ConfigDict) -> Setup:
 
 
 def _train_step_fn(setup: Setup) -> Callable:
-  """The un-jitted train step (see :func:`make_train_step`)."""
+  """The un-jitted train step, unguarded: ``(state, images, labels, key) -> (new state,
+  metrics)`` with ``metrics['finite']`` 0 when the loss or the gradient is not finite; the
+  callers keep the old state then (:func:`make_train_step`, :func:`make_guarded_step`)."""
   graphdef, objective, tx = setup.train_graphdef, setup.objective, setup.tx
   mem_config = setup.config.memory
 
@@ -238,8 +185,6 @@ def _train_step_fn(setup: Setup) -> Callable:
         "opt_state": new_opt_state,
         **({"memory": new_memory} if memory is not None else {}),
     }
-    # Keep the old state (but report) when anything is NaN / inf.
-    new_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), new_state, state)
     metrics = {"loss": loss, "grad_norm": grad_norm, "finite": finite.astype(jnp.float32),
                **aux}
     if memory is not None:   # the fraction of the memory's slots the next step will see
@@ -269,9 +214,19 @@ def make_train_step(setup: Setup) -> Callable:
   When the loss or the gradient is not finite, the state is returned unchanged and
   ``metrics['finite']`` is 0, so no NaN ever reaches the parameters or a checkpoint.
   """
+  step_fn = _train_step_fn(setup)
   rep, batch = parallel.replicated(setup.mesh), parallel.batch_sharded(setup.mesh)
-  return jax.jit(_train_step_fn(setup), in_shardings=(rep, batch, batch, rep),
-                 out_shardings=(rep, rep))
+
+  def train_step(state, images, labels, key):
+    new_state, metrics = step_fn(state, images, labels, key)
+    return _keep_unless(metrics["finite"] == 1, new_state, state), metrics
+
+  return jax.jit(train_step, in_shardings=(rep, batch, batch, rep), out_shardings=(rep, rep))
+
+
+def _keep_unless(ok: jax.Array, new_state: dict, state: dict) -> dict:
+  """``new_state`` where the boolean scalar ``ok``, else ``state`` (the one NaN guard)."""
+  return jax.tree.map(lambda new, old: jnp.where(ok, new, old), new_state, state)
 
 
 def make_guarded_step(setup: Setup) -> Callable:
@@ -292,9 +247,9 @@ def make_guarded_step(setup: Setup) -> Callable:
 
   def guarded(state, halted, images, labels, key):
     new_state, metrics = step_fn(state, images, labels, key)
-    ok = halted == 0
-    new_state = jax.tree.map(lambda new, old: jnp.where(ok, new, old), new_state, state)
-    halted = jnp.where(ok & (metrics["finite"] == 0), state["step"] + 1, halted)
+    finite = metrics["finite"] == 1
+    new_state = _keep_unless((halted == 0) & finite, new_state, state)
+    halted = jnp.where((halted == 0) & ~finite, state["step"] + 1, halted)
     return new_state, halted, metrics
 
   return jax.jit(guarded, in_shardings=(rep, rep, batch, batch, rep),
@@ -303,14 +258,7 @@ def make_guarded_step(setup: Setup) -> Callable:
 
 def make_embed_fn(setup: Setup) -> Callable:
   """``embed(state, images [B,H,W,C]) -> embeddings [B, D]`` in eval mode, jitted."""
-  graphdef = setup.eval_graphdef
-
-  @jax.jit
-  def embed(state, images):
-    model = nnx.merge(graphdef, state["params"], state["batch_stats"])
-    return model(images)
-
-  return embed
+  return restore.make_embed_fn(setup.eval_graphdef)
 
 
 def make_batch_similarity_fn(setup: Setup) -> Callable:
@@ -350,10 +298,10 @@ def log_scatter(setup: Setup, state: dict, embed_fn: Callable, *, workdir: str,
   labels = split.label_sets[protocol.label_set] if protocol.label_set else split.labels
   emb = compute.embed(lambda images: embed_fn(state, images), split.images,
                            batch_size=setup.config.eval.batch_size)
-  s_ap, s_an, correct = scatter.scatter_points(emb, labels,
+  s_ap, s_an, correct = triplet_scatter.scatter_points(emb, labels,
                                                similarity=setup.config.eval.similarity)
   if workdir_lib.is_main_process():
-    path = scatter.plot_scatter(
+    path = triplet_scatter.plot_scatter(
         s_ap, s_an, correct, similarity=setup.config.eval.similarity,
         path=os.path.join(workdir, f"scatter_{protocol.split}_step_{step}.png"),
         title=f"{protocol.split}, step {step}")
@@ -490,7 +438,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
                "examples_per_sec": window_n / max(time.perf_counter() - window_t, 1e-9)}
         writer.write_row(row)
         if batch_similarity is not None:
-          pos, neg = scatter.split_pairs(*jax.device_get(batch_similarity(state, images,
+          pos, neg = triplet_scatter.split_pairs(*jax.device_get(batch_similarity(state, images,
                                                                           labels)))
           writer.histograms(step, {"train/similarity_positive": pos,
                                    "train/similarity_negative": neg})
@@ -508,8 +456,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
         writer.write_row({"step": step, **log_scatter(setup, state, embed_fn, workdir=workdir,
                                                       step=step, writer=writer)})
       if config.eval_every_steps and step % config.eval_every_steps == 0 and step != total:
-        results = compute.evaluate_with_config(setup, state, embed_fn, workdir=workdir, step=step,
-                                       plot=False, writer=writer, show_progress=eval_progress)
+        results = compute.evaluate_with_config(setup.config, setup.splits, state, embed_fn,
+                                               workdir=workdir, step=step, plot=False,
+                                               writer=writer, show_progress=eval_progress)
         writer.write_row({"step": step, **report.flatten(results)})
     last = int(state["step"])
   except BaseException:
@@ -521,7 +470,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
 
   with writer:
     # A rerun of a finished run evaluates again but logs nothing (its step is logged).
-    results = compute.evaluate_with_config(setup, state, embed_fn, workdir=workdir, step=last,
+    results = compute.evaluate_with_config(setup.config, setup.splits, state, embed_fn,
+                                           workdir=workdir, step=last,
                                            plot=config.eval.plot, show_progress=eval_progress,
                                            writer=writer if last > start else None)
     if last > start:

@@ -1,4 +1,4 @@
-"""dml_jax.host_memory: with the settings, a large block freed and allocated again is not
+"""dml_jax.run.host_memory: with the settings, a large block freed and allocated again is not
 page-faulted in afresh (each check in a fresh process: the settings are process-wide)."""
 
 import os
@@ -10,9 +10,9 @@ import textwrap
 import pytest
 
 from configs import default, mnist_evenodd_eps
-from dml_jax import cli
-from dml_jax import host_memory
-from dml_jax import workdir
+from dml_jax.run import cli
+from dml_jax.run import host_memory
+from dml_jax.run import workdir
 
 GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 
@@ -21,7 +21,7 @@ GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 # the last fill.
 _FAULTS = textwrap.dedent("""
     import ctypes, resource, sys
-    from dml_jax import host_memory
+    from dml_jax.run import host_memory
     kept = host_memory.keep_freed_memory() if sys.argv[1] == "keep" else None
     libc = ctypes.CDLL("libc.so.6")
     libc.malloc.restype = ctypes.c_void_p

@@ -1,6 +1,6 @@
 r"""The sweep runner: a grid of config overrides x seeds, run sequentially, mean ± std.
 
-  python -m dml_jax.experiments sweep --config=configs/digits_evenodd_eps.py \
+  python -m dml_jax.run.experiments sweep --config=configs/digits_evenodd_eps.py \
       --grid='loss.positive=easy,random' --seeds=5 --workdir=runs/sweep_eps \
       [--set=num_train_steps=300 ...] [--x=data.group_size] [--metric=recall@1]
 
@@ -39,9 +39,9 @@ from collections.abc import Callable, Mapping, Sequence
 import ml_collections
 import numpy as np
 
-from dml_jax import cli
+from dml_jax.run import cli
 from dml_jax import overrides as overrides_lib
-from dml_jax import workdir as workdir_lib
+from dml_jax.run import workdir as workdir_lib
 from dml_jax.evaluation import report
 from dml_jax.run import config as config_lib
 
@@ -227,7 +227,7 @@ def sweep(config: ml_collections.ConfigDict, *, grid: Sequence[str] = (), seeds:
   """
   if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
     raise ValueError(f"seeds must be a positive integer, got {seeds!r}.")
-  from dml_jax import training  # pylint: disable=import-outside-toplevel
+  from dml_jax.run import training  # pylint: disable=import-outside-toplevel
   if train_fn is None:
 
     def train_fn(cfg, wd):
@@ -285,7 +285,7 @@ def sweep(config: ml_collections.ConfigDict, *, grid: Sequence[str] = (), seeds:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m dml_jax.experiments",
+  parser = argparse.ArgumentParser(prog="python -m dml_jax.run.experiments",
                                    description=__doc__.split("\n\n")[0])
   sub = parser.add_subparsers(dest="command", required=True)
   p = sub.add_parser("sweep", help="run a grid of overrides x seeds and aggregate")
@@ -308,7 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
       parser.error(f"--set {item!r} needs key=value")
     key, value = item.split("=", 1)
     overrides[key.strip()] = value.strip()
-  from dml_jax import training  # pylint: disable=import-outside-toplevel
+  from dml_jax.run import training  # pylint: disable=import-outside-toplevel
   cli.quiet_logs()
   modules = tuple(overrides_lib.module_spec(m) for m in args.module)
   overrides_lib.import_user_modules(modules)

@@ -6,12 +6,10 @@ import os
 import numpy as np
 import pytest
 
-from dml_jax import experiments
+from dml_jax.run import experiments
 from dml_jax import overrides
 from dml_jax.evaluation import report
-from dml_test_support import small_config
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from dml_test_support import ROOT, small_config
 
 
 def test_parse_grid_and_points():
@@ -109,7 +107,7 @@ def test_sweep_line_plot_and_bad_x(tmp_path):
 
 def test_cli(tmp_path, monkeypatch):
   """The command line: the config file (+ ':arg'), --set, --grid, default train function."""
-  from dml_jax import training
+  from dml_jax.run import training
   train_fn, calls = fake_train({("easy", 3): 0.9, ("easy", 4): 0.7})
   monkeypatch.setattr(training, "train_and_evaluate",
                       lambda config, workdir, show_progress: train_fn(config, workdir))

@@ -28,7 +28,7 @@ import ml_collections
 import numpy as np
 
 from dml_jax import parallel
-from dml_jax import workdir as workdir_lib
+from dml_jax.run import workdir as workdir_lib
 from dml_jax.data import cache as cache_lib
 from dml_jax.data import crop_windows
 from dml_jax.data import device_augment

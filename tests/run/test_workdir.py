@@ -8,11 +8,11 @@ import shutil
 
 import pytest
 
-from dml_jax import checkpointing
-from dml_jax import signals
-from dml_jax import training
-from dml_jax import workdir as workdir_lib
-from dml_jax.evaluation import checkpoints
+from dml_jax.run import checkpointing
+from dml_jax.run import signals
+from dml_jax.run import training
+from dml_jax.run import workdir as workdir_lib
+from dml_jax.run import eval_checkpoints
 from dml_test_support import ROOT
 from dml_test_support import small_config
 
@@ -49,7 +49,7 @@ def test_rerun_with_another_config_is_refused_and_changes_nothing(copy, key, val
   assert "\n" not in message
   assert snapshot(copy) == before
   # The untouched run still evaluates.
-  step, _ = checkpoints.evaluate_checkpoint(copy)
+  step, _ = eval_checkpoints.evaluate_checkpoint(copy)
   assert step == 20
 
 
@@ -129,7 +129,7 @@ def test_an_older_config_json_is_not_a_conflict(tmp_path):
 def test_a_config_json_that_is_not_a_dml_jax_config_is_one_line(tmp_path, text, why):
   (tmp_path / workdir_lib.CONFIG_FILE).write_text(text)
   path = os.path.join(str(tmp_path), workdir_lib.CONFIG_FILE)
-  for read in (workdir_lib.load_config, checkpoints.evaluate_checkpoint):
+  for read in (workdir_lib.load_config, eval_checkpoints.evaluate_checkpoint):
     with pytest.raises(ValueError) as error:
       read(str(tmp_path))
     assert str(error.value).startswith(f"{path} is not a dml_jax config: {why}")

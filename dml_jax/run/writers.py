@@ -33,11 +33,10 @@ import time
 import warnings
 from typing import Any, Callable, Mapping
 
-import jax
 import ml_collections
 import numpy as np
 
-from dml_jax import workdir as workdir_lib
+from dml_jax.run import workdir as workdir_lib
 
 TENSORBOARD_DIR = "tensorboard"
 WANDB_ID_FILE = "wandb_run_id.txt"
@@ -46,10 +45,6 @@ HISTOGRAM_BINS = 64
 
 class LoggingBackendError(ValueError):
   """An unknown backend, or one asked for whose package is missing (one line, with the fix)."""
-
-
-def is_main_process() -> bool:
-  return jax.process_index() == 0
 
 
 # --------------------------------------------------------------------------- tensorboard
@@ -264,7 +259,7 @@ class MetricWriter:
   def write_row(self, row: Mapping[str, Any]) -> None:
     """Appends ``row`` (with its ``'step'``) to ``metrics.jsonl`` (when the writer has a
     workdir) and sends its numbers as scalars, except the row's :data:`ROW_STEPS`."""
-    if self.workdir is not None and is_main_process():
+    if self.workdir is not None and workdir_lib.is_main_process():
       workdir_lib.append_metrics(self.workdir, dict(row))
     self.scalars(int(row["step"]), {k: v for k, v in row.items() if k not in ROW_STEPS})
 
@@ -321,7 +316,7 @@ def make_writer(config: ml_collections.ConfigDict, workdir: str, *, run: str = "
   """
   names = check_backends(backends) if backends is not None else config_backends(config)
   writer = MetricWriter({}, workdir=workdir if jsonl else None)
-  if not is_main_process():
+  if not workdir_lib.is_main_process():
     return writer
   log = config.get("log", ml_collections.ConfigDict())
   for name in names:

@@ -2,7 +2,7 @@
 
 ``load_benchmark(name, root=DIR)`` reads the files as their authors distribute them
 (``official``); without ``root`` it reads the TFDS ``data_source`` (``tfds_datasets``). Both
-routes give their parts to ``protocols.make_splits``, so the splits, labels, label sets and
+routes give their parts to ``split_protocols.make_splits``, so the splits, labels, label sets and
 names are the same. Images are ``LazyImages`` (decoded and transformed on access with the
 ``ImageOptions``); MNIST's official route holds its uint8 arrays in memory, Omniglot's caches
 its decoded drawings.
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dml_jax.data import augment, official, protocols, tfds_datasets
+from dml_jax.data import augment, official, split_protocols, tfds_datasets
 from dml_jax.data.splits import Split
 from dml_jax.data.images import ImageOptions, LazyImages
 
-NAMES = tuple(protocols.PROTOCOLS)
+NAMES = tuple(split_protocols.PROTOCOLS)
 
 
 def load_benchmark(name: str, *, root: str = "", data_dir: str = "", image_size: int = 224,
@@ -24,7 +24,7 @@ def load_benchmark(name: str, *, root: str = "", data_dir: str = "", image_size:
                    std=augment.IMAGENET_STD, num_threads: int | None = None,
                    train_digits: Sequence[int] | None = None,
                    test_digits: Sequence[int] | None = None) -> dict[str, Split]:
-  """Loads benchmark ``name`` as lazily decoded splits (``protocols`` module docstring).
+  """Loads benchmark ``name`` as lazily decoded splits (``split_protocols`` module docstring).
 
   Args:
     name: one of ``NAMES``.
@@ -43,7 +43,7 @@ def load_benchmark(name: str, *, root: str = "", data_dir: str = "", image_size:
     DatasetNotPreparedError: the files are missing (official route: which one, where, how to
       get it; TFDS: the command that prepares it).
   """
-  protocols.check_digit_options(name, train_digits, test_digits)
+  split_protocols.check_digit_options(name, train_digits, test_digits)
   if root and data_dir:
     raise ValueError(f"{name}: root={root!r} (official files) and data_dir={data_dir!r} "
                      "(TFDS) are both set; set one of them.")
@@ -53,12 +53,13 @@ def load_benchmark(name: str, *, root: str = "", data_dir: str = "", image_size:
     parts = official.read_parts(name, root)
   else:
     parts = tfds_datasets.read_parts(name, data_dir=data_dir)
-  return protocols.make_splits(name, parts, lazy_images(name, options, num_threads=num_threads),
-                               train_digits=train_digits, test_digits=test_digits)
+  return split_protocols.make_splits(name, parts,
+                                     lazy_images(name, options, num_threads=num_threads),
+                                     train_digits=train_digits, test_digits=test_digits)
 
 
 def lazy_images(name: str, options: ImageOptions, *, num_threads: int | None = None
-                ) -> protocols.MakeImages:
+                ) -> split_protocols.MakeImages:
   """``(records, split) -> LazyImages`` named ``'{name}:{split}'`` (for ``make_splits``)."""
 
   def make(records, split):

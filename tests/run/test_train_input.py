@@ -1,4 +1,4 @@
-"""Tests of dml_jax.train_input: which input feeds the training loop (``data.cache``), the
+"""Tests of dml_jax.run.train_input: which input feeds the training loop (``data.cache``), the
 mmap cache in the workdir, and the sharded feed of the cached path on the test session's 8
 fake CPU devices against the streaming path."""
 
@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from configs import default
-from dml_jax import data, parallel, train_input, training, workdir as workdir_lib
+from dml_jax import data, parallel
+from dml_jax.run import train_input, training, workdir as workdir_lib
 from fake_datasets import write_inshop_dataset
 
 

@@ -7,14 +7,16 @@ import jax
 import numpy as np
 import pytest
 
-from dml_jax import checkpointing
+from dml_jax.run import checkpointing
 from dml_jax import data as data_lib
 from dml_jax import optimizers
-from dml_jax import training
-from dml_jax import workdir as workdir_lib
-from dml_jax import writers
+from dml_jax.run import restore
+from dml_jax.run import config as config_lib
+from dml_jax.run import training
+from dml_jax.run import workdir as workdir_lib
+from dml_jax.run import writers
 from dml_jax.data import noise as noise_lib
-from dml_jax.evaluation import checkpoints
+from dml_jax.run import eval_checkpoints
 from dml_test_support import leaves_equal, restore_state, small_config
 
 
@@ -73,7 +75,7 @@ def test_resume_continues_and_matches_uninterrupted(run20, tmp_path):
 
 def test_eval_checkpoint_equals_train_results(run20):
   workdir, results = run20
-  step, again = checkpoints.evaluate_checkpoint(workdir)
+  step, again = eval_checkpoints.evaluate_checkpoint(workdir)
   assert step == 20
   assert again.keys() == results.keys()
   for p in results:
@@ -99,9 +101,9 @@ def test_damaged_latest_checkpoint_falls_back(run20, tmp_path, caplog):
 def test_eval_without_checkpoint_is_a_clear_error(tmp_path):
   workdir_lib.write_config(small_config(), str(tmp_path))
   with pytest.raises(FileNotFoundError, match="No checkpoint"):
-    checkpoints.evaluate_checkpoint(str(tmp_path))
+    eval_checkpoints.evaluate_checkpoint(str(tmp_path))
   with pytest.raises(FileNotFoundError, match="not a dml_jax workdir"):
-    checkpoints.evaluate_checkpoint(str(tmp_path / "nowhere"))
+    eval_checkpoints.evaluate_checkpoint(str(tmp_path / "nowhere"))
 
 
 def test_nan_stops_training_and_never_checkpoints_nan(tmp_path, monkeypatch):
@@ -143,7 +145,7 @@ def test_train_step_keeps_state_on_nan():
 ])
 def test_bad_config_values(key, value, match):
   with pytest.raises((ValueError, NotImplementedError, FileNotFoundError), match=match):
-    training.validate_config(small_config(**{key: value}))
+    config_lib.validate(small_config(**{key: value}))
 
 
 @pytest.mark.parametrize("key,value,allowed", [
@@ -160,17 +162,17 @@ def test_bad_config_values(key, value, match):
 ])
 def test_bad_optimizer_values_are_one_line_before_any_work(key, value, allowed):
   with pytest.raises(ValueError) as error:
-    training.validate_config(small_config(**{f"optimizer.{key}": value}))
+    config_lib.validate(small_config(**{f"optimizer.{key}": value}))
   assert str(error.value) == f"optimizer.{key}={value!r} is not allowed: it must be {allowed}."
 
 
 def test_unknown_optimizer_names_are_refused_before_any_work():
   with pytest.raises(ValueError, match="Unknown optimizer.schedule 'linear'; allowed: constant"):
-    training.validate_config(small_config(**{"optimizer.schedule": "linear"}))
+    config_lib.validate(small_config(**{"optimizer.schedule": "linear"}))
   with pytest.raises(ValueError, match="Unknown optimizer.name 'lamb'; allowed: adam, sgd"):
-    training.validate_config(small_config(**{"optimizer.name": "lamb"}))
+    config_lib.validate(small_config(**{"optimizer.name": "lamb"}))
   with pytest.raises(ValueError, match=r"optimizer.decay_steps=\(100, -1\) is not allowed"):
-    training.validate_config(small_config(**{"optimizer.decay_steps": (100, -1)}))
+    config_lib.validate(small_config(**{"optimizer.decay_steps": (100, -1)}))
 
 
 def test_label_noise_and_clean_topline_change_only_the_train_split():
@@ -188,7 +190,7 @@ def test_label_noise_and_clean_topline_change_only_the_train_split():
   n = len(tr_clean.labels)
   assert len(top.splits["train"].labels) == round(0.6 * n)
   with pytest.raises(ValueError, match="clean topline is a separate run"):
-    training.validate_config(small_config(**{"data.label_noise": 0.2,
+    config_lib.validate(small_config(**{"data.label_noise": 0.2,
                                              "data.clean_fraction": 0.8}))
 
 
@@ -224,11 +226,11 @@ def test_per_part_learning_rates_reach_the_model():
 
 
 def test_model_options_and_pretrained_errors():
-  assert training.model_options(small_config().model) == {}
+  assert restore.model_options(small_config().model) == {}
   with pytest.raises(ValueError, match="dtype"):
     training.build(small_config(**{"model.dtype": "bfloat16"}))
   with pytest.raises(FileNotFoundError, match="pretrained convert"):
-    training.validate_config(small_config(**{"model.pretrained": "missing.npz"}))
+    config_lib.validate(small_config(**{"model.pretrained": "missing.npz"}))
 
 
 def test_older_workdir_config_gets_keys_added_since(tmp_path):
@@ -238,7 +240,7 @@ def test_older_workdir_config_gets_keys_added_since(tmp_path):
   workdir_lib.write_config(config, str(tmp_path))
   loaded = workdir_lib.load_config(str(tmp_path))
   assert loaded.data.noise_seed == 0 and loaded.optimizer.head_learning_rate == 0.0
-  training.validate_config(loaded)
+  config_lib.validate(loaded)
 
 
 def test_scatter_diagram_is_logged_during_training(tmp_path):

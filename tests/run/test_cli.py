@@ -1,4 +1,4 @@
-"""The binaries' command line (dml_jax/cli.py) in-process, on flags of their own: one-line
+"""The binaries' command line (dml_jax/run/cli.py) in-process, on flags of their own: one-line
 errors for bad overrides, the --help page and its exit code (train.py / eval.py themselves run
 in subprocesses in test_binaries.py)."""
 
@@ -8,7 +8,7 @@ from absl import flags
 from ml_collections import config_flags
 import pytest
 
-from dml_jax import cli
+from dml_jax.run import cli
 from dml_test_support import ROOT
 
 CONFIG = os.path.join(ROOT, "configs", "digits_evenodd_eps.py")

@@ -7,6 +7,10 @@ A checkpoint of step ``N`` lives in ``<workdir>/checkpoints/N`` and holds two it
 good one is used. A readable checkpoint whose array shapes differ from the target's (the
 config changed, e.g. ``model.embedding_dim``) is not damage: it raises
 :class:`CheckpointMismatchError` naming the arrays, before Orbax tries to read them.
+
+Evaluation restores only some subtrees of the state (``partial=True``: the parameters and
+batch statistics, ``restore.restore_model``), so it needs no optimizer to give the shapes of
+the rest.
 """
 
 from __future__ import annotations
@@ -28,22 +32,25 @@ def checkpoint_dir(workdir: str) -> str:
   return os.path.join(os.path.abspath(workdir), "checkpoints")
 
 
-def make_manager(workdir: str, *, max_to_keep: int | None = 3,
-                 read_only: bool = False) -> ocp.CheckpointManager:
+def make_manager(workdir: str, *, max_to_keep: int | None = 3, read_only: bool = False,
+                 partial: bool = False) -> ocp.CheckpointManager:
   """A ``CheckpointManager`` for ``<workdir>/checkpoints`` with items ``state`` and ``meta``.
 
   Args:
     workdir: the run directory.
     max_to_keep: newest checkpoints kept on disk (``None`` keeps all).
     read_only: open without creating or deleting anything (evaluation).
+    partial: a read-only manager for ``restore(..., partial=True)`` (some subtrees of the
+      state); it reads the files every manager writes.
   """
+  read_only = read_only or partial
   options = ocp.CheckpointManagerOptions(
       max_to_keep=max_to_keep, create=not read_only, read_only=read_only,
       enable_async_checkpointing=False)
+  state_handler = ocp.PyTreeCheckpointHandler() if partial else ocp.StandardCheckpointHandler()
   return ocp.CheckpointManager(
       checkpoint_dir(workdir), options=options,
-      item_handlers={"state": ocp.StandardCheckpointHandler(),
-                     "meta": ocp.JsonCheckpointHandler()})
+      item_handlers={"state": state_handler, "meta": ocp.JsonCheckpointHandler()})
 
 
 def save(manager: ocp.CheckpointManager, step: int, state: Any, meta: dict) -> None:
@@ -62,8 +69,10 @@ def _path(keys: tuple) -> str:
   return "/".join(str(k) for k in keys)
 
 
-def check_shapes(manager: ocp.CheckpointManager, step: int, target: Any) -> None:
-  """Compares the saved array shapes of checkpoint ``step`` with ``target``'s.
+def check_shapes(manager: ocp.CheckpointManager, step: int, target: Any, *,
+                 partial: bool = False) -> None:
+  """Compares the saved array shapes of checkpoint ``step`` with ``target``'s (with
+  ``partial``, those of the subtrees ``target`` has: a dict of some of the state's keys).
 
   Raises:
     CheckpointMismatchError: a different tree structure or shape (up to three named).
@@ -71,6 +80,8 @@ def check_shapes(manager: ocp.CheckpointManager, step: int, target: Any) -> None
   """
   saved = ocp.tree.to_flat_dict(manager.item_metadata(step)["state"])
   wanted = ocp.tree.to_flat_dict(target)
+  if partial:
+    saved = {k: v for k, v in saved.items() if k[0] in target}
   # Name parameters before the optimizer's copies of them.
   wanted = dict(sorted(wanted.items(), key=lambda kv: kv[0][0] == "opt_state"))
   problems = [f"{_path(k)} is missing from the checkpoint" for k in wanted if k not in saved]
@@ -87,8 +98,8 @@ def check_shapes(manager: ocp.CheckpointManager, step: int, target: Any) -> None
         "with, or use a new workdir.")
 
 
-def restore(manager: ocp.CheckpointManager, target: Any, *,
-            step: int | None = None) -> tuple[int, Any, dict] | None:
+def restore(manager: ocp.CheckpointManager, target: Any, *, step: int | None = None,
+            partial: bool = False) -> tuple[int, Any, dict] | None:
   """Restores a checkpoint into the structure of ``target``.
 
   Args:
@@ -96,6 +107,9 @@ def restore(manager: ocp.CheckpointManager, target: Any, *,
     target: a pytree with the structure, shapes and dtypes of the saved state (arrays or
       ``jax.ShapeDtypeStruct``).
     step: the step to restore; ``None`` means the newest readable one.
+    partial: restore only the subtrees ``target`` has (a dict of some of the state's keys,
+      e.g. ``{'params': ..., 'batch_stats': ...}``); ``manager`` from
+      ``make_manager(..., partial=True)``.
 
   Returns:
     ``(step, state, meta)``, or ``None`` when there is no checkpoint at all.
@@ -119,9 +133,12 @@ def restore(manager: ocp.CheckpointManager, target: Any, *,
   errors = []
   for s in candidates:
     try:
-      check_shapes(manager, s, abstract)
+      check_shapes(manager, s, abstract, partial=partial)
+      state_args = (ocp.args.PyTreeRestore(
+          item=abstract, restore_args=ocp.checkpoint_utils.construct_restore_args(abstract),
+          partial_restore=True) if partial else ocp.args.StandardRestore(abstract))
       restored = manager.restore(s, args=ocp.args.Composite(
-          state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
+          state=state_args, meta=ocp.args.JsonRestore()))
       return s, restored["state"], dict(restored["meta"])
     except CheckpointMismatchError:
       raise

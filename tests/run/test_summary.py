@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dml_jax import report as run_report
-from dml_jax import workdir as workdir_lib
+from dml_jax.run import summary as run_report
+from dml_jax.run import workdir as workdir_lib
 from dml_jax.evaluation import report
 from dml_test_support import small_config
 

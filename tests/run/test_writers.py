@@ -7,13 +7,14 @@ import sys
 import types
 import warnings
 
+import jax
 import ml_collections
 import numpy as np
 import pytest
 
-from dml_jax import training
-from dml_jax import workdir as workdir_lib
-from dml_jax import writers
+from dml_jax.run import training
+from dml_jax.run import workdir as workdir_lib
+from dml_jax.run import writers
 from dml_test_support import small_config
 
 
@@ -197,7 +198,7 @@ def test_wandb_offline_warns_and_the_rest_goes_on(tmp_path, monkeypatch):
 
 
 def test_only_process_zero_writes(tmp_path, monkeypatch):
-  monkeypatch.setattr(writers.jax, "process_index", lambda: 1)
+  monkeypatch.setattr(jax, "process_index", lambda: 1)
   writer = writers.make_writer(small_config(2), str(tmp_path))
   writer.write_row({"step": 1, "train/loss": 1.0})
   writer.close()

@@ -1,6 +1,6 @@
 r"""A static HTML report comparing runs (no server, no JavaScript, images inline).
 
-  python -m dml_jax.report runs/digits_seeds [more dirs ...] [--out=report.html] [--title=T]
+  python -m dml_jax.run.summary runs/digits_seeds [more dirs ...] [--out=report.html] [--title=T]
 
 Every directory under the given ones that holds a ``config.json`` is a run. The page shows:
 
@@ -33,7 +33,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dml_jax import workdir as workdir_lib
+from dml_jax.run import workdir as workdir_lib
 from dml_jax.evaluation import report
 
 # Resumable keys that still change what a metric means (the others say where data is read
@@ -261,7 +261,7 @@ def build_report(roots: Sequence[str], *, out: str, title: str | None = None) ->
     raise ValueError(f"No run under {', '.join(roots)} has an evaluation (eval_step_<N>.json);"
                      " train to the end or run python eval.py --workdir=<run>.")
   for reason in reasons:
-    print(f"python -m dml_jax.report: left out {reason}", file=sys.stderr)
+    print(f"python -m dml_jax.run.summary: left out {reason}", file=sys.stderr)
   page = render(runs, title=title or f"dml_jax runs: {', '.join(roots)}", skipped=skipped)
   os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
   with open(out, "w") as f:
@@ -270,7 +270,7 @@ def build_report(roots: Sequence[str], *, out: str, title: str | None = None) ->
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m dml_jax.report",
+  parser = argparse.ArgumentParser(prog="python -m dml_jax.run.summary",
                                    description="A static HTML page comparing runs.")
   parser.add_argument("roots", nargs="+", help="run directories or directories of runs")
   parser.add_argument("--out", default="", help="default: <first root>/report.html")
@@ -280,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   try:
     result = build_report(args.roots, out=out, title=args.title)
   except (FileNotFoundError, ValueError) as e:
-    print(f"python -m dml_jax.report: {e}", file=sys.stderr)
+    print(f"python -m dml_jax.run.summary: {e}", file=sys.stderr)
     return 1
   print(f"{count(len(result['runs']), 'run')}; written {result['out']}")
   return 0

@@ -1,4 +1,4 @@
-"""Stopping on SIGINT / SIGTERM (dml_jax/signals.py): the flag, and the message on a line of its
+"""Stopping on SIGINT / SIGTERM (dml_jax/run/signals.py): the flag, and the message on a line of its
 own while the training loop's progress bar is drawn."""
 
 import io
@@ -8,7 +8,7 @@ import signal
 import pytest
 import tqdm
 
-from dml_jax import signals
+from dml_jax.run import signals
 
 
 def test_the_first_signal_sets_the_flag_and_the_second_stops_at_once():
