@@ -18,7 +18,7 @@ PACKAGE = os.path.join(ROOT, "dml_jax")
 # The top level of the package, each entry a module or a package. A new one is a decision:
 # add it to one of the two layers here.
 LIBRARY = ("data", "evaluation", "hparams", "kernels", "losses", "memory", "mining", "models",
-           "objectives", "optimizers", "overrides", "parallel", "similarity")
+           "objectives", "optimizers", "parallel", "similarity")
 # The application: setup, step, loop, workdir, checkpoints, writers, signals, command-line
 # plumbing, the evaluation of a workdir (run); the analysis tools restore a workdir with it.
 APPLICATION = ("run", "analysis")

@@ -19,7 +19,7 @@ import ml_collections
 from ml_collections import config_flags
 
 from dml_jax.run import host_memory
-from dml_jax import overrides
+from dml_jax.run import overrides
 
 FLAGS = flags.FLAGS
 
@@ -125,7 +125,7 @@ def help_text(flag_values: flags.FlagValues, *, doc: str, modules: Sequence[str]
 def resolved_config(config_flag, *, modules: Sequence[str] = (),
                     machine: dict | None = None) -> ml_collections.ConfigDict:
   """The config of ``--config=FILE[:arg]`` with its ``--config.K=V`` overrides applied by the
-  rules of ``dml_jax.overrides`` (unknown keys refused, ``loss.name`` switches objective),
+  rules of ``dml_jax.run.overrides`` (unknown keys refused, ``loss.name`` switches objective),
   then ``machine`` (:func:`machine_overrides`), ``modules`` (``--module``) imported and
   recorded in ``config.user_modules``; locked.
 

@@ -197,8 +197,8 @@ def flatten(config: ml_collections.ConfigDict | Mapping, prefix: str = "") -> di
 
 def resolve(spec: str, sets: Mapping[str, str] = ()) -> ml_collections.ConfigDict:
   """The config of ``configs/X.py[:variants]`` with ``key=value`` string overrides applied by
-  the rules of ``dml_jax.overrides`` (the objective's hyper-parameters filled in)."""
-  from dml_jax import overrides  # pylint: disable=import-outside-toplevel
+  the rules of ``dml_jax.run.overrides`` (the objective's hyper-parameters filled in)."""
+  from dml_jax.run import overrides  # pylint: disable=import-outside-toplevel
   return overrides.apply(overrides.load_config_file(spec), dict(sets), from_strings=True)
 
 
@@ -238,7 +238,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   except (ValueError, TypeError) as e:
     print(f"{parser.prog}: {e}", file=sys.stderr)
     return 1
-  print(format_row(diff_default(config) if args.diff else flatten(config)))
+  try:
+    print(format_row(diff_default(config) if args.diff else flatten(config)), flush=True)
+  except BrokenPipeError:   # `show ... | head`: the reader has what it wanted
+    sys.stdout = open(os.devnull, "w")  # pylint: disable=consider-using-with
   return 0
 
 

@@ -40,7 +40,7 @@ import ml_collections
 import numpy as np
 
 from dml_jax.run import cli
-from dml_jax import overrides as overrides_lib
+from dml_jax.run import overrides as overrides_lib
 from dml_jax.run import workdir as workdir_lib
 from dml_jax.evaluation import report
 from dml_jax.run import config as config_lib

@@ -21,7 +21,7 @@ import numpy as np
 
 from dml_jax import data as data_lib
 from dml_jax import models
-from dml_jax import overrides
+from dml_jax.run import overrides
 from dml_jax.data import noise as noise_lib
 from dml_jax.evaluation import compute
 from dml_jax.run import checkpointing

@@ -32,7 +32,7 @@ from dml_jax import data as data_lib
 from dml_jax import memory as memory_lib
 from dml_jax import objectives
 from dml_jax import optimizers
-from dml_jax import overrides
+from dml_jax.run import overrides
 from dml_jax import parallel
 from dml_jax import similarity as similarity_lib
 from dml_jax.data import cache as cache_lib

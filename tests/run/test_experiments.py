@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from dml_jax.run import experiments
-from dml_jax import overrides
+from dml_jax.run import overrides
 from dml_jax.evaluation import report
 from dml_test_support import ROOT, small_config
 

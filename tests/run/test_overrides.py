@@ -6,7 +6,7 @@ import textwrap
 import pytest
 
 from dml_jax import objectives
-from dml_jax import overrides
+from dml_jax.run import overrides
 from dml_test_support import ROOT
 
 EPS = os.path.join(ROOT, "configs/digits_evenodd_eps.py")          # triplet
