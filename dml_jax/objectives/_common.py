@@ -1,5 +1,8 @@
-"""Pieces shared by the objective families: input checks, ``init`` of parameter-free
-objectives, the ``aux`` diagnostics and differentiable gathers of selected terms."""
+"""Pieces shared by the objective families: the one ``apply`` preamble (:func:`batch_objective`
+for the objectives that compare the anchors with the batch or a reference set,
+:func:`pair_objective` for a pair objective given as its term function, :func:`class_objective`
+for the proxy / class-weight objectives), input checks, ``init`` of parameter-free objectives,
+the ``aux`` diagnostics and differentiable gathers of selected terms."""
 
 from __future__ import annotations
 
