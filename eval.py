@@ -27,7 +27,7 @@ from absl import app
 from absl import flags
 
 from dml_jax.run import cli
-from dml_jax import overrides
+from dml_jax.run import overrides
 from dml_jax.run import eval_checkpoints
 from dml_jax.evaluation import report
 

@@ -4,7 +4,9 @@ package (run by mkdocs-gen-files at every build, so a moved or new module is pic
 A module is public when no part of its dotted name starts with ``_``. The functions and classes
 a module imports from a private module (``objectives.nca`` from ``objectives/_nca.py``) are
 its own API: they are rendered on its page too (griffe finds them statically, importing
-nothing). ``api/SUMMARY.md`` is the reference's navigation (literate-nav).
+nothing), and so are the builders its private modules register with a ``@register(...)``
+decorator (``objectives.nca``, defined and registered in ``objectives/_nca.py``, reached
+through the registry). ``api/SUMMARY.md`` is the reference's navigation (literate-nav).
 """
 
 from __future__ import annotations
@@ -49,6 +51,19 @@ def private_reexports(module: griffe.Module) -> list[str]:
   return names
 
 
+def registered(module: griffe.Module) -> list[str]:
+  """Paths of the functions that ``module``'s private submodules decorate with ``register``."""
+  paths = []
+  for name, sub in module.members.items():
+    if not name.startswith("_") or sub.is_alias or not sub.is_module:
+      continue
+    for member in sub.members.values():
+      if not member.is_alias and member.is_function and any(
+          str(d.value).split("(")[0].split(".")[-1] == "register" for d in member.decorators):
+        paths.append(member.path)
+  return paths
+
+
 def main() -> None:
   package = griffe.load("dml_jax", search_paths=[str(ROOT)], resolve_aliases=True,
                         resolve_external=False)
@@ -62,6 +77,8 @@ def main() -> None:
       f.write(f"# `{name}`\n\n::: {name}\n    options:\n      show_root_heading: false\n")
       for member in private_reexports(module):
         f.write(f"\n::: {name}.{member}\n")
+      for path in registered(module):
+        f.write(f"\n::: {path}\n    options:\n      show_root_full_path: false\n")
   with mkdocs_gen_files.open("api/SUMMARY.md", "w") as f:
     f.writelines(nav.build_literate_nav())
 

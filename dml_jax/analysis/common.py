@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import jax.numpy as jnp
 import numpy as np
 
-from dml_jax import overrides
+from dml_jax.run import overrides
 from dml_jax import similarity as sim
 from dml_jax.evaluation import report
 from dml_jax.run import cli

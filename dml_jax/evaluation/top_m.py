@@ -225,14 +225,10 @@ def selection_targets(selection: str) -> dict[str, str] | None:
   :func:`top_m_neighbors`), or ``None`` for the XLA merge."""
   if selection not in SELECTIONS:
     raise ValueError(f"selection must be one of {SELECTIONS}, got {selection!r}.")
-  if selection in ("xla", "rows"):
-    return None
-  if selection == "kernel":
-    try:
-      return kernels.require("top_m.cc")
-    except RuntimeError as e:
-      raise RuntimeError(f"selection='kernel': {e} Use selection='auto' or 'xla'.") from None
-  return kernels.load("top_m.cc")
+  try:
+    return kernels.choose("top_m.cc", "xla" if selection == "rows" else selection)
+  except RuntimeError as e:
+    raise RuntimeError(f"selection='kernel': {e} Use selection='auto' or 'xla'.") from None
 
 
 def tile_waves(num_row_blocks: int, num_col_blocks: int, *,

@@ -8,8 +8,10 @@ handler does that step. The sources are beside this file (``*.cc``, sharing ``co
 or ``$DML_JAX_KERNEL_CACHE``; keyed by the source and headers, the flags, the compiler and
 jaxlib versions), and registers its handlers with XLA for the CPU.
 
-Each user keeps the pure-XLA path it had and takes the kernel only when :func:`load` returns
-its handler names: ``None`` when the default backend is not the CPU, the CPU is not x86-64
+Every user dispatches the same way, by :func:`choose` (``selection='auto'``: the kernel where
+it is available, else ``None``, meaning the user's own pure-XLA path; ``'kernel'`` /
+``'xla'`` force one), and calls the chosen kernel's targets (:func:`require`). The kernel is
+available when :func:`load` returns its handler names: ``None`` when the default backend is not the CPU, the CPU is not x86-64
 with AVX2 and FMA (the kernels' fast loops need them; elsewhere XLA's own code is the better
 path), ``DML_JAX_CPU_KERNELS=0``, there is no C++ compiler, or the build fails (one warning
 says why). :func:`unavailable` says which. Both paths give the same results (tested); no
@@ -97,6 +99,29 @@ def load(source: str) -> dict[str, str] | None:
   if not enabled():
     return None
   return _load(source)
+
+
+SELECTIONS = ("auto", "kernel", "xla")
+
+
+def choose(source: str, selection: str = "auto") -> dict[str, str] | None:
+  """The kernel dispatch of every user (``soft_pool.cc``: ``softtriple``; ``top_m.cc``: the
+  evaluation's top-m; ``conv.cc``: the CPU convolutions): the custom-call targets of ``source``
+  when its kernel is to run, ``None`` when the caller's XLA path is.
+
+  Args:
+    source: one of ``SOURCES``.
+    selection: ``'auto'`` (default; the kernel where :func:`load` gives it, else XLA),
+      ``'kernel'`` (the kernel, or :func:`require`'s ``RuntimeError``) or ``'xla'``.
+
+  Returns:
+    ``{name: target}`` or ``None``.
+  """
+  if selection not in SELECTIONS:
+    raise ValueError(f"kernel selection must be one of {SELECTIONS}, got {selection!r}.")
+  if selection == "xla":
+    return None
+  return require(source) if selection == "kernel" else load(source)
 
 
 def require(source: str) -> dict[str, str]:

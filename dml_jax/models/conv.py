@@ -298,7 +298,7 @@ def _kernel_computes(x_shape, w_shape, dtypes, *, lhs_dilation, rhs_dilation,
           and out_sharding is None and w_shape[-1] % 8 == 0
           and all(jnp.dtype(d) == jnp.float32 for d in dtypes)
           and preferred_element_type in (None, jnp.float32)
-          and kernels.load("conv.cc") is not None)
+          and kernels.choose("conv.cc") is not None)
 
 
 def direct_applies(x_shape, w_shape, dtypes, *, window_strides, **kwargs) -> bool:

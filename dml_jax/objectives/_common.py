@@ -1,5 +1,8 @@
-"""Pieces shared by the objective families: input checks, ``init`` of parameter-free
-objectives, the ``aux`` diagnostics and differentiable gathers of selected terms."""
+"""Pieces shared by the objective families: the one ``apply`` preamble (:func:`batch_objective`
+for the objectives that compare the anchors with the batch or a reference set,
+:func:`pair_objective` for a pair objective given as its term function, :func:`class_objective`
+for the proxy / class-weight objectives), input checks, ``init`` of parameter-free objectives,
+the ``aux`` diagnostics and differentiable gathers of selected terms."""
 
 from __future__ import annotations
 
@@ -73,6 +76,109 @@ def similarities(embeddings, labels, similarity: str, references: References | N
   return s, pos & mask, neg & mask
 
 
+# --- The shared ``apply`` preamble ----------------------------------------------------------
+
+
+class Batch(NamedTuple):
+  """What an objective's body sees (:func:`batch_objective`): the checked inputs and the
+  similarities of the anchors to the batch (or to the reference set).
+
+  Attributes:
+    params: ``apply``'s parameters (``{}`` for parameter-free objectives).
+    embeddings: float ``[B, D]``.
+    labels: int ``[B]``.
+    s: float32 ``S [B, N]`` (``N = B`` without a reference set), differentiable.
+    sg: its stop-gradient (for selections and weights).
+    pos, neg: bool ``[B, N]`` label masks (self pairs and masked references excluded).
+    rng: the PRNG key or ``None`` (checked when the objective needs one).
+    references: the :class:`References` or ``None``.
+  """
+  params: object
+  embeddings: jax.Array
+  labels: jax.Array
+  s: jax.Array
+  sg: jax.Array
+  pos: jax.Array
+  neg: jax.Array
+  rng: jax.Array | None
+  references: References | None
+
+
+def batch_objective(body: Callable, *, name: str, similarity: str = "cosine",
+                    kinds: tuple[str, ...] = sim.KINDS, references: bool = True,
+                    rng_reason: str | None = None,
+                    no_references_why: str = "builds its terms from the batch") -> Callable:
+  """``apply`` of an objective that compares the anchors with the batch (or a reference set):
+  the one place for the preamble every such objective shares.
+
+  At build time it checks ``similarity`` against ``kinds``. Each call checks the batch,
+  refuses a reference set when ``references`` is False (``no_references_why`` says why),
+  refuses a missing ``rng`` when ``rng_reason`` is given (e.g. ``"with mode='sample' draws
+  random pairs"``), computes ``S`` and the label masks (:func:`similarities`) and returns
+  ``body(Batch(...))``, i.e. ``(loss, aux)``.
+  """
+  hparams.choice("similarity", similarity, kinds)
+  takes_references = references
+
+  def apply(params, embeddings, labels, *, rng=None, references=None):
+    if not takes_references:
+      no_references(references, name=name, what=no_references_why)
+    if rng is None and rng_reason is not None:
+      raise ValueError(f"objective {name!r} {rng_reason}; pass rng=<PRNG key> to apply.")
+    embeddings, labels = check_batch(embeddings, labels)
+    s, pos, neg = similarities(embeddings, labels, similarity, references)
+    return body(Batch(params, embeddings, labels, s, jax.lax.stop_gradient(s), pos, neg, rng,
+                      references))
+
+  return apply
+
+
+def stochastic_reason(*, positive: str, negative: str) -> str | None:
+  """``rng_reason`` of :func:`batch_objective` for a ``mining.select`` selection: a reason
+  when ``(positive, negative)`` draws random numbers, else ``None``."""
+  if mining.is_stochastic(positive=positive, negative=negative):
+    return f"with positive={positive!r}, negative={negative!r} draws random numbers"
+  return None
+
+
+class PairTerms(NamedTuple):
+  """A pair objective's terms (:func:`pair_objective`).
+
+  Attributes:
+    fn: ``S [B, N] -> terms``, differentiable; its gradient weights ``|dl/dS_ij|`` say which
+      entering pairs are active (:func:`pair_aux`).
+    entering: bool ``[B, N]``, the pairs that enter the loss.
+    where: the mask of ``losses.reduce(fn(S), where, reduction)`` (``None``, ``[B]``,
+      ``[B, N]`` or ``(pos, neg)`` for ``'balanced'``).
+    reduction: of ``losses.REDUCTIONS``.
+    loss: the loss itself when it is not that reduction (e.g. weighted or sampled pairs).
+  """
+  fn: Callable
+  entering: jax.Array
+  where: object = None
+  reduction: str = "mean"
+  loss: jax.Array | None = None
+
+
+def pair_objective(terms: Callable, *, name: str, similarity: str = "cosine",
+                   kinds: tuple[str, ...] = sim.KINDS, references: bool = True,
+                   rng_reason: str | None = None,
+                   no_references_why: str = "builds its terms from the batch") -> tuple:
+  """``(init, apply)`` of a parameter-free pair objective given its term function
+  ``terms(Batch) -> PairTerms``: the preamble is :func:`batch_objective`'s (same keywords),
+  the loss ``losses.reduce`` of the terms (or ``PairTerms.loss``) and ``aux``
+  :func:`pair_aux`'s."""
+
+  def body(b: Batch):
+    t = terms(b)
+    loss = losses.reduce(t.fn(b.s), t.where, t.reduction) if t.loss is None else t.loss
+    return loss, pair_aux(t.entering, t.fn, b.sg, b.pos, b.neg)
+
+  return no_params, batch_objective(body, name=name, similarity=similarity, kinds=kinds,
+                                    references=references, rng_reason=rng_reason,
+                                    no_references_why=no_references_why)
+
+
 def no_references(references, *, name: str,
                   what: str = "compares embeddings with learnable class weights") -> None:
   """``ValueError`` for an objective that takes no reference set (the proxy / classification
@@ -81,14 +187,6 @@ def no_references(references, *, name: str,
     raise ValueError(f"objective {name!r} {what} and takes no reference set; set "
                      "memory.size=0 (cross-batch memory is for the pair- and triplet-based "
                      "objectives).")
-
-
-def check_rng(rng, *, name: str, positive: str, negative: str):
-  """``rng``, or ``ValueError`` when the selection ``(positive, negative)`` needs one."""
-  if rng is None and mining.is_stochastic(positive=positive, negative=negative):
-    raise ValueError(f"objective {name!r} with positive={positive!r}, negative={negative!r} "
-                     "draws random numbers; pass rng=<PRNG key> to apply.")
-  return rng
 
 
 def check_label_range(labels: jax.Array, num: int, *, what: str) -> jax.Array:
@@ -125,21 +223,57 @@ def init_proxies(rng, *, num_classes: int, dim: int) -> dict:
   return {"proxies": sim.l2_normalize(proxies)}
 
 
-def class_batch(params, embeddings, labels, references, *, name: str, per_class: int = 1):
-  """``(embeddings, labels, proxies [C * per_class, D], ok [B])`` of a proxy / class-weight
-  objective: checks the inputs and ``params['proxies']`` (rows ``c * per_class + k``: the
-  ``per_class`` centres of class ``c``); ``ok`` = labels in ``[0, C)`` (concrete labels out of
-  range raise, see :func:`check_label_range`)."""
-  no_references(references, name=name)
-  embeddings, labels = check_batch(embeddings, labels)
-  proxies = param(params, "proxies", name=name)
-  rows = proxies.shape[0] if proxies.ndim == 2 else 0
-  if proxies.ndim != 2 or proxies.shape[1] != embeddings.shape[1] or rows < 2 * per_class \
-      or rows % per_class:
-    raise ValueError(f"params['proxies'] must have shape [C * {per_class} (C >= 2), "
-                     f"{embeddings.shape[1]}], got {proxies.shape}.")
-  ok = check_label_range(labels, rows // per_class, what="proxies")
-  return embeddings, labels, proxies, ok
+def max_over_centers(embeddings: jax.Array, proxies: jax.Array, per_class: int) -> jax.Array:
+  """Each class's most similar of its ``K`` centres: ``[B, D]``, ``[C * K, D]`` (rows
+  ``c * K + k``) -> cosine ``[B, C]`` (the plain cosine to the proxies when ``K = 1``)."""
+  cos = sim.pairwise_similarity(embeddings, proxies, kind="cosine")     # float32 [B, C * K]
+  if per_class == 1:
+    return cos
+  return jnp.max(cos.reshape(cos.shape[0], -1, per_class), axis=2)
+
+
+class ClassBatch(NamedTuple):
+  """What a proxy / class-weight objective's body sees (:func:`class_objective`).
+
+  Attributes:
+    embeddings: float ``[B, D]``; labels: int ``[B]``.
+    proxies: ``params['proxies']``, ``[C * K, D]`` (rows ``c * K + k``: class ``c``'s centres).
+    ok: bool ``[B]``, labels in ``[0, C)`` (concrete labels out of range raise, see
+      :func:`check_label_range`).
+    s: float32 ``[B, C]`` the class similarity (cosine; the centres of a class pooled).
+    true: bool ``[B, C]``, the anchor's own class.
+  """
+  embeddings: jax.Array
+  labels: jax.Array
+  proxies: jax.Array
+  ok: jax.Array
+  s: jax.Array
+  true: jax.Array
+
+
+def class_objective(body: Callable, *, name: str, per_class: int = 1,
+                    class_similarity: Callable = max_over_centers) -> Callable:
+  """``apply`` of a proxy / class-weight objective: the preamble they share (no reference set,
+  the batch and ``params['proxies']`` checked, the class similarity
+  ``class_similarity(embeddings, proxies, per_class) -> [B, C]``, cosine by default), then
+  ``body(ClassBatch(...)) -> (loss, aux)``; ``rng`` is unused."""
+
+  def apply(params, embeddings, labels, *, rng=None, references=None):
+    del rng
+    no_references(references, name=name)
+    embeddings, labels = check_batch(embeddings, labels)
+    proxies = param(params, "proxies", name=name)
+    rows = proxies.shape[0] if proxies.ndim == 2 else 0
+    if proxies.ndim != 2 or proxies.shape[1] != embeddings.shape[1] or rows < 2 * per_class \
+        or rows % per_class:
+      raise ValueError(f"params['proxies'] must have shape [C * {per_class} (C >= 2), "
+                       f"{embeddings.shape[1]}], got {proxies.shape}.")
+    ok = check_label_range(labels, rows // per_class, what="proxies")
+    s = class_similarity(embeddings, proxies, per_class)               # float32 [B, C]
+    true = labels[:, None] == jnp.arange(rows // per_class)[None, :]  # [B, C]
+    return body(ClassBatch(embeddings, labels, proxies, ok, s, true))
+
+  return apply
 
 
 def no_params(rng, *, num_classes: int, dim: int) -> dict:
@@ -190,13 +324,6 @@ def negative_of_term(x: jax.Array, sel: mining.Selection, *, positive: str) -> j
 # --- Pair-based objectives (``pairs``, ``dro``) ---------------------------------------------
 
 
-def pair_batch(embeddings, labels, similarity: str, references: References | None = None):
-  """``(s, sg, pos, neg)``: float32 ``S [B, N]`` (:func:`similarities`), its stop-gradient
-  and the label masks."""
-  s, pos, neg = similarities(embeddings, labels, similarity, references)
-  return s, jax.lax.stop_gradient(s), pos, neg
-
-
 def pair_aux(entering: jax.Array, term_fn: Callable, sg: jax.Array, pos: jax.Array,
              neg: jax.Array) -> dict:
   """The diagnostics of a pair objective (``pairs`` module docstring); ``term_fn(S)`` -> its
@@ -219,6 +346,6 @@ def clamp_k(k: int, available: int, *, name: str, what: str = "k") -> int:
   """``min(k, available)``, with a warning (at trace time) when ``k`` is clamped."""
   if k > available:
     warnings.warn(f"objective {name!r}: {what}={k} exceeds the {available} ordered pairs of "
-                  f"the batch; using {what}={available}.", stacklevel=3)
+                  f"the batch; using {what}={available}.", stacklevel=5)
     return available
   return k

@@ -17,8 +17,8 @@ import jax.numpy as jnp
 from dml_jax import hparams
 from dml_jax import losses
 from dml_jax import mining
-from dml_jax import similarity as sim
 from dml_jax.objectives import _common
+from dml_jax.objectives._registry import register
 
 DRO_PAIR_LOSSES = ("margin", "binomial")
 DRO_KL_MODES = ("weight", "sample")
@@ -37,6 +37,7 @@ def _dro_pair_fn(*, pair_loss: str, margin: float, base: float, alpha: float,
   return lambda s, pos: losses.binomial(s, pos, alpha=alpha, beta=beta, base=base)
 
 
+@register("dro_topk", references=True)
 def dro_topk(*, k: int = 160, pair_loss: str = "margin", margin: float = 0.2, base: float = 0.5,
              alpha: float = 40.0, beta: float = 2.0, similarity: str = "cosine"):
   """DRO-TopK (DRO paper §3.2): the mean of the ``K`` largest pair losses of the batch.
@@ -69,20 +70,19 @@ def dro_topk(*, k: int = 160, pair_loss: str = "margin", margin: float = 0.2, ba
   """
   k = hparams.integer("k", k, minimum=1)
   pair_fn = _dro_pair_fn(pair_loss=pair_loss, margin=margin, base=base, alpha=alpha, beta=beta)
-  hparams.choice("similarity", similarity, sim.KINDS)
 
-  def apply(params, embeddings, labels, *, rng=None, references=None):
-    del params, rng
-    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity, references)
-    values = pair_fn(s, pos)
-    k_eff = _common.clamp_k(k, _common.num_pairs(s), name="dro_topk")
-    sel = mining.topk_pairs(values, pos | neg, k=k_eff)
-    loss = losses.reduce(values, sel, "mean")   # over the K pairs (fewer if fewer can enter)
-    return loss, _common.pair_aux(sel, lambda x: pair_fn(x, pos), sg, pos, neg)
+  def terms(b):
+    values = pair_fn(b.s, b.pos)
+    k_eff = _common.clamp_k(k, _common.num_pairs(b.s), name="dro_topk")
+    sel = mining.topk_pairs(values, b.pos | b.neg, k=k_eff)
+    # the mean over the K pairs (fewer if fewer can enter)
+    return _common.PairTerms(lambda x: pair_fn(x, b.pos), sel,
+                             loss=losses.reduce(values, sel, "mean"))
 
-  return _common.no_params, apply
+  return _common.pair_objective(terms, name="dro_topk", similarity=similarity)
 
 
+@register("dro_topk_pn", references=True)
 def dro_topk_pn(*, k: int = 160, pair_loss: str = "margin", margin: float = 0.2,
                 base: float = 0.5, alpha: float = 40.0, beta: float = 2.0,
                 similarity: str = "cosine"):
@@ -106,22 +106,20 @@ def dro_topk_pn(*, k: int = 160, pair_loss: str = "margin", margin: float = 0.2,
   """
   k = hparams.integer("k", k, minimum=2)
   pair_fn = _dro_pair_fn(pair_loss=pair_loss, margin=margin, base=base, alpha=alpha, beta=beta)
-  hparams.choice("similarity", similarity, sim.KINDS)
 
-  def apply(params, embeddings, labels, *, rng=None, references=None):
-    del params, rng
-    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity, references)
-    values = pair_fn(s, pos)
-    k_pos = _common.clamp_k(k // 2, _common.num_pairs(s), name="dro_topk_pn", what="k//2")
-    k_neg = _common.clamp_k(k - k // 2, _common.num_pairs(s), name="dro_topk_pn",
+  def terms(b):
+    values = pair_fn(b.s, b.pos)
+    k_pos = _common.clamp_k(k // 2, _common.num_pairs(b.s), name="dro_topk_pn", what="k//2")
+    k_neg = _common.clamp_k(k - k // 2, _common.num_pairs(b.s), name="dro_topk_pn",
                             what="k - k//2")
-    sel = mining.topk_pairs(values, pos, k=k_pos) | mining.topk_pairs(values, neg, k=k_neg)
-    loss = losses.reduce(values, sel, "mean")
-    return loss, _common.pair_aux(sel, lambda x: pair_fn(x, pos), sg, pos, neg)
+    sel = mining.topk_pairs(values, b.pos, k=k_pos) | mining.topk_pairs(values, b.neg, k=k_neg)
+    return _common.PairTerms(lambda x: pair_fn(x, b.pos), sel,
+                             loss=losses.reduce(values, sel, "mean"))
 
-  return _common.no_params, apply
+  return _common.pair_objective(terms, name="dro_topk_pn", similarity=similarity)
 
 
+@register("dro_kl", references=True, randomness=True)
 def dro_kl(*, gamma: float = 0.1, mode: str = "sample", k: int = 160,
            remove_zero_loss: bool = True, pair_loss: str = "margin", margin: float = 0.2,
            base: float = 0.5, alpha: float = 40.0, beta: float = 2.0,
@@ -167,16 +165,10 @@ def dro_kl(*, gamma: float = 0.1, mode: str = "sample", k: int = 160,
   k = hparams.integer("k", k, minimum=1)
   hparams.flag("remove_zero_loss", remove_zero_loss)
   pair_fn = _dro_pair_fn(pair_loss=pair_loss, margin=margin, base=base, alpha=alpha, beta=beta)
-  hparams.choice("similarity", similarity, sim.KINDS)
 
-  def apply(params, embeddings, labels, *, rng=None, references=None):
-    del params
-    if mode == "sample" and rng is None:
-      raise ValueError("objective 'dro_kl' with mode='sample' draws random pairs; pass "
-                       "rng=<PRNG key> to apply (or use mode='weight').")
-    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity, references)
-    values = pair_fn(s, pos)
-    cand = pos | neg
+  def terms(b):
+    values = pair_fn(b.s, b.pos)
+    cand = b.pos | b.neg
     if remove_zero_loss:
       cand = cand & (jax.lax.stop_gradient(values) > 0)
     if mode == "weight":
@@ -184,14 +176,17 @@ def dro_kl(*, gamma: float = 0.1, mode: str = "sample", k: int = 160,
       loss = losses.reduce(p * values, None, "sum")              # p = 0 outside cand
       entering = cand
     else:
-      counts = mining.kl_sample_pairs(rng, values, cand, gamma=gamma, num=k)
+      counts = mining.kl_sample_pairs(b.rng, values, cand, gamma=gamma, num=k)
       entering = counts > 0
       loss = losses.reduce(counts.astype(jnp.float32) * values, None, "sum") / k
-    return loss, _common.pair_aux(entering, lambda x: pair_fn(x, pos), sg, pos, neg)
+    return _common.PairTerms(lambda x: pair_fn(x, b.pos), entering, loss=loss)
 
-  return _common.no_params, apply
+  why = "with mode='sample' draws random pairs (or use mode='weight')" if mode == "sample" \
+      else None
+  return _common.pair_objective(terms, name="dro_kl", similarity=similarity, rng_reason=why)
 
 
+@register("dro_kl_grouped", references=True)
 def dro_kl_grouped(*, gamma_pos: float = 0.01, gamma_neg: float = 0.01,
                    pseudo_pairs: bool = False, c_pos: float | None = None,
                    c_neg: float | None = None, remove_zero_loss: bool = True,
@@ -257,7 +252,6 @@ def dro_kl_grouped(*, gamma_pos: float = 0.01, gamma_neg: float = 0.01,
   c_neg = None if c_neg is None else hparams.real("c_neg", c_neg)
   hparams.flag("remove_zero_loss", remove_zero_loss)
   pair_fn = _dro_pair_fn(pair_loss=pair_loss, margin=margin, base=base, alpha=alpha, beta=beta)
-  hparams.choice("similarity", similarity, sim.KINDS)
 
   def pseudo_loss(c, positive):
     if not pseudo_pairs:
@@ -266,18 +260,16 @@ def dro_kl_grouped(*, gamma_pos: float = 0.01, gamma_neg: float = 0.01,
       return 0.0
     return pair_fn(jnp.full((1, 1), c, jnp.float32), jnp.full((1, 1), positive))[0, 0]
 
-  def apply(params, embeddings, labels, *, rng=None, references=None):
-    del params, rng
-    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity, references)
-    values = pair_fn(s, pos)
-    valid = (jnp.any(pos, axis=1) & jnp.any(neg, axis=1))[:, None]
+  def terms(b):
+    values = pair_fn(b.s, b.pos)
+    valid = (jnp.any(b.pos, axis=1) & jnp.any(b.neg, axis=1))[:, None]
     keep = (jax.lax.stop_gradient(values) > 0) if remove_zero_loss else True
-    gp, gn = pos & valid & keep, neg & valid & keep
+    gp, gn = b.pos & valid & keep, b.neg & valid & keep
     w = (mining.kl_grouped_weights(values, gp, gamma=gamma_pos,
                                    pseudo_loss=pseudo_loss(c_pos, True))
          + mining.kl_grouped_weights(values, gn, gamma=gamma_neg,
                                      pseudo_loss=pseudo_loss(c_neg, False)))
-    loss = losses.reduce(w * values, gp | gn, "batch")
-    return loss, _common.pair_aux(gp | gn, lambda x: pair_fn(x, pos), sg, pos, neg)
+    return _common.PairTerms(lambda x: pair_fn(x, b.pos), gp | gn,
+                             loss=losses.reduce(w * values, gp | gn, "batch"))
 
-  return _common.no_params, apply
+  return _common.pair_objective(terms, name="dro_kl_grouped", similarity=similarity)

@@ -15,8 +15,8 @@ import jax.numpy as jnp
 from dml_jax import hparams
 from dml_jax import losses
 from dml_jax import mining
-from dml_jax import similarity as sim
 from dml_jax.objectives import _common
+from dml_jax.objectives._registry import register
 
 DUPLICATE_SIMILARITY = 0.9999   # released EPHN code: positives above this are duplicates
 NCA_ACTIVE_WEIGHT = 1e-3        # an NCA term is active when its negative weight q exceeds this
@@ -34,7 +34,6 @@ def _nca_family(*, name: str, order: int, positive: str, negative: str, temperat
                      "(or use objective 'triplet').")
   hparams.choice("negative", negative, NCA_NEGATIVE_MODES)
   temperature = hparams.number("temperature", temperature, positive=True)
-  hparams.choice("similarity", similarity, sim.KINDS)
   hparams.flag("skip_duplicate_positives", skip_duplicate_positives)
   hparams.flag("positive_similarity_only", positive_similarity_only)
   if (skip_duplicate_positives or positive_similarity_only) and similarity != "cosine":
@@ -42,16 +41,13 @@ def _nca_family(*, name: str, order: int, positive: str, negative: str, temperat
                      f"the cosine similarity; they need similarity='cosine', got {similarity!r}.")
   single = losses.nca if order == 1 else losses.nca_2nd
 
-  def apply(params, embeddings, labels, *, rng=None, references=None):
-    del params
-    key = _common.check_rng(rng, name=name, positive=positive, negative=negative)
-    s, pos_mask, neg_mask = _common.similarities(embeddings, labels, similarity, references)
-    sg = jax.lax.stop_gradient(s)                                     # float32 [B, N]
+  def body(b):
+    s, sg, pos_mask, neg_mask = b.s, b.sg, b.pos, b.neg              # float32 [B, N]
     if skip_duplicate_positives:
       pos_mask = pos_mask & (sg <= DUPLICATE_SIMILARITY)
     if positive_similarity_only and negative == "all":
       neg_mask = neg_mask & (sg > 0)
-    sel = mining.select(sg, pos_mask, neg_mask, positive=positive, negative=negative, key=key)
+    sel = mining.select(sg, pos_mask, neg_mask, positive=positive, negative=negative, key=b.rng)
     valid = sel.valid
     if negative == "all":
       terms = losses.nca_all_negatives(s, s, sel.negatives, temperature=temperature, order=order)
@@ -67,9 +63,12 @@ def _nca_family(*, name: str, order: int, positive: str, negative: str, temperat
     active = -jnp.expm1(-terms) > NCA_ACTIVE_WEIGHT
     return loss, _common.aux(valid, active, s, s_an)
 
-  return _common.no_params, apply
+  return _common.no_params, _common.batch_objective(
+      body, name=name, similarity=similarity,
+      rng_reason=_common.stochastic_reason(positive=positive, negative=negative))
 
 
+@register("nca", references=True, randomness=True)
 def nca(*, positive: str = "easy", negative: str = "hard", temperature: float = 0.1,
         similarity: str = "cosine", skip_duplicate_positives: bool = False,
         positive_similarity_only: bool = False):
@@ -106,6 +105,7 @@ def nca(*, positive: str = "easy", negative: str = "hard", temperature: float = 
                      positive_similarity_only=positive_similarity_only)
 
 
+@register("nca_2nd", references=True, randomness=True)
 def nca_2nd(*, positive: str = "easy", negative: str = "hard", temperature: float = 0.1,
             similarity: str = "cosine", skip_duplicate_positives: bool = False,
             positive_similarity_only: bool = False):

@@ -13,10 +13,11 @@ import jax.numpy as jnp
 
 from dml_jax import hparams
 from dml_jax import losses
-from dml_jax import similarity as sim
 from dml_jax.objectives import _common
+from dml_jax.objectives._registry import register
 
 
+@register("ntxent", references=True)
 def ntxent(*, temperature: float = 0.07, similarity: str = "cosine"):
   """NT-Xent / InfoNCE with labels (SimCLR, Chen et al. 2020): one term per positive pair.
 
@@ -34,24 +35,21 @@ def ntxent(*, temperature: float = 0.07, similarity: str = "cosine"):
     ``(init, apply)``; use ``make('ntxent', ...)``.
   """
   temperature = hparams.number("temperature", temperature, positive=True)
-  hparams.choice("similarity", similarity, sim.KINDS)
 
   def terms(s, pos, neg):
     z = s / temperature
     neg_lse, _ = losses.masked_logsumexp(z, neg, axis=1)                 # [B], -1e30 if none
     return jnp.where(pos, jnp.logaddexp(z, neg_lse[:, None]) - z, 0.0)   # [B, N]
 
-  def apply(params, embeddings, labels, *, rng=None, references=None):
-    del params, rng
-    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity, references)
-    term_fn = lambda x: terms(x, pos, neg)
-    loss = losses.reduce(term_fn(s), pos, "mean")
-    return loss, _common.pair_aux(pos | (neg & jnp.any(pos, axis=1, keepdims=True)), term_fn,
-                                  sg, pos, neg)
+  def pair_terms(b):
+    return _common.PairTerms(lambda x: terms(x, b.pos, b.neg),
+                             b.pos | (b.neg & jnp.any(b.pos, axis=1, keepdims=True)),
+                             b.pos, "mean")
 
-  return _common.no_params, apply
+  return _common.pair_objective(pair_terms, name="ntxent", similarity=similarity)
 
 
+@register("supcon", references=True)
 def supcon(*, temperature: float = 0.1, similarity: str = "cosine"):
   """Supervised contrastive loss (Khosla et al. 2020, ``L^sup_out``): one term per anchor.
 
@@ -69,11 +67,9 @@ def supcon(*, temperature: float = 0.1, similarity: str = "cosine"):
     ``(init, apply)``; use ``make('supcon', ...)``.
   """
   temperature = hparams.number("temperature", temperature, positive=True)
-  hparams.choice("similarity", similarity, sim.KINDS)
 
-  def apply(params, embeddings, labels, *, rng=None, references=None):
-    del params, rng
-    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity, references)
+  def terms(b):
+    pos, neg = b.pos, b.neg
     n_pos = jnp.sum(pos, axis=1)
     valid = (n_pos > 0) & (n_pos + jnp.sum(neg, axis=1) > 1) & jnp.any(neg)      # [B]
 
@@ -83,7 +79,6 @@ def supcon(*, temperature: float = 0.1, similarity: str = "cosine"):
       log_prob = jnp.where(pos, z - lse[:, None], 0.0)
       return jnp.where(valid, -jnp.sum(log_prob, axis=1) / jnp.maximum(n_pos, 1), 0.0)
 
-    loss = losses.reduce(term_fn(s), valid, "mean")
-    return loss, _common.pair_aux((pos | neg) & valid[:, None], term_fn, sg, pos, neg)
+    return _common.PairTerms(term_fn, (pos | neg) & valid[:, None], valid, "mean")
 
-  return _common.no_params, apply
+  return _common.pair_objective(terms, name="supcon", similarity=similarity)

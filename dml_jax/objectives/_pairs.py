@@ -25,6 +25,7 @@ from dml_jax import losses
 from dml_jax import mining
 from dml_jax import similarity as sim
 from dml_jax.objectives import _common
+from dml_jax.objectives._registry import register
 
 PAIR_REDUCTIONS = ("mean", "balanced")   # of losses.REDUCTIONS
 MS_DUPLICATE_SIMILARITY = 1.0 - 1e-5     # released MS code keeps positives with S < 1 - 1e-5
@@ -33,20 +34,19 @@ GLS_MAX_DISTANCE = 2.0                   # between unit vectors (up to rounding)
 _GLS_E_MAX = math.exp(-GLS_MAX_DISTANCE)
 
 
-def _pairwise_apply(pair_fn: Callable, *, reduction: str, similarity: str) -> Callable:
-  """``apply`` of an objective averaging an elementwise pair loss over all pairs."""
+def _every_pair(pair_fn: Callable, *, reduction: str) -> Callable:
+  """The terms of an objective averaging an elementwise pair loss ``pair_fn(S, pos)`` over
+  all pairs (``'mean'``) or over the positive and the negative pairs (``'balanced'``)."""
 
-  def apply(params, embeddings, labels, *, rng=None, references=None):
-    del params, rng
-    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity, references)
-    pairs = pos | neg
-    values = pair_fn(s, pos)                                           # [B, B]
-    loss = losses.reduce(values, pairs if reduction == "mean" else (pos, neg), reduction)
-    return loss, _common.pair_aux(pairs, lambda x: pair_fn(x, pos), sg, pos, neg)
+  def terms(b):
+    pairs = b.pos | b.neg
+    return _common.PairTerms(lambda x: pair_fn(x, b.pos), pairs,
+                             pairs if reduction == "mean" else (b.pos, b.neg), reduction)
 
-  return apply
+  return terms
 
 
+@register("contrastive", references=True)
 def contrastive(*, pos_margin: float = 1.0, neg_margin: float = 0.5, reduction: str = "mean",
                 similarity: str = "cosine"):
   """Contrastive loss over all ordered pairs (Hadsell, Chopra & LeCun, CVPR 2006).
@@ -76,12 +76,13 @@ def contrastive(*, pos_margin: float = 1.0, neg_margin: float = 0.5, reduction: 
   pos_margin = hparams.real("pos_margin", pos_margin)
   neg_margin = hparams.real("neg_margin", neg_margin)
   hparams.choice("reduction", reduction, PAIR_REDUCTIONS)
-  hparams.choice("similarity", similarity, sim.KINDS)
   pair_fn = lambda s, pos: losses.contrastive(s, pos, pos_margin=pos_margin,
                                               neg_margin=neg_margin)
-  return _common.no_params, _pairwise_apply(pair_fn, reduction=reduction, similarity=similarity)
+  return _common.pair_objective(_every_pair(pair_fn, reduction=reduction), name="contrastive",
+                                similarity=similarity)
 
 
+@register("binomial", references=True)
 def binomial(*, alpha: float = 40.0, beta: float = 2.0, base: float = 0.5,
              reduction: str = "balanced", similarity: str = "cosine"):
   """Binomial deviance loss over all ordered pairs (Yi, Lei & Li 2014; DRO paper §4).
@@ -110,11 +111,12 @@ def binomial(*, alpha: float = 40.0, beta: float = 2.0, base: float = 0.5,
   beta = hparams.number("beta", beta, positive=True)
   base = hparams.real("base", base)
   hparams.choice("reduction", reduction, PAIR_REDUCTIONS)
-  hparams.choice("similarity", similarity, sim.KINDS)
   pair_fn = lambda s, pos: losses.binomial(s, pos, alpha=alpha, beta=beta, base=base)
-  return _common.no_params, _pairwise_apply(pair_fn, reduction=reduction, similarity=similarity)
+  return _common.pair_objective(_every_pair(pair_fn, reduction=reduction), name="binomial",
+                                similarity=similarity)
 
 
+@register("multi_similarity", references=True)
 def multi_similarity(*, alpha: float = 2.0, beta: float = 50.0, base: float = 0.5,
                      epsilon: float = 0.1, positive: str = "ms", negative: str = "ms",
                      negative_reference: str = "hardest", skip_duplicate_positives: bool = False,
@@ -169,28 +171,25 @@ def multi_similarity(*, alpha: float = 2.0, beta: float = 50.0, base: float = 0.
   hparams.choice("negative", negative, mining.MS_NEGATIVE_MODES)
   hparams.choice("negative_reference", negative_reference, mining.MS_NEGATIVE_REFERENCES)
   hparams.flag("skip_duplicate_positives", skip_duplicate_positives)
-  hparams.choice("similarity", similarity, sim.KINDS)
   if skip_duplicate_positives and similarity != "cosine":
     raise ValueError("skip_duplicate_positives is a threshold on the cosine similarity; it needs "
                      f"similarity='cosine', got {similarity!r}.")
 
-  def apply(params, embeddings, labels, *, rng=None, references=None):
-    del params, rng
-    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity, references)
-    if skip_duplicate_positives:
-      pos = pos & (sg < MS_DUPLICATE_SIMILARITY)
-    pk, nk = mining.multi_similarity_pairs(sg, pos, neg, epsilon=epsilon, positive=positive,
-                                           negative=negative,
+  def terms(b):
+    pos = b.pos & (b.sg < MS_DUPLICATE_SIMILARITY) if skip_duplicate_positives else b.pos
+    pk, nk = mining.multi_similarity_pairs(b.sg, pos, b.neg, epsilon=epsilon,
+                                           positive=positive, negative=negative,
                                            negative_reference=negative_reference)
     valid = (jnp.any(pk, axis=1) & jnp.any(nk, axis=1))[:, None]
     pk, nk = pk & valid, nk & valid
-    term_fn = lambda x: losses.multi_similarity(x, pk, nk, alpha=alpha, beta=beta, base=base)
-    loss = losses.reduce(term_fn(s), valid[:, 0], "batch")
-    return loss, _common.pair_aux(pk | nk, term_fn, sg, pos, neg)
+    return _common.PairTerms(
+        lambda x: losses.multi_similarity(x, pk, nk, alpha=alpha, beta=beta, base=base),
+        pk | nk, valid[:, 0], "batch")
 
-  return _common.no_params, apply
+  return _common.pair_objective(terms, name="multi_similarity", similarity=similarity)
 
 
+@register("lifted_structure", references=True)
 def lifted_structure(*, base: float = 0.5, margin: float = 0.0, similarity: str = "cosine"):
   """Generalised lifted structure loss (DRO paper eq. 3; Wang et al. 2019).
 
@@ -216,20 +215,18 @@ def lifted_structure(*, base: float = 0.5, margin: float = 0.0, similarity: str 
   """
   base = hparams.real("base", base)
   margin = hparams.real("margin", margin)
-  hparams.choice("similarity", similarity, sim.KINDS)
 
-  def apply(params, embeddings, labels, *, rng=None, references=None):
-    del params, rng
-    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity, references)
-    valid = (jnp.any(pos, axis=1) & jnp.any(neg, axis=1))[:, None]
-    p, n = pos & valid, neg & valid
-    term_fn = lambda x: losses.lifted_structure(x, p, n, base=base, margin=margin)
-    loss = losses.reduce(term_fn(s), valid[:, 0], "batch")
-    return loss, _common.pair_aux(p | n, term_fn, sg, pos, neg)
+  def terms(b):
+    valid = (jnp.any(b.pos, axis=1) & jnp.any(b.neg, axis=1))[:, None]
+    p, n = b.pos & valid, b.neg & valid
+    return _common.PairTerms(lambda x: losses.lifted_structure(x, p, n, base=base,
+                                                               margin=margin),
+                             p | n, valid[:, 0], "batch")
 
-  return _common.no_params, apply
+  return _common.pair_objective(terms, name="lifted_structure", similarity=similarity)
 
 
+@register("circle", references=True)
 def circle(*, m: float = 0.4, gamma: float = 80.0, similarity: str = "cosine"):
   """Circle loss with pair labels (Sun et al., CVPR 2020, eq. 6), per anchor.
 
@@ -250,25 +247,22 @@ def circle(*, m: float = 0.4, gamma: float = 80.0, similarity: str = "cosine"):
   """
   m = hparams.real("m", m)
   gamma = hparams.number("gamma", gamma, positive=True)
-  hparams.choice("similarity", similarity, sim.KINDS)
 
-  def apply(params, embeddings, labels, *, rng=None, references=None):
-    del params, rng
-    s, sg, pos, neg = _common.pair_batch(embeddings, labels, similarity, references)
-    valid = jnp.any(pos, axis=1) & jnp.any(neg, axis=1)                 # [B]
-    a_p, a_n = jnp.maximum(1.0 + m - sg, 0.0), jnp.maximum(sg + m, 0.0)
+  def terms(b):
+    valid = jnp.any(b.pos, axis=1) & jnp.any(b.neg, axis=1)             # [B]
+    a_p, a_n = jnp.maximum(1.0 + m - b.sg, 0.0), jnp.maximum(b.sg + m, 0.0)
 
     def term_fn(x):
-      lse_p, _ = losses.masked_logsumexp(-gamma * a_p * (x - (1.0 - m)), pos, axis=1)
-      lse_n, _ = losses.masked_logsumexp(gamma * a_n * (x - m), neg, axis=1)
+      lse_p, _ = losses.masked_logsumexp(-gamma * a_p * (x - (1.0 - m)), b.pos, axis=1)
+      lse_n, _ = losses.masked_logsumexp(gamma * a_n * (x - m), b.neg, axis=1)
       return jnp.where(valid, jax.nn.softplus(jnp.where(valid, lse_p + lse_n, 0.0)), 0.0)
 
-    loss = losses.reduce(term_fn(s), valid, "mean")
-    return loss, _common.pair_aux((pos | neg) & valid[:, None], term_fn, sg, pos, neg)
+    return _common.PairTerms(term_fn, (b.pos | b.neg) & valid[:, None], valid, "mean")
 
-  return _common.no_params, apply
+  return _common.pair_objective(terms, name="circle", similarity=similarity)
 
 
+@register("generalized_lifted_structure", references=True)
 def generalized_lifted_structure(*, pos_margin: float = 0.0, neg_margin: float = 1.0):
   """Generalised lifted structure loss on Euclidean distances (Hermans, Beyer & Leibe 2017,
   eq. 5; PML's ``GeneralizedLiftedStructureLoss``), per anchor.
@@ -289,9 +283,8 @@ def generalized_lifted_structure(*, pos_margin: float = 0.0, neg_margin: float =
   pos_margin = hparams.real("pos_margin", pos_margin)
   neg_margin = hparams.real("neg_margin", neg_margin)
 
-  def apply(params, embeddings, labels, *, rng=None, references=None):
-    del params, rng
-    s, sg, pos, neg = _common.pair_batch(embeddings, labels, "cosine", references)
+  def terms(b):
+    pos, neg = b.pos, b.neg
 
     def term_fn(x):
       # d is in [0, 2] (unit vectors), so the log-sum-exps need no row maximum: shifted by
@@ -307,7 +300,6 @@ def generalized_lifted_structure(*, pos_margin: float = 0.0, neg_margin: float =
       total = jnp.where(has_p, lse_p, 0.0) + jnp.where(has_n, lse_n, 0.0)
       return jnp.where(has_p | has_n, jax.nn.relu(total), 0.0)
 
-    loss = losses.reduce(term_fn(s), None, "batch")
-    return loss, _common.pair_aux(pos | neg, term_fn, sg, pos, neg)
+    return _common.PairTerms(term_fn, pos | neg, None, "batch")
 
-  return _common.no_params, apply
+  return _common.pair_objective(terms, name="generalized_lifted_structure")

@@ -14,10 +14,12 @@ from dml_jax import hparams
 from dml_jax import losses
 from dml_jax import similarity as sim
 from dml_jax.objectives import _common
+from dml_jax.objectives._registry import register
 
 PROXY_ACTIVE_WEIGHT = 1e-3   # a proxy-NCA anchor is active when 1 - p(true proxy) exceeds this
 
 
+@register("proxy_nca", parameters=True)
 def proxy_nca(*, temperature: float = 1.0, denominator: str = "negatives"):
   """Proxy-NCA (Movshovitz-Attias et al. 2017): one learnable proxy per class, no mining.
 
@@ -51,14 +53,9 @@ def proxy_nca(*, temperature: float = 1.0, denominator: str = "negatives"):
   temperature = hparams.number("temperature", temperature, positive=True)
   hparams.choice("denominator", denominator, losses.PROXY_DENOMINATORS)
 
-  def apply(params, embeddings, labels, *, rng=None, references=None):
-    del rng
-    embeddings, labels, proxies, ok = _common.class_batch(params, embeddings, labels, references,
-                                                          name="proxy_nca")
-    num = proxies.shape[0]
-    s = sim.pairwise_similarity(embeddings, proxies, kind="cosine")   # float32 [B, C]
+  def body(b):
+    s, true, ok = b.s, b.true, b.ok                                   # float32 [B, C], [B, C]
     d2 = sim.squared_distance(s, kind="cosine")
-    true = labels[:, None] == jnp.arange(num)[None, :]                # [B, C]
     terms = losses.proxy_nca(d2, true, temperature=temperature, denominator=denominator)
     loss = losses.reduce(jnp.where(ok, terms, jnp.nan), jnp.ones_like(ok), "batch")
     p_true = jnp.sum(jnp.where(true, jax.nn.softmax(-d2 / temperature, axis=1), 0.0), axis=1)
@@ -67,9 +64,10 @@ def proxy_nca(*, temperature: float = 1.0, denominator: str = "negatives"):
     col = lambda x: x[:, None]
     return loss, _common.aux(col(ok), col(1.0 - p_true > PROXY_ACTIVE_WEIGHT), col(s_ap), col(s_an))
 
-  return _common.init_proxies, apply
+  return _common.init_proxies, _common.class_objective(body, name="proxy_nca")
 
 
+@register("proxy_anchor", parameters=True)
 def proxy_anchor(*, margin: float = 0.1, alpha: float = 32.0):
   """Proxy-Anchor loss (Kim et al., CVPR 2020, eq. 4): proxies as anchors.
 
@@ -104,13 +102,8 @@ def proxy_anchor(*, margin: float = 0.1, alpha: float = 32.0):
     neg = jnp.sum(jnp.where(jnp.any(~true, axis=0), jax.nn.softplus(lse_n), 0.0))
     return pos / jnp.maximum(jnp.sum(with_pos), 1) + neg / s.shape[1]
 
-  def apply(params, embeddings, labels, *, rng=None, references=None):
-    del rng
-    embeddings, labels, proxies, ok = _common.class_batch(params, embeddings, labels, references,
-                                                          name="proxy_anchor")
-    num = proxies.shape[0]
-    s = sim.pairwise_similarity(embeddings, proxies, kind="cosine")   # float32 [B, C]
-    true = labels[:, None] == jnp.arange(num)[None, :]                # [B, C]
+  def body(b):
+    s, true, ok = b.s, b.true, b.ok                                   # float32 [B, C], [B, C]
     loss = jnp.where(jnp.all(ok), terms(s, true), jnp.nan)
     sg = jax.lax.stop_gradient(s)
     weight = jax.grad(lambda x: terms(x, true))(sg)
@@ -120,4 +113,4 @@ def proxy_anchor(*, margin: float = 0.1, alpha: float = 32.0):
     aux["active_fraction"] = jnp.mean((jnp.abs(weight) > PROXY_ACTIVE_WEIGHT).astype(jnp.float32))
     return loss, aux
 
-  return _common.init_proxies, apply
+  return _common.init_proxies, _common.class_objective(body, name="proxy_anchor")

@@ -20,11 +20,13 @@ from dml_jax import hparams
 from dml_jax import losses
 from dml_jax import similarity as sim
 from dml_jax.objectives import _common
+from dml_jax.objectives._registry import register
 
 RLL_WEIGHT_EPS = 1e-5      # PML adds this to every weight of a row in the normalisers
 MIN_SQ_DISTANCE = 1e-12    # d = sqrt(max(d^2, this)): finite gradient at d = 0
 
 
+@register("fastap", references=True)
 def fastap(*, num_bins: int = 10):
   """FastAP (Cakir et al., CVPR 2019, eqs. 9-11): 1 - a histogram approximation of each
   anchor's average precision, on squared Euclidean distances of unit embeddings (``[0, 4]``,
@@ -42,9 +44,8 @@ def fastap(*, num_bins: int = 10):
   """
   num_bins = hparams.integer("num_bins", num_bins, minimum=1)
 
-  def apply(params, embeddings, labels, *, rng=None, references=None):
-    del params, rng
-    s, sg, pos, neg = _common.pair_batch(embeddings, labels, "cosine", references)
+  def terms(b):
+    pos, neg = b.pos, b.neg
     n_pos = jnp.sum(pos, axis=1)
     valid = n_pos > 0
 
@@ -57,10 +58,9 @@ def fastap(*, num_bins: int = 10):
       ap = jnp.sum(jnp.where(ok, num / jnp.where(ok, cum_all, 1.0), 0.0), axis=1)
       return jnp.where(valid, 1.0 - ap / jnp.maximum(n_pos, 1), 0.0)
 
-    loss = losses.reduce(term_fn(s), valid, "mean")
-    return loss, _common.pair_aux((pos | neg) & valid[:, None], term_fn, sg, pos, neg)
+    return _common.PairTerms(term_fn, (pos | neg) & valid[:, None], valid, "mean")
 
-  return _common.no_params, apply
+  return _common.pair_objective(terms, name="fastap")
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
@@ -123,6 +123,7 @@ def _soft_histograms_bwd(num_bins, residuals, g):
 soft_histograms.defvjp(_soft_histograms_fwd, _soft_histograms_bwd)
 
 
+@register("ranked_list", references=True)
 def ranked_list(*, margin: float = 0.4, alpha: float = 1.2, imbalance: float = 0.5,
                 tp: float = 0.0, tn: float = 10.0):
   """Ranked list loss (Wang et al., CVPR 2019, eqs. 3-9) on Euclidean distances of unit
@@ -153,9 +154,8 @@ def ranked_list(*, margin: float = 0.4, alpha: float = 1.2, imbalance: float = 0
   tp = hparams.real("tp", tp)
   tn = hparams.real("tn", tn)
 
-  def apply(params, embeddings, labels, *, rng=None, references=None):
-    del params, rng
-    s, sg, pos, neg = _common.pair_batch(embeddings, labels, "cosine", references)
+  def terms(b):
+    pos, neg = b.pos, b.neg
 
     def term_fn(x):
       d = jnp.sqrt(jnp.maximum(sim.squared_distance(x, kind="cosine"), MIN_SQ_DISTANCE))
@@ -168,12 +168,12 @@ def ranked_list(*, margin: float = 0.4, alpha: float = 1.2, imbalance: float = 0
       l_n = jnp.sum(w_n * (alpha - d), axis=1) / (jnp.sum(w_n, axis=1) + eps)
       return (1.0 - imbalance) * l_p + imbalance * l_n
 
-    loss = losses.reduce(term_fn(s), None, "batch")
-    return loss, _common.pair_aux(pos | neg, term_fn, sg, pos, neg)
+    return _common.PairTerms(term_fn, pos | neg, None, "batch")
 
-  return _common.no_params, apply
+  return _common.pair_objective(terms, name="ranked_list")
 
 
+@register("histogram")
 def histogram(*, num_bins: int = 100):
   """Histogram loss (Ustinova & Lempitsky, NeurIPS 2016, eqs. 2-4): the probability that a
   random negative pair is more similar than a random positive pair, from soft histograms
@@ -203,11 +203,9 @@ def histogram(*, num_bins: int = 100):
     hist = hist.at[r].add(jnp.where(mask, b, 0.0).ravel())
     return hist / jnp.maximum(jnp.sum(mask), 1)
 
-  def apply(params, embeddings, labels, *, rng=None, references=None):
-    del params, rng
-    _common.no_references(references, name="histogram", what="pools the pairs of the batch")
-    s, sg, pos, neg = _common.pair_batch(embeddings, labels, "cosine")
-    b = s.shape[0]
+  def terms(batch):
+    pos, neg = batch.pos, batch.neg
+    b = pos.shape[0]
     upper = jnp.arange(b)[:, None] < jnp.arange(b)[None, :]
     has_pos, has_neg = jnp.any(pos, axis=1), jnp.any(neg, axis=1)
     pp = pos & upper & has_neg[:, None]
@@ -218,11 +216,13 @@ def histogram(*, num_bins: int = 100):
       return jnp.where(some, jnp.sum(density(x, nn) * jnp.cumsum(density(x, pp))), 0.0)
 
     entering = (pp | nn) & some
-    return loss_fn(s), _common.pair_aux(entering | entering.T, loss_fn, sg, pos, neg)
+    return _common.PairTerms(loss_fn, entering | entering.T, loss=loss_fn(batch.s))
 
-  return _common.no_params, apply
+  return _common.pair_objective(terms, name="histogram", references=False,
+                                no_references_why="pools the pairs of the batch")
 
 
+@register("snr_contrastive", references=True)
 def snr_contrastive(*, pos_margin: float = 0.0, neg_margin: float = 1.0):
   """Contrastive loss on the signal-to-noise-ratio distance (Yuan et al., CVPR 2019, eq. 6).
 
@@ -250,19 +250,18 @@ def snr_contrastive(*, pos_margin: float = 0.0, neg_margin: float = 1.0):
   def terms(d, pos, neg):
     return jnp.where(pos, jax.nn.relu(d - pos_margin), jax.nn.relu(neg_margin - d))
 
-  def apply(params, embeddings, labels, *, rng=None, references=None):
-    del params, rng
-    s, sg, pos, neg = _common.pair_batch(embeddings, labels, "cosine", references)
-    unit = sim.l2_normalize(embeddings.astype(jnp.float32))
-    ref = unit if references is None else sim.l2_normalize(
-        jnp.asarray(references[0]).astype(jnp.float32))
+  def pair_terms(b):
+    pos, neg = b.pos, b.neg
+    unit = sim.l2_normalize(b.embeddings.astype(jnp.float32))
+    ref = unit if b.references is None else sim.l2_normalize(
+        jnp.asarray(b.references[0]).astype(jnp.float32))
     means = (jnp.mean(unit, axis=1), jnp.mean(ref, axis=1))
     anchor_var = jnp.mean(jnp.square(unit - means[0][:, None]), axis=1)
     dim = unit.shape[1]
-    values = terms(snr(s, means, anchor_var, dim), pos, neg)
+    values = terms(snr(b.s, means, anchor_var, dim), pos, neg)
     loss = losses.reduce(values, pos, "nonzero") + losses.reduce(values, neg, "nonzero")
     fixed = jax.lax.stop_gradient((means, anchor_var))
-    return loss, _common.pair_aux(pos | neg, lambda x: terms(snr(x, fixed[0], fixed[1], dim),
-                                                             pos, neg), sg, pos, neg)
+    return _common.PairTerms(lambda x: terms(snr(x, fixed[0], fixed[1], dim), pos, neg),
+                             pos | neg, loss=loss)
 
-  return _common.no_params, apply
+  return _common.pair_objective(pair_terms, name="snr_contrastive")

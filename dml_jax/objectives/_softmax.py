@@ -29,33 +29,20 @@ from dml_jax import hparams
 from dml_jax import kernels
 from dml_jax import similarity as sim
 from dml_jax.objectives import _common
+from dml_jax.objectives._registry import register
 
 SOFTMAX_ACTIVE_WEIGHT = 1e-3   # active: 1 - p(true class) above this
 ARCFACE_MIN_SIN_SQ = 1e-12     # sin^2(theta) floor: finite gradient at cos = +-1
 
 
-def max_over_centers(embeddings: jax.Array, proxies: jax.Array, per_class: int) -> jax.Array:
-  """Each class's most similar of its ``K`` centres: ``[B, D]``, ``[C * K, D]`` (rows
-  ``c * K + k``) -> cosine ``[B, C]``."""
-  cos = sim.pairwise_similarity(embeddings, proxies, kind="cosine")     # float32 [B, C * K]
-  if per_class == 1:
-    return cos
-  return jnp.max(cos.reshape(cos.shape[0], -1, per_class), axis=2)
-
-
 def _softmax_objective(name: str, target_fn, scale: float, *, per_class: int = 1,
-                       class_cos=max_over_centers):
+                       class_cos=_common.max_over_centers):
   """``apply`` of a margin softmax: ``target_fn(cos_true [B]) -> logit of the true class``
   (before ``scale``); ``class_cos(embeddings [B, D], proxies [C * K, D], K) -> [B, C]`` is
   the class similarity (the centres of a class pooled)."""
 
-  def apply(params, embeddings, labels, *, rng=None, references=None):
-    del rng
-    embeddings, labels, proxies, ok = _common.class_batch(params, embeddings, labels, references,
-                                                          name=name, per_class=per_class)
-    num = proxies.shape[0] // per_class
-    cos = class_cos(embeddings, proxies, per_class)                     # float32 [B, C]
-    true = labels[:, None] == jnp.arange(num)[None, :]                  # [B, C]
+  def body(b):
+    cos, true, ok, labels = b.s, b.true, b.ok, b.labels                # float32 [B, C]
     cos_true = jnp.sum(jnp.where(true, cos, 0.0), axis=1)
     terms = margin_cross_entropy(cos, labels, target_fn, scale)
     loss = jnp.mean(jnp.where(ok, terms, jnp.nan))
@@ -69,7 +56,8 @@ def _softmax_objective(name: str, target_fn, scale: float, *, per_class: int = 1
     num_classes = hparams.integer("num_classes", num_classes, minimum=2)
     return _common.init_proxies(rng, num_classes=num_classes * per_class, dim=dim)
 
-  return init, apply
+  return init, _common.class_objective(body, name=name, per_class=per_class,
+                                       class_similarity=class_cos)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
@@ -105,6 +93,7 @@ def _margin_ce_bwd(target_fn, scale, residuals, g):
 margin_cross_entropy.defvjp(_margin_ce_fwd, _margin_ce_bwd)
 
 
+@register("normalized_softmax", parameters=True)
 def normalized_softmax(*, temperature: float = 0.05):
   """NormSoftmax (Zhai & Wu, BMVC 2019): softmax cross-entropy on ``cos(x, w_c) / T``.
 
@@ -120,6 +109,7 @@ def normalized_softmax(*, temperature: float = 0.05):
   return _softmax_objective("normalized_softmax", lambda c: c, 1.0 / temperature)
 
 
+@register("cosface", parameters=True)
 def cosface(*, margin: float = 0.35, scale: float = 64.0):
   """CosFace / large margin cosine loss (Wang et al., CVPR 2018, eq. 4).
 
@@ -149,6 +139,7 @@ def arcface_target(cos: jax.Array, margin: float) -> jax.Array:
   return jnp.where(cos >= -math.cos(margin), plus, cos - margin * math.sin(margin))
 
 
+@register("arcface", parameters=True)
 def arcface(*, margin: float = 0.5, scale: float = 64.0):
   """ArcFace / additive angular margin loss (Deng et al., CVPR 2019, eq. 3).
 
@@ -176,6 +167,7 @@ def _check_arcface_margin(margin) -> float:
   return margin
 
 
+@register("subcenter_arcface", parameters=True)
 def subcenter_arcface(*, margin: float = 0.5, scale: float = 64.0, sub_centers: int = 3):
   """Sub-center ArcFace (Deng et al., ECCV 2020): ArcFace with ``K`` centres per class, the
   class cosine being the largest of its centres' (robust to label noise: noisy examples gather
@@ -200,6 +192,7 @@ def subcenter_arcface(*, margin: float = 0.5, scale: float = 64.0, sub_centers: 
                             per_class=sub_centers)
 
 
+@register("softtriple", parameters=True)
 def softtriple(*, centers_per_class: int = 10, la: float = 20.0, gamma: float = 0.1,
                margin: float = 0.01):
   """SoftTriple loss (Qian et al., ICCV 2019, eq. 10), without the centre regulariser.
@@ -255,7 +248,7 @@ def _soft_pool(cos: jax.Array, k: int, gamma: float) -> jax.Array:
   cos``; on the CPU by the C++ kernel of ``dml_jax/kernels/soft_pool.cc``
   (:func:`soft_pool_kernel`), elsewhere (or without a C++ compiler) by XLA
   (:func:`soft_pool_xla`). Same values and gradients."""
-  if kernels.load("soft_pool.cc") is None:
+  if kernels.choose("soft_pool.cc") is None:
     return soft_pool_xla(cos, k, gamma)
   return soft_pool_kernel(cos, k, gamma)
 

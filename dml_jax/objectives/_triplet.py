@@ -24,6 +24,7 @@ from dml_jax import mining
 from dml_jax import similarity as sim
 from dml_jax.mining import _common as mining_common
 from dml_jax.objectives import _common
+from dml_jax.objectives._registry import register
 
 TRIPLET_SIMILARITIES = ("cosine", "neg_sq_euclidean")                 # kinds that define d^2
 TRIPLET_DISTANCES = ("squared", "euclidean")     # hinge on d^2 (FaceNet, EPS) or d (label noise)
@@ -127,9 +128,8 @@ def triplet_all_negatives(d2: jax.Array, pairs: jax.Array, neg_mask: jax.Array, 
       d2, pairs, neg_mask, sizes=sizes)
 
 
-def _triplet_terms(embeddings, labels, key, *, positive: str, negative: str, margin: float,
-                   similarity: str, negative_reduction: str, distance: str = "squared",
-                   references=None):
+def _triplet_terms(b: _common.Batch, *, positive: str, negative: str, margin: float,
+                   similarity: str, negative_reduction: str, distance: str = "squared"):
   """Per-term triplet losses of a batch (shared by ``triplet`` and ``trimmed_triplet``).
 
   ``distance='squared'`` uses ``d^2``; ``'euclidean'`` uses ``d = sqrt(d^2)`` (clipped at
@@ -147,7 +147,7 @@ def _triplet_terms(embeddings, labels, key, *, positive: str, negative: str, mar
     ``[B, 1]`` for a single positive, or the mean over the anchor's negatives for
     ``negative='all'``).
   """
-  s, pos_mask, neg_mask = _common.similarities(embeddings, labels, similarity, references)
+  s, pos_mask, neg_mask = b.s, b.pos, b.neg
   d2 = sim.squared_distance(s, kind=similarity)
   d = d2 if distance == "squared" else jnp.sqrt(jnp.maximum(d2, TRIPLET_MIN_SQ_DISTANCE))
   if negative == "distance_weighted":
@@ -158,7 +158,7 @@ def _triplet_terms(embeddings, labels, key, *, positive: str, negative: str, mar
     mined = d
   score = -jax.lax.stop_gradient(mined)
   sel = mining.select(score, pos_mask, neg_mask, positive=positive,
-                      negative=negative, margin=margin, key=key, dim=embeddings.shape[1])
+                      negative=negative, margin=margin, key=b.rng, dim=b.embeddings.shape[1])
   if negative == "all":
     if positive == "all":
       terms = triplet_all_negatives(d, sel.pairs, sel.negatives, margin=margin,
@@ -181,7 +181,6 @@ def _check_triplet_hparams(*, positive, negative, margin, similarity, negative_r
   hparams.choice("positive", positive, mining.POSITIVE_MODES)
   hparams.choice("negative", negative, mining.NEGATIVE_MODES)
   margin = hparams.number("margin", margin, positive=False)
-  hparams.choice("similarity", similarity, TRIPLET_SIMILARITIES)
   hparams.choice("negative_reduction", negative_reduction, losses.TRIPLET_REDUCTIONS)
   if negative == "distance_weighted" and similarity != "cosine":
     raise ValueError("negative='distance_weighted' weights distances on the unit sphere; it "
@@ -189,6 +188,7 @@ def _check_triplet_hparams(*, positive, negative, margin, similarity, negative_r
   return margin
 
 
+@register("triplet", references=True, randomness=True)
 def triplet(*, positive: str = "random", negative: str = "semihard", margin: float = 0.2,
             similarity: str = "cosine", negative_reduction: str = "mean",
             distance: str = "squared"):
@@ -236,19 +236,19 @@ def triplet(*, positive: str = "random", negative: str = "semihard", margin: flo
                                   similarity=similarity, negative_reduction=negative_reduction,
                                   distance=distance)
 
-  def apply(params, embeddings, labels, *, rng=None, references=None):
-    del params
-    key = _common.check_rng(rng, name="triplet", positive=positive, negative=negative)
+  def body(b):
     terms, valid, s, s_an = _triplet_terms(
-        embeddings, labels, key, positive=positive, negative=negative, margin=margin,
-        similarity=similarity, negative_reduction=negative_reduction, distance=distance,
-        references=references)
+        b, positive=positive, negative=negative, margin=margin, similarity=similarity,
+        negative_reduction=negative_reduction, distance=distance)
     loss = losses.reduce(terms, valid, "mean")
     return loss, _common.aux(valid, terms > 0, s, s_an)
 
-  return _common.no_params, apply
+  return _common.no_params, _common.batch_objective(
+      body, name="triplet", similarity=similarity, kinds=TRIPLET_SIMILARITIES,
+      rng_reason=_common.stochastic_reason(positive=positive, negative=negative))
 
 
+@register("trimmed_triplet", references=True, randomness=True)
 def trimmed_triplet(*, positive: str = "random", negative: str = "semihard",
                     margin: float = 0.2, similarity: str = "cosine",
                     negative_reduction: str = "mean", keep_fraction: float = 0.9,
@@ -284,13 +284,10 @@ def trimmed_triplet(*, positive: str = "random", negative: str = "semihard",
                                   distance=distance)
   keep_fraction = hparams.fraction("keep_fraction", keep_fraction)
 
-  def apply(params, embeddings, labels, *, rng=None, references=None):
-    del params
-    key = _common.check_rng(rng, name="trimmed_triplet", positive=positive, negative=negative)
+  def body(b):
     terms, valid, s, s_an = _triplet_terms(
-        embeddings, labels, key, positive=positive, negative=negative, margin=margin,
-        similarity=similarity, negative_reduction=negative_reduction, distance=distance,
-        references=references)
+        b, positive=positive, negative=negative, margin=margin, similarity=similarity,
+        negative_reduction=negative_reduction, distance=distance)
     if positive == "all":
       kept = mining.keep_easiest(terms, valid, keep_fraction=keep_fraction)
     else:
@@ -307,9 +304,12 @@ def trimmed_triplet(*, positive: str = "random", negative: str = "semihard",
                             / jnp.maximum(jnp.sum(valid, dtype=jnp.float32), 1.0))
     return loss, aux
 
-  return _common.no_params, apply
+  return _common.no_params, _common.batch_objective(
+      body, name="trimmed_triplet", similarity=similarity, kinds=TRIPLET_SIMILARITIES,
+      rng_reason=_common.stochastic_reason(positive=positive, negative=negative))
 
 
+@register("margin", references=True, parameters=True, randomness=True)
 def margin(*, positive: str = "random", negative: str = "distance_weighted",
            alpha: float = 0.2, beta: str = "class", beta0: float = 1.2, nu: float = 0.0,
            similarity: str = "cosine", cutoff: float = 0.5, nonzero_loss_cutoff: float = 1.4,
@@ -388,7 +388,6 @@ def margin(*, positive: str = "random", negative: str = "distance_weighted",
   nu = hparams.number("nu", nu, positive=False)
   if beta == "fixed" and nu:
     raise ValueError(f"nu={nu!r} regularises a learnable beta; with beta='fixed' use nu=0.")
-  hparams.choice("similarity", similarity, TRIPLET_SIMILARITIES)
   hparams.choice("fallback", fallback, mining.DW_FALLBACKS)
   mining.check_distance_weighted(dim=1, cutoff=cutoff, nonzero_loss_cutoff=nonzero_loss_cutoff,
                                  fallback=fallback)
@@ -420,16 +419,14 @@ def margin(*, positive: str = "random", negative: str = "distance_weighted",
     ok = _common.check_label_range(labels, table.shape[0], what="class betas")
     return jnp.where(ok, table[jnp.clip(labels, 0, table.shape[0] - 1)], jnp.nan), table
 
-  def apply(params, embeddings, labels, *, rng=None, references=None):
-    embeddings, labels = _common.check_batch(embeddings, labels)
-    key = _common.check_rng(rng, name="margin", positive=positive, negative=negative)
-    beta_a, table = beta_per_anchor(params, labels)                   # [B]
-    s, pos_mask, neg_mask = _common.similarities(embeddings, labels, similarity, references)
+  def body(b):
+    beta_a, table = beta_per_anchor(b.params, b.labels)               # [B]
+    s, pos_mask, neg_mask = b.s, b.pos, b.neg
     d2 = sim.squared_distance(s, kind=similarity)                     # float32 [B, N]
     d = losses.euclidean_distance(d2)
     score = -d2 if negative == "distance_weighted" else -d
     sel = mining.select(jax.lax.stop_gradient(score), pos_mask, neg_mask, positive=positive,
-                        negative=negative, margin=alpha, key=key, dim=embeddings.shape[1],
+                        negative=negative, margin=alpha, key=b.rng, dim=b.embeddings.shape[1],
                         cutoff=cutoff, nonzero_loss_cutoff=nonzero_loss_cutoff,
                         fallback=fallback)
     valid = sel.valid
@@ -445,4 +442,6 @@ def margin(*, positive: str = "random", negative: str = "distance_weighted",
     aux["mean_beta"] = jnp.mean(jax.lax.stop_gradient(table))
     return loss, aux
 
-  return init, apply
+  return init, _common.batch_objective(
+      body, name="margin", similarity=similarity, kinds=TRIPLET_SIMILARITIES,
+      rng_reason=_common.stochastic_reason(positive=positive, negative=negative))

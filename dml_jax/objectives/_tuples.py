@@ -22,6 +22,7 @@ from dml_jax import losses
 from dml_jax import similarity as sim
 from dml_jax.mining import _common as mining_common
 from dml_jax.objectives import _common
+from dml_jax.objectives._registry import register
 
 TUPLET_MAX_COS = 1.0 - 1e-7   # arccos' gradient is infinite at 1: S_ap is clipped below it
 COMPACT_SIZES = mining_common.COMPACT_SIZES   # angular: positives per anchor of the O(B P N) path
@@ -117,6 +118,7 @@ def _angular_compacted(s, pos, neg, *, tan2: float, size: int):
   return mining_common.scatter_rows(t, pidx, ok, num=s.shape[1])
 
 
+@register("tuplet_margin", references=True)
 def tuplet_margin(*, margin: float = 0.1, scale: float = 64.0):
   """Tuplet margin loss (Yu & Tao, ICCV 2019, eq. 5), one term per positive pair.
 
@@ -140,17 +142,14 @@ def tuplet_margin(*, margin: float = 0.1, scale: float = 64.0):
     theta = jnp.arccos(jnp.clip(x, -TUPLET_MAX_COS, TUPLET_MAX_COS))
     return _per_positive_pair(-scale * jnp.cos(theta - margin), scale * x, pos, neg)
 
-  def apply(params, embeddings, labels, *, rng=None, references=None):
-    del params, rng
-    s, sg, pos, neg = _common.pair_batch(embeddings, labels, "cosine", references)
-    term_fn = lambda x: terms(x, pos, neg)
-    loss = losses.reduce(term_fn(s), pos, "mean")
-    return loss, _common.pair_aux(pos & jnp.any(neg, axis=1, keepdims=True), term_fn, sg,
-                                  pos, neg)
+  def pair_terms(b):
+    return _common.PairTerms(lambda x: terms(x, b.pos, b.neg),
+                             b.pos & jnp.any(b.neg, axis=1, keepdims=True), b.pos, "mean")
 
-  return _common.no_params, apply
+  return _common.pair_objective(pair_terms, name="tuplet_margin")
 
 
+@register("angular", references=True)
 def angular(*, alpha: float = 40.0):
   """Angular loss (Wang et al., ICCV 2017, eq. 8 in its N-pair form), per positive pair.
 
@@ -189,22 +188,19 @@ def angular(*, alpha: float = 40.0):
         pos, lambda p, s: _angular_compacted(s, pos, neg, tan2=tan2, size=p),
         lambda s: terms(s, s, pos, neg), s, sizes=sizes)
 
-  def apply(params, embeddings, labels, *, rng=None, references=None):
-    del params, rng
-    s, sg, pos, neg = _common.pair_batch(embeddings, labels, "cosine", references)
-    r = s if references is None else sim.pairwise_similarity(jnp.asarray(references[0]),
-                                                              kind="cosine")
-    if references is None:
+  def pair_terms(b):
+    pos, neg = b.pos, b.neg
+    if b.references is None:
       term_fn = lambda x: batch_terms(x, pos, neg)
     else:
+      r = sim.pairwise_similarity(jnp.asarray(b.references[0]), kind="cosine")
       term_fn = lambda x: terms(x, r, pos, neg)
-    loss = losses.reduce(term_fn(s), pos, "mean")
-    return loss, _common.pair_aux(pos & jnp.any(neg, axis=1, keepdims=True), term_fn, sg,
-                                  pos, neg)
+    return _common.PairTerms(term_fn, pos & jnp.any(neg, axis=1, keepdims=True), pos, "mean")
 
-  return _common.no_params, apply
+  return _common.pair_objective(pair_terms, name="angular")
 
 
+@register("npairs")
 def npairs(*, similarity: str = "cosine"):
   """Multi-class N-pair loss (Sohn, NeurIPS 2016, eq. 6): one (anchor, positive) pair per class.
 
@@ -222,12 +218,9 @@ def npairs(*, similarity: str = "cosine"):
   Returns:
     ``(init, apply)``; use ``make('npairs', ...)``.
   """
-  hparams.choice("similarity", similarity, ("cosine", "dot"))
 
-  def apply(params, embeddings, labels, *, rng=None, references=None):
-    del params, rng
-    _common.no_references(references, name="npairs", what="builds its pairs from the batch")
-    embeddings, labels = _common.check_batch(embeddings, labels)
+  def apply(batch):
+    embeddings, labels = batch.embeddings, batch.labels
     b = embeddings.shape[0]
     idx = jnp.arange(b)
     same = labels[:, None] == labels[None, :]                              # [B, B], self incl.
@@ -257,4 +250,7 @@ def npairs(*, similarity: str = "cosine"):
            "mean_s_an": losses.masked_mean(cg, valid & ~diag)}
     return loss, aux
 
-  return _common.no_params, apply
+  # The batch's own S [B, B] goes unused (XLA drops it under jit): the pairs are built first.
+  return _common.no_params, _common.batch_objective(
+      apply, name="npairs", similarity=similarity, kinds=("cosine", "dot"), references=False,
+      no_references_why="builds its pairs from the batch")

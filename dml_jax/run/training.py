@@ -14,7 +14,6 @@ reproduces the uninterrupted run exactly.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import os
 import time
 from typing import Any, Callable
@@ -105,9 +104,9 @@ def build(config: ml_collections.ConfigDict) -> Setup:
       train.labels, batch_size=config.batch_size, group_size=config.data.group_size,
       seed=config.seed, small_class=config.data.small_class)
   objective = objectives.make(**config.loss.to_dict())
-  if config.memory.size and "references" not in inspect.signature(objective.apply).parameters:
+  if config.memory.size and not objective.support.references:
     raise ValueError(f"memory.size={config.memory.size}: objective {objective.name!r} takes no "
-                     "reference set (apply has no 'references' argument); set memory.size=0.")
+                     "reference set (registered without references=True); set memory.size=0.")
 
   key = jax.random.key(config.seed)
   model_key, objective_key = jax.random.split(key)

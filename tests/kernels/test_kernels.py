@@ -3,6 +3,7 @@ them (switched off, no compiler, a failed build) falls back to the XLA path with
 message."""
 
 import os
+import re
 
 import jax
 import numpy as np
@@ -55,6 +56,25 @@ def test_switched_off_gives_the_xla_path(monkeypatch):
   np.testing.assert_array_equal(
       top_m.top_m_neighbors(np.eye(3, dtype=np.float32), m=2, selection="auto"),
       [[1, 2], [0, 2], [0, 1]])
+
+
+def test_choose_is_the_dispatch_of_every_user(monkeypatch):
+  # softtriple's soft pool, the top-m tile merge and the convolutions all dispatch by
+  # kernels.choose (and call the chosen targets by kernels.require)
+  from dml_test_support import ROOT  # pylint: disable=import-outside-toplevel
+  for user in ("dml_jax/objectives/_softmax.py", "dml_jax/evaluation/top_m.py",
+               "dml_jax/models/conv.py"):
+    with open(os.path.join(ROOT, user), encoding="utf-8") as f:
+      calls = set(re.findall(r"kernels\.(\w+)\(", f.read()))
+    assert "choose" in calls and calls <= {"choose", "require"}, (user, calls)
+  assert kernels.choose("soft_pool.cc", "xla") is None
+  assert kernels.choose("soft_pool.cc") == kernels.load("soft_pool.cc")
+  with pytest.raises(ValueError, match="kernel selection must be one of .*'fast'"):
+    kernels.choose("soft_pool.cc", "fast")
+  monkeypatch.setenv(kernels.SWITCH_ENV, "0")
+  assert kernels.choose("conv.cc") is None
+  with pytest.raises(RuntimeError, match="conv.cc is not available: DML_JAX_CPU_KERNELS=0"):
+    kernels.choose("conv.cc", "kernel")
 
 
 def test_no_compiler_warns_once_and_falls_back(fresh_cache, monkeypatch):

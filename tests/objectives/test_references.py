@@ -1,6 +1,8 @@
 """Reference sets (``objectives.References``, dml_jax/objectives/_common.py): every pair- and
 triplet-based objective given the batch itself as references (self pairs masked) returns
-exactly its batch loss and gradient; bad reference shapes are clear errors."""
+exactly its batch loss and gradient; the others refuse one; bad reference shapes are clear
+errors. Which objectives take references is their registered support
+(``objectives.support(name).references``)."""
 
 import jax
 import jax.numpy as jnp
@@ -12,9 +14,8 @@ from oracles import LABELS
 from oracles import random_batch as batch
 from dml_jax import objectives
 
-NO_REFERENCES = ("proxy_nca", "proxy_anchor", "normalized_softmax", "cosface", "arcface",
-                 "subcenter_arcface", "softtriple", "npairs", "histogram")
-WITH_REFERENCES = [n for n in objectives.names() if n not in NO_REFERENCES]
+WITH_REFERENCES = [n for n in objectives.names() if objectives.support(n).references]
+NO_REFERENCES = [n for n in objectives.names() if not objectives.support(n).references]
 
 
 @pytest.mark.parametrize("name", WITH_REFERENCES)
@@ -44,3 +45,13 @@ def test_bad_references_are_clear_errors():
     obj.apply({}, e, y, references=objectives.References(e[:, :2], y, jnp.ones((12, 12), bool)))
   with pytest.raises(ValueError, match="mask boolean"):
     obj.apply({}, e, y, references=objectives.References(e, y, jnp.ones((12, 12))))
+
+
+@pytest.mark.parametrize("name", NO_REFERENCES)
+def test_an_objective_without_reference_support_refuses_them(name):
+  obj = objectives.make(name)
+  params = obj.init(jax.random.key(0), num_classes=NUM_CLASSES, dim=D)
+  e, y = jnp.asarray(batch(0, d=D)), jnp.asarray(LABELS)
+  refs = objectives.References(e, y, ~jnp.eye(len(LABELS), dtype=bool))
+  with pytest.raises(ValueError, match="takes no reference set.*memory.size=0"):
+    obj.apply(params, e, y, rng=jax.random.key(0), references=refs)

@@ -12,6 +12,7 @@ from objective_support import D
 from oracles import LABELS
 from oracles import random_batch as batch
 from dml_jax import objectives
+from dml_jax.objectives import _registry
 
 PAIRS = ["contrastive", "binomial", "multi_similarity", "lifted_structure", "dro_topk",
          "dro_topk_pn", "dro_kl", "dro_kl_grouped"]
@@ -84,3 +85,44 @@ def test_apply_rejects_bad_inputs():
     obj.apply({}, e, labels.astype(jnp.float32))
   with pytest.raises(ValueError, match="shape"):
     obj.apply({}, e, labels[:5])
+
+
+@pytest.mark.filterwarnings("ignore:objective 'dro_topk.*exceeds")   # k at its default 160
+@pytest.mark.parametrize("name", objectives.names())
+def test_the_registered_support_is_what_the_objective_does(name):
+  """``objectives.support(name)`` (what the tests and the trainer parametrize over) agrees with
+  the builder: parameters from ``init``, references and ``rng`` accepted by ``apply`` (traced
+  only: ``jax.eval_shape``)."""
+  obj = objectives.make(name)
+  assert obj.support is objectives.support(name)
+  assert getattr(objectives, name) is objectives.REGISTRY[name]
+  params = obj.init(jax.random.key(0), num_classes=6, dim=D)
+  assert bool(params) == obj.support.parameters    # at the defaults
+  e, y = jnp.asarray(batch(0, d=D)), jnp.asarray(LABELS)
+  if obj.support.randomness:
+    key = jax.random.key(0)
+  else:   # no hyper-parameter draws random numbers: rng may be left out
+    key = None
+  refs = objectives.References(e, y, ~jnp.eye(len(LABELS), dtype=bool))
+  if obj.support.references:
+    jax.eval_shape(lambda p, e, y: obj.apply(p, e, y, rng=key, references=refs), params, e, y)
+  else:
+    jax.eval_shape(lambda p, e, y: obj.apply(p, e, y, rng=key), params, e, y)
+
+
+def test_register_refuses_a_taken_name_and_a_bad_builder():
+  builder = lambda *, scale=1.0: (None, None)
+  with pytest.raises(ValueError, match="'nca' is already registered.*_nca.nca"):
+    objectives.register("nca")(builder)
+  with pytest.raises(ValueError, match="keyword-only with a default"):
+    objectives.register("no_default", lambda *, scale: (None, None))
+  assert "no_default" not in objectives.names()
+  objectives.register("registry_test_objective", builder, parameters=True)
+  try:
+    assert objectives.support("registry_test_objective") == objectives.Support(parameters=True)
+    with pytest.raises(ValueError, match="already registered"):
+      objectives.register("registry_test_objective", builder)   # twice: an error too
+  finally:
+    del _registry.REGISTRY["registry_test_objective"], _registry.SUPPORT["registry_test_objective"]
+  with pytest.raises(ValueError, match="Unknown objective 'registry_test_objective'"):
+    objectives.support("registry_test_objective")

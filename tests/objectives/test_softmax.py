@@ -15,6 +15,7 @@ from objective_support import D, NUM_CLASSES
 from dml_test_support import require_kernel
 from oracles import LABELS, fd_grad
 from oracles import random_batch as batch
+from dml_jax import kernels
 from dml_jax import objectives
 
 run = functools.partial(support.run_with_params, rng=None)
@@ -99,6 +100,26 @@ def test_softtriple_without_the_kernel_matches_oracle(monkeypatch, gamma):
   f = lambda x: oracle("softtriple", hp, x, w, LABELS)
   np.testing.assert_allclose(float(loss), f(e), rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(np.asarray(ge), fd_grad(f, e), rtol=1e-3, atol=1e-4)
+
+
+def test_softtriple_is_the_same_with_the_kernels_switched_off(monkeypatch):
+  # No objective depends on a kernel: the XLA soft pool gives softtriple's loss and gradients
+  # (w.r.t. the embeddings and the centres) where the C++ one is used (same where it is not).
+  hp = {"centers_per_class": 3, "la": 4.0, "gamma": 0.1, "margin": 0.2}
+  e, labels = jnp.asarray(batch(4, d=D, normalize=False)), jnp.asarray(LABELS)
+  w = jnp.asarray(np.random.default_rng(5).normal(size=(NUM_CLASSES * 3, D)), jnp.float32)
+
+  def value_and_grads():   # a new objective and jit: traced under the current switch
+    obj = objectives.make("softtriple", **hp)
+    loss = lambda p, x: obj.apply(p, x, labels)[0]
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))({"proxies": w}, e)
+
+  default = value_and_grads()
+  monkeypatch.setenv("DML_JAX_CPU_KERNELS", "0")
+  assert kernels.choose("soft_pool.cc") is None
+  switched_off = value_and_grads()
+  for got, want in zip(jax.tree.leaves(switched_off), jax.tree.leaves(default)):
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("vectorized", [True, False])
