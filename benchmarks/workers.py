@@ -70,7 +70,7 @@ def default_torch_python(modules: str = "torch, pytorch_metric_learning") -> str
 def worker_env(threads: int, *, keep_host_memory: bool) -> dict:
   """The environment of every side's worker process: this one's, the repository on the
   path, ``OMP_NUM_THREADS = threads`` and, with ``keep_host_memory``, glibc's settings of
-  ``dml_jax/host_memory.py`` (what ``train.py`` applies to itself), the same for each side."""
+  ``dml_jax/run/host_memory.py`` (what ``train.py`` applies to itself), the same for each side."""
   from dml_jax.run import host_memory  # pylint: disable=import-outside-toplevel
   env = dict(os.environ)
   env["PYTHONPATH"] = harness.REPO + os.pathsep + env.get("PYTHONPATH", "")
@@ -114,3 +114,26 @@ class Worker:
     if self.proc.poll() is None:
       self.proc.stdin.close()
       self.proc.wait(timeout=60)
+
+
+def start_sides(sides, *, threads: int, env: dict, script: str, torch_python: str | None,
+                torch_modules: str, missing_torch: str) -> dict:
+  """``{side: Worker}`` for each of ``sides`` that starts; a side that cannot (no Python with
+  ``torch_modules`` for the torch side, or a worker that fails to come up) is skipped with a
+  printed line (``missing_torch``: what to install)."""
+  running = {}
+  for side in sides:
+    python = sys.executable
+    if side == "torch":
+      python = torch_python or default_torch_python(torch_modules)
+      if python is None:
+        print(f"torch side skipped: no Python with {torch_modules} (pass --torch_python, or "
+              f"{missing_torch})")
+        continue
+    worker = Worker(side, python, threads=threads, env=env, script=script)
+    if not worker.hello.get("ready"):
+      print(f"{side} side skipped: {worker.hello.get('error')}")
+      worker.close()
+      continue
+    running[side] = worker
+  return running

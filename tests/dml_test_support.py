@@ -93,3 +93,31 @@ def load_device_script(name: str):
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
   return module
+
+
+def steps_on_1_and_8_devices(make_config, num_steps: int):
+  """Trains ``make_config(num_devices=n)`` (SGD, learning rate 0.01) on 1 and on 8 devices
+  from the same state for ``num_steps`` steps, asserting after each step that both give the
+  same loss and state (to 1e-5); returns the final state."""
+  import pytest  # pylint: disable=import-outside-toplevel
+  from dml_jax import parallel  # pylint: disable=import-outside-toplevel
+  from dml_jax.run import training  # pylint: disable=import-outside-toplevel
+  overrides = {"optimizer.name": "sgd", "optimizer.learning_rate": 0.01}
+  setups = {n: training.build(make_config(num_devices=n, **overrides)) for n in (1, 8)}
+  steps = {n: training.make_train_step(s) for n, s in setups.items()}
+  state = jax.device_get(setups[1].init_state)
+  train = setups[1].splits["train"]
+  for t in range(1, num_steps + 1):
+    idx = setups[1].sampler.batch_indices(t - 1)
+    out = {}
+    for n, setup in setups.items():
+      images, labels = parallel.global_batch(setup.mesh, train.images[idx], train.labels[idx],
+                                             batch_size=len(idx))
+      new, metrics = steps[n](parallel.replicate(setup.mesh, state), images, labels,
+                              training.step_key(0, t))
+      out[n] = (float(metrics["loss"]), jax.device_get(new))
+    assert out[8][0] == pytest.approx(out[1][0], abs=1e-5)
+    for a, b in zip(jax.tree.leaves(out[1][1]), jax.tree.leaves(out[8][1])):
+      np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
+    state = out[1][1]
+  return state

@@ -12,7 +12,7 @@ from dml_jax import memory as memory_lib
 from dml_jax import objectives
 from dml_jax import parallel
 from dml_jax.run import training
-from dml_test_support import leaves_equal, small_config
+from dml_test_support import leaves_equal, small_config, steps_on_1_and_8_devices
 
 
 
@@ -77,24 +77,8 @@ def test_bad_memory_config_is_a_clear_error():
 def test_memory_train_steps_on_8_devices_equal_1_device():
   if len(jax.devices()) < 8:
     pytest.skip("needs 8 (fake) devices")
-  overrides = {"optimizer.name": "sgd", "optimizer.learning_rate": 0.01}
-  setups = {n: training.build(xbm_config(4, num_devices=n, **overrides)) for n in (1, 8)}
-  steps = {n: training.make_train_step(s) for n, s in setups.items()}
-  state = jax.device_get(setups[1].init_state)
-  train = setups[1].splits["train"]
-  for t in range(1, 5):   # the 64-slot memory fills after 2 steps, then wraps
-    idx = setups[1].sampler.batch_indices(t - 1)
-    out = {}
-    for n, setup in setups.items():
-      images, labels = parallel.global_batch(setup.mesh, train.images[idx], train.labels[idx],
-                                             batch_size=len(idx))
-      new, metrics = steps[n](parallel.replicate(setup.mesh, state), images, labels,
-                              training.step_key(0, t))
-      out[n] = (float(metrics["loss"]), jax.device_get(new))
-    assert out[8][0] == pytest.approx(out[1][0], abs=1e-5)
-    for a, b in zip(jax.tree.leaves(out[1][1]), jax.tree.leaves(out[8][1])):
-      np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
-    state = out[1][1]
+  # the 64-slot memory fills after 2 steps, then wraps
+  state = steps_on_1_and_8_devices(lambda **kw: xbm_config(4, **kw), 4)
   assert float(np.mean(state["memory"]["valid"])) == 1.0
 
 

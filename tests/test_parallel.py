@@ -12,7 +12,7 @@ from dml_jax import parallel
 from dml_jax import similarity
 from dml_jax.run import training
 from dml_jax.run import workdir as workdir_lib
-from dml_test_support import small_config
+from dml_test_support import small_config, steps_on_1_and_8_devices
 
 pytestmark = pytest.mark.skipif(len(jax.devices()) < 8, reason="needs 8 (fake) devices; "
                                 "tests/conftest.py sets XLA_FLAGS for that")
@@ -122,24 +122,7 @@ def test_checkpoint_saved_on_8_devices_resumes_on_1(tmp_path):
 def test_each_train_step_on_8_devices_equals_1_device():
   """The main digits config (2-D, unnormalised, SGD to avoid Adam's sign amplification of
   zero-gradient noise): from the same state, every step gives the same loss and parameters."""
-  overrides = {"optimizer.name": "sgd", "optimizer.learning_rate": 0.01}
-  setups = {n: training.build(small_config(20, num_devices=n, **overrides)) for n in (1, 8)}
-  steps = {n: training.make_train_step(s) for n, s in setups.items()}
-  state = jax.device_get(setups[1].init_state)
-  train = setups[1].splits["train"]
-  for t in range(1, 11):
-    idx = setups[1].sampler.batch_indices(t - 1)
-    out = {}
-    for n, setup in setups.items():
-      images, labels = parallel.global_batch(setup.mesh, train.images[idx], train.labels[idx],
-                                             batch_size=len(idx))
-      new, metrics = steps[n](parallel.replicate(setup.mesh, state), images, labels,
-                              training.step_key(0, t))
-      out[n] = (float(metrics["loss"]), jax.device_get(new))
-    assert out[8][0] == pytest.approx(out[1][0], abs=1e-5)
-    for a, b in zip(jax.tree.leaves(out[1][1]), jax.tree.leaves(out[8][1])):
-      np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
-    state = out[1][1]
+  steps_on_1_and_8_devices(lambda **kw: small_config(20, **kw), 10)
 
 
 @pytest.mark.long

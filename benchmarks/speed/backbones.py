@@ -230,21 +230,10 @@ def main(argv: list[str] | None = None) -> int:
   cpus = harness.available_cpus()
   threads = cpus if args.threads <= 0 else min(args.threads, cpus)
   env = workers.worker_env(threads, keep_host_memory=args.host_memory == "keep")
-  running = {}
-  for side in sides:
-    python = sys.executable
-    if side == "torch":
-      python = args.torch_python or workers.default_torch_python("torch")
-      if python is None:
-        print("torch side skipped: no Python with torch (pass --torch_python, or install "
-              "torch + torchvision into .venv-bench; see requirements-bench.txt)")
-        continue
-    w = workers.Worker(side, python, threads=threads, env=env, script=__file__)
-    if not w.hello.get("ready"):
-      print(f"{side} side skipped: {w.hello.get('error')}")
-      w.close()
-      continue
-    running[side] = w
+  running = workers.start_sides(
+      sides, threads=threads, env=env, script=__file__, torch_python=args.torch_python,
+      torch_modules="torch", missing_torch="install torch + torchvision into .venv-bench; "
+      "see requirements-bench.txt")
   conditions = {"cpu_count": os.cpu_count(), "threads": threads, "machine": platform.machine(),
                 "host_memory": args.host_memory,
                 "python": platform.python_version(), "loadavg_start": os.getloadavg(),

@@ -528,21 +528,10 @@ def main(argv: list[str] | None = None) -> int:
     chunk_steps = {c["image_size"]: int(args.chunk_steps) for c in cases}
   threads = min(args.threads, harness.available_cpus())
   env = workers.worker_env(threads, keep_host_memory=args.host_memory == "keep")
-  running = {}
-  for side in sides:
-    python = sys.executable
-    if side == "torch":
-      python = args.torch_python or workers.default_torch_python()
-      if python is None:
-        print("torch side skipped: no Python with torch + pytorch-metric-learning (pass "
-              "--torch_python, or: pip install -r requirements-bench.txt into .venv-bench)")
-        continue
-    w = workers.Worker(side, python, threads=threads, env=env, script=__file__)
-    if not w.hello.get("ready"):
-      print(f"{side} side skipped: {w.hello.get('error')}")
-      w.close()
-      continue
-    running[side] = w
+  running = workers.start_sides(
+      sides, threads=threads, env=env, script=__file__, torch_python=args.torch_python,
+      torch_modules="torch, pytorch_metric_learning",
+      missing_torch="pip install -r requirements-bench.txt into .venv-bench")
   conditions = {"cpu_count": os.cpu_count(), "threads": threads, "machine": platform.machine(),
                 "host_memory": args.host_memory,
                 "python": platform.python_version(), "loadavg_start": os.getloadavg(),
