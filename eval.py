@@ -52,6 +52,7 @@ flags.DEFINE_bool("export_embeddings", False, "Write the test embeddings for Ten
                   "projector (tensors.tsv, metadata.tsv, sprite) and as .npz.")
 cli.define_cache_flag()
 cli.define_host_memory_flag()
+cli.define_machine_flags()
 flags.DEFINE_multi_string("module", [], "Modules to import first (a run's own objective); "
                           "those recorded in the workdir's config are imported anyway.")
 
@@ -92,9 +93,10 @@ def main(argv):
     check_flags()
     print(cli.describe_cache(cache), flush=True)
     overrides.import_user_modules(FLAGS.module)
+    machine = cli.machine_overrides()
     if FLAGS.workdirs is not None:
       out = eval_checkpoints.evaluate_workdirs(FLAGS.workdirs, step=FLAGS.step, output=FLAGS.output,
-                                       show_progress=FLAGS.progress)
+                                               show_progress=FLAGS.progress, machine=machine)
       if FLAGS.side_by_side:
         print(f"{len(out['runs'])} runs, steps {out['steps']}")
         print(out["runs_table"])
@@ -107,7 +109,8 @@ def main(argv):
       out = eval_checkpoints.evaluate_all_steps(FLAGS.workdir, best_by=FLAGS.best_by,
                                         output=FLAGS.output, show_progress=FLAGS.progress,
                                         grid=grid_flags(),
-                                        export_embeddings=FLAGS.export_embeddings)
+                                        export_embeddings=FLAGS.export_embeddings,
+                                        machine=machine)
       print(report.format_history_table(out["steps"]))
       if out["best"]:
         best = out["best"]
@@ -117,7 +120,7 @@ def main(argv):
     else:
       step, results = eval_checkpoints.evaluate_checkpoint(
           FLAGS.workdir, step=FLAGS.step, show_progress=FLAGS.progress, grid=grid_flags(),
-          export_embeddings=FLAGS.export_embeddings)
+          export_embeddings=FLAGS.export_embeddings, machine=machine)
       print(f"Step {step}")
       print(report.format_table(results))
       print(f"Written {report.results_path(FLAGS.workdir, step)}")

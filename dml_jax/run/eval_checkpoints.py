@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 
 from absl import logging
 
@@ -22,11 +23,22 @@ from dml_jax.run import workdir as workdir_lib
 from dml_jax.run import writers
 
 
+def load_config(workdir: str, machine: Mapping[str, int] | None = None):
+  """The workdir's ``config.json`` with this machine's settings (``{'data.num_threads': 4}``,
+  what ``cli.machine_overrides`` gives) in place of the recorded ones."""
+  config = workdir_lib.load_config(workdir)
+  for key, value in (machine or {}).items():
+    section, _, name = key.rpartition(".")
+    (config[section] if section else config)[name] = value
+  return config
+
+
 def evaluate_checkpoint(workdir: str, *, step: int | None = None,
                         plot: bool | None = None, show_progress: bool = False,
                         protocols: tuple[str, ...] | None = None, grid: dict | None = None,
                         export_embeddings: bool = False,
-                        tensorboard: bool | None = None) -> tuple[int, dict]:
+                        tensorboard: bool | None = None,
+                        machine: Mapping[str, int] | None = None) -> tuple[int, dict]:
   """Restores a checkpoint of ``workdir`` (newest readable when ``step`` is None) and
   evaluates it as ``train_and_evaluate`` does at the end (:func:`evaluate_with_config`);
   writes ``eval_step_<N>.json``.
@@ -43,6 +55,7 @@ def evaluate_checkpoint(workdir: str, *, step: int | None = None,
       as ``.npz`` (``projector.export``).
     tensorboard: log the metrics, histograms and images to ``<workdir>/tensorboard/eval``;
       ``None``: ``config.log.tensorboard``.
+    machine: this machine's input settings (:func:`load_config`), e.g. decoding threads.
 
   Returns:
     ``(step, {protocol: {metric: value}})``.
@@ -51,7 +64,7 @@ def evaluate_checkpoint(workdir: str, *, step: int | None = None,
     FileNotFoundError: ``workdir`` has no config or no checkpoint.
     ValueError: ``step`` does not exist, or a bad evaluation setting (named).
   """
-  model = restore.initial_model(workdir_lib.load_config(workdir), pretrained=False)
+  model = restore.initial_model(load_config(workdir, machine), pretrained=False)
   with eval_writer(model.config, workdir, tensorboard) as writer:
     (restored_step, results), = evaluate_checkpoints(
         model, workdir, steps=None if step is None else (step,), plot=plot,
@@ -122,7 +135,7 @@ def evaluate_checkpoints(model: restore.RestoredModel, workdir: str, *, steps=No
     plot: write the embedding PNGs; ``None`` means ``config.eval.plot``.
     show_progress: progress bars.
     protocols: evaluate these instead of ``config.eval.splits``.
-    grid, export_embeddings: as :func:`evaluate_checkpoint`, at every step.
+    grid, export_embeddings, machine: as :func:`evaluate_checkpoint`, at every step.
     writer: receives each step's metrics, histograms and images.
 
   Returns:
@@ -162,7 +175,8 @@ def evaluate_checkpoints(model: restore.RestoredModel, workdir: str, *, steps=No
 
 def evaluate_all_steps(workdir: str, *, best_by: str | None = None,
                        output: str | None = None, show_progress: bool = False,
-                       grid: dict | None = None, export_embeddings: bool = False) -> dict:
+                       grid: dict | None = None, export_embeddings: bool = False,
+                       machine: Mapping[str, int] | None = None) -> dict:
   """Evaluates every checkpoint of ``workdir`` (``eval.py --all_steps``).
 
   Writes ``eval_step_<N>.json`` per step, ``output`` (default
@@ -184,7 +198,7 @@ def evaluate_all_steps(workdir: str, *, best_by: str | None = None,
     'json': path, 'png': path}``.
   """
   selection = protocols_lib.parse_selection(best_by) if best_by else None
-  model = restore.initial_model(workdir_lib.load_config(workdir), pretrained=False)
+  model = restore.initial_model(load_config(workdir, machine), pretrained=False)
   protocols = tuple(model.config.eval.splits)
   if selection and selection[0] not in protocols:
     protocols += (selection[0],)
@@ -210,7 +224,8 @@ def evaluate_all_steps(workdir: str, *, best_by: str | None = None,
 
 
 def evaluate_workdirs(workdirs, *, step: int | None = None, output: str | None = None,
-                      show_progress: bool = False) -> dict:
+                      show_progress: bool = False,
+                      machine: Mapping[str, int] | None = None) -> dict:
   """Evaluates the newest (or ``step``) checkpoint of each workdir, e.g. one per seed, and
   aggregates mean ± std (``eval.py --workdirs=a,b,c``).
 
@@ -235,7 +250,7 @@ def evaluate_workdirs(workdirs, *, step: int | None = None, output: str | None =
   steps, runs = [], []
   for workdir in workdirs:
     restored_step, results = evaluate_checkpoint(workdir, step=step, plot=False,
-                                                 show_progress=show_progress)
+                                                 show_progress=show_progress, machine=machine)
     steps.append(restored_step)
     runs.append(results)
   try:
