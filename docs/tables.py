@@ -21,7 +21,7 @@ and ``reproductions/mnist_table1`` names ``docs/results/reproductions/mnist_tabl
                 "scale": 100, "digits": 1}],     # scale / digits optional (100, 1)
    "paper": "paper R@1",                         # optional last column's header
    "rows": [{"cells": ["easy (EPS)", "test digits 6–9"], "run": "loss.positive=easy",
-             "protocol": "test", "paper": "42.31"}],
+             "protocol": "test", "paper": "42.31"}],   # or "runs": [one per column]
    "runs": {"loss.positive=easy": {"0": {"test": {"recall@1": 0.464, ...}}, ...}}}
 
 A row's cell is ``mean ± std`` over the seeds of its run (sample std, ``ddof=1``). ``runs``
@@ -76,6 +76,12 @@ def seed_values(summary: dict, row: dict, metric: str) -> list[float]:
   return [float(seeds[s][row["protocol"]][metric]) for s in sorted(seeds, key=int)]
 
 
+def row_runs(row: dict, num_columns: int) -> list:
+  """The run behind each column of ``row``: its ``run`` for all, or its ``runs`` list (one
+  per column, ``None`` for an empty cell) when each column shows another run."""
+  return list(row["runs"]) if "runs" in row else [row["run"]] * num_columns
+
+
 def seeds_note(summary: dict) -> str:
   seeds = sorted({int(s) for runs in summary["runs"].values() for s in runs})
   stamp = summary["stamp"]
@@ -97,8 +103,11 @@ def render_seeds(summary: dict) -> str:
   lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
   for row in summary["rows"]:
     cells = list(row["cells"])
-    for column in columns:
-      mean, std = mean_std(seed_values(summary, row, column["metric"]))
+    for column, run in zip(columns, row_runs(row, len(columns))):
+      if run is None:
+        cells.append("—")
+        continue
+      mean, std = mean_std(seed_values(summary, {**row, "run": run}, column["metric"]))
       scale, digits = column.get("scale", 100), column.get("digits", 1)
       text = f"{scale * mean:.{digits}f} ± {scale * std:.{digits}f}"
       cells.append(f"**{text}**" if column.get("bold") else text)
@@ -190,7 +199,8 @@ def summarize(run_root: str, summary_path: str, commit: str | None, machine: str
   with open(summary_path) as f:
     summary = json.load(f)
   runs = {}
-  for run in sorted({r["run"] for r in summary["rows"]}):
+  wanted = {run for r in summary["rows"] for run in row_runs(r, len(summary["columns"]))}
+  for run in sorted(wanted - {None}):
     folders = sorted(glob.glob(os.path.join(run_root, run, "seed_*")),
                      key=lambda p: int(p.rsplit("_", 1)[1]))
     if not folders:
