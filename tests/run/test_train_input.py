@@ -9,6 +9,7 @@ import pytest
 
 from configs import default
 from dml_jax import data, parallel
+from dml_jax.run import config as config_lib
 from dml_jax.run import train_input, training, workdir as workdir_lib
 from fake_datasets import write_inshop_dataset
 
@@ -92,10 +93,10 @@ def test_cached_feed_on_eight_devices_matches_the_streaming_batches(inshop_train
 def test_validate_config_names_bad_cache_values():
   c = image_config(cache="gpu")
   with pytest.raises(ValueError, match=r"^data.cache='gpu'; allowed: 'auto', 'memory'"):
-    training.validate_config(c)
+    config_lib.validate(c)
   c = image_config(cache_max_gb=-2)
   with pytest.raises(ValueError, match=r"^data.cache_max_gb=-2.0; allowed: a number of GB"):
-    training.validate_config(c)
+    config_lib.validate(c)
 
 
 def loop_config(root, steps):

@@ -12,6 +12,7 @@ import ml_collections
 import numpy as np
 import pytest
 
+from dml_jax.run import config as config_lib
 from dml_jax.run import training
 from dml_jax.run import workdir as workdir_lib
 from dml_jax.run import writers
@@ -125,7 +126,7 @@ def test_wandb_missing_is_one_clear_error(monkeypatch):
   config = small_config(2)
   config.log.wandb = True
   with pytest.raises(writers.LoggingBackendError, match=r"pip install wandb") as e:
-    training.validate_config(config)
+    config_lib.validate(config)
   assert "\n" not in str(e.value)
 
 
