@@ -28,7 +28,9 @@ A row's cell is ``mean ± std`` over the seeds of its run (sample std, ``ddof=1`
 holds each seed's final ``eval_step_<N>.json`` results (``summarize`` reads them from
 ``RUN_ROOT/<run>/seed_<s>/``; a run's ``collapse_<split>_step_<N>.json`` of
 ``python -m dml_jax.analysis.collapse`` adds the protocol ``collapse:<split>`` with the mean
-over classes of ``relative_spread`` and ``rho``). Blocks named ``gpu`` are the GPU tables of
+over classes of ``relative_spread`` and ``rho``; a ``sampling_skew_<split>_step_<N>.json`` of
+``python -m dml_jax.analysis.skew`` adds ``skew:<split>:step_<N>`` with ``<strategy>/eta_hat``
+and the tool's other values). Blocks named ``gpu`` are the GPU tables of
 ``benchmarks/device/gpu_table.py``. tests/test_docs_tables.py checks every block equals its
 summary, so a number in a results table cannot drift from the measurement behind it.
 """
@@ -219,6 +221,14 @@ def summarize(run_root: str, summary_path: str, commit: str | None, machine: str
         split = re.match(r"collapse_(.+)_step_\d+\.json", os.path.basename(extra)).group(1)
         results[f"collapse:{split}"] = {
             "relative_spread": mean_std(report["relative_spread"])[0], "rho": report["rho"]}
+      for extra in sorted(glob.glob(os.path.join(folder, "sampling_skew_*_step_*.json"))):
+        with open(extra) as f:
+          report = json.load(f)
+        split, step = re.match(r"sampling_skew_(.+)_step_(\d+)\.json",
+                               os.path.basename(extra)).groups()
+        results[f"skew:{split}:step_{step}"] = {
+            f"{strategy}/{metric}": value for strategy, row in report.items()
+            for metric, value in row.items()}
       runs[run][folder.rsplit("_", 1)[1]] = {
           p: {k: round(float(v), 6) for k, v in row.items() if isinstance(v, (int, float))}
           for p, row in results.items()}
