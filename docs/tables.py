@@ -120,11 +120,15 @@ def render_seeds(summary: dict) -> str:
 
 
 def source_values(ref: dict) -> list[float]:
-  """The per-seed values a claims row cites: ``{"summary", "row", "metric"}`` of a seeds
-  summary, or ``{"summary", "run", "metric"}`` of a GPU run summary (its ``runs`` list)."""
+  """The per-seed values a claims row cites: ``{"summary", "row", "metric"}`` (and
+  ``"column"`` for a row with a run per column) of a seeds summary, or ``{"summary", "run",
+  "metric"}`` of a GPU run summary (its ``runs`` list)."""
   summary = load_summary(ref["summary"])
   if "row" in ref:
-    return seed_values(summary, summary["rows"][ref["row"]], ref["metric"])
+    row = summary["rows"][ref["row"]]
+    if "column" in ref:   # a row showing another run in each column
+      row = {**row, "run": row_runs(row, len(summary["columns"]))[ref["column"]]}
+    return seed_values(summary, row, ref["metric"])
   values = [float(r["metrics"][ref["metric"]]) for r in summary["runs"] if r["name"] == ref["run"]]
   if not values:
     raise ValueError(f"{ref['summary']}: no run named {ref['run']!r}")
