@@ -1,6 +1,7 @@
 """Command-line config overrides: unknown keys, switching the objective, user objectives."""
 
 import os
+import sys
 import textwrap
 
 import pytest
@@ -100,10 +101,21 @@ def write_user_module(directory) -> str:
   return path
 
 
-def test_a_user_objective_registers_and_overrides_like_a_builtin(tmp_path):
+@pytest.fixture
+def user_objective(tmp_path):
+  """The path of a user module registering ``scaled_triplet``, unregistered (and unimported)
+  afterwards, so the registry other tests iterate holds only the library's objectives."""
+  from dml_jax.objectives import _registry  # pylint: disable=import-outside-toplevel
+  yield write_user_module(tmp_path)
+  _registry.REGISTRY.pop("scaled_triplet", None)
+  _registry.SUPPORT.pop("scaled_triplet", None)
+  sys.modules.pop("dml_jax_user_my_objectives", None)
+
+
+def test_a_user_objective_registers_and_overrides_like_a_builtin(user_objective):
   import jax  # pylint: disable=import-outside-toplevel
   import numpy as np  # pylint: disable=import-outside-toplevel
-  path = write_user_module(tmp_path)
+  path = user_objective
   overrides.import_user_modules([path])
   overrides.import_user_modules([path])           # importing twice is harmless
   assert "scaled_triplet" in objectives.names()
