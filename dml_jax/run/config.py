@@ -227,12 +227,11 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument("--set", action="append", default=[], dest="sets",
                  help="override key=value (repeatable), as the sweep's --set")
   args = parser.parse_args(argv)
-  sets = {}
-  for item in args.sets:
-    if "=" not in item:
-      parser.error(f"--set {item!r} needs key=value")
-    key, value = item.split("=", 1)
-    sets[key.strip()] = value.strip()
+  from dml_jax.run import overrides  # pylint: disable=import-outside-toplevel
+  try:
+    sets = overrides.parse_assignments(args.sets)
+  except ValueError as e:
+    parser.error(str(e))
   try:
     config = resolve(args.config, sets)
   except (ValueError, TypeError) as e:

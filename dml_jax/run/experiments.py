@@ -302,12 +302,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument("--module", action="append", default=[],
                  help="a module to import first (own objective; dotted name or .py path)")
   args = parser.parse_args(argv)
-  overrides = {}
-  for item in args.overrides:
-    if "=" not in item:
-      parser.error(f"--set {item!r} needs key=value")
-    key, value = item.split("=", 1)
-    overrides[key.strip()] = value.strip()
+  try:
+    overrides = overrides_lib.parse_assignments(args.overrides)
+  except ValueError as e:
+    parser.error(str(e))
   from dml_jax.run import training  # pylint: disable=import-outside-toplevel
   cli.quiet_logs()
   modules = tuple(overrides_lib.module_spec(m) for m in args.module)

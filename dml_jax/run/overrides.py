@@ -86,6 +86,21 @@ def unknown_section(config: ml_collections.ConfigDict, key: str) -> str | None:
   return None
 
 
+def parse_assignments(items) -> dict[str, str]:
+  """``['a.b=1', 'c = x']`` (``--set`` values) -> ``{'a.b': '1', 'c': 'x'}``.
+
+  Raises:
+    ValueError: an item without ``=`` (naming it).
+  """
+  out = {}
+  for item in items:
+    if "=" not in item:
+      raise ValueError(f"--set {item!r} needs key=value")
+    key, value = item.split("=", 1)
+    out[key.strip()] = value.strip()
+  return out
+
+
 def convert(key: str, raw: str, current: Any) -> Any:
   """The string ``raw`` converted to the type of ``current`` (the value it replaces); a new
   key (``current is None``) takes a Python literal or stays a string.
