@@ -31,7 +31,9 @@ holds each seed's final ``eval_step_<N>.json`` results (``summarize`` reads them
 over classes of ``relative_spread`` and ``rho``; a ``sampling_skew_<split>_step_<N>.json`` of
 ``python -m dml_jax.analysis.skew`` adds ``skew:<split>:step_<N>`` with ``<strategy>/eta_hat``
 and the tool's other values). Blocks named ``gpu`` are the GPU tables of
-``benchmarks/device/gpu_table.py``. tests/test_docs_tables.py checks every block equals its
+``benchmarks/device/gpu_table.py``; a summary with a ``"script"`` is a benchmark's own report
+(e.g. ``performance/retrieval`` of ``benchmarks/speed/evaluation.py --summary=...``), rendered
+by that script's ``table(report)``. tests/test_docs_tables.py checks every block equals its
 summary, so a number in a results table cannot drift from the measurement behind it.
 """
 
@@ -162,12 +164,34 @@ def _gpu_tables() -> str:
   return module.generate()
 
 
+def _script(path: str):
+  """The module of a benchmark script (by path: the benchmarks are scripts, not a package)."""
+  spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0],
+                                                os.path.join(REPO, path))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def render_benchmark(summary: dict) -> str:
+  """A benchmark report (``"script"`` names the benchmark): its table, by the script's own
+  ``table(report)``, and the line saying where and when it was measured."""
+  stamp = summary["stamp"]
+  load = ", ".join(f"{x:.1f}" for x in stamp.get("load_average", ()))
+  return (_script(summary["script"]).table(summary) + "\n\n"
+          f"`{stamp['command']}` at commit `{stamp['commit']}`, {stamp['date']}, "
+          f"{stamp['cpu_count']} CPU cores ({stamp['machine']})"
+          + (f", load average {load} as it started" if load else "") + ".\n")
+
+
 def render(name: str) -> str:
   """The generated text of the block named ``name``."""
   if name == "gpu":
     return _gpu_tables() + "\n"
   summary = load_summary(name)
   summary["name"] = name
+  if "script" in summary:
+    return render_benchmark(summary)
   return render_claims(summary) if summary.get("kind") == "claims" else render_seeds(summary)
 
 

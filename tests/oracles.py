@@ -495,3 +495,17 @@ def ranked_gallery(query, gallery, kind):
     scored.sort()
     ranked.append([(-s, j) for s, j in scored])
   return ranked
+
+
+def best_relevant_oracle(s, q_codes, g_codes, exclude_self):
+  """The best same-class item of every row of ``s [Nq, Ng]`` (lowest index on ties):
+  ``(value, index)``, ``(+inf, -1)`` where none."""
+  value = np.full(s.shape[0], np.inf, np.float32)
+  index = np.full(s.shape[0], -1, np.int32)
+  for i in range(s.shape[0]):
+    same = [j for j in range(s.shape[1])
+            if g_codes[j] == q_codes[i] and not (exclude_self and i == j)]
+    if same:
+      j = max(same, key=lambda j: (s[i, j], -j))
+      value[i], index[i] = s[i, j], j
+  return value, index

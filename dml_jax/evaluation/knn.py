@@ -28,10 +28,17 @@ for every query block).
    ``S``; symmetric (half the matrix products) when the query set is its own gallery,
    filtered by chunk maxima, on several threads (see the ``top_m`` module).
 2. A query with an item of its class among its ``m`` best has ``first`` and ``relevant`` from
-   them (``num_columns <= m``). The others (a few percent with a trained model) have
-   ``relevant`` all False, and ``first`` is counted on the whole row ``S_i`` (one matrix
-   product): the items ranked before the best item of the class, capped at ``k``
-   (:func:`_first_relevant_rank`).
+   them (``num_columns <= m``). The others have ``relevant`` all False and ``first`` = the
+   number of items ranked before the best item of their class. That item and its similarity
+   are found first from the same-class pairs alone (``same_class.best_relevant``, a small fraction
+   of the products when classes are small), and the tile pass of step 1 counts, per query, the
+   items above it (``top_m.top_m_and_ranks``: a comparison per similarity, in the C++ kernel
+   next to the merge), so embeddings whose queries rarely find their class nearby (an
+   untrained model, a hard dataset) cost one symmetric pass, not a second full product. A
+   query the pass cannot decide exactly (a tie at that similarity, or products that round
+   differently from those) is counted on its whole similarity row
+   (:func:`_first_relevant_rank`), as are all of them where the counts are not taken (a few
+   large classes; XLA:CPU without the kernel, whose reductions cost more than the product).
 
 Both give exactly the answer of the top-k search (the tests compare them with a brute-force
 oracle, ties included). Memory: the embeddings once on the device, the ``[Nq, m]`` running
@@ -63,13 +70,17 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
+from dml_jax import kernels
+from dml_jax.evaluation import same_class
 from dml_jax.evaluation.top_m import BYTES_PER_ENTRY
 from dml_jax.evaluation.top_m import DEFAULT_MEMORY_BYTES
+from dml_jax.evaluation.top_m import ROWS_MIN_M
 from dml_jax.evaluation.top_m import check_positive_int as _check_positive_int
 from dml_jax.evaluation.top_m import num_threads as _num_threads
 from dml_jax.evaluation.top_m import pad_rows as _pad_rows
 from dml_jax.evaluation.top_m import sanitize as _sanitize
 from dml_jax.evaluation.top_m import tile_sizes
+from dml_jax.evaluation.top_m import top_m_and_ranks
 from dml_jax.evaluation.top_m import top_m_neighbors
 from dml_jax.similarity import check_kind
 from dml_jax.similarity import l2_normalize
@@ -215,20 +226,42 @@ def neighbor_relevance(query, query_labels, gallery=None, gallery_labels=None, *
   row_tile, col_tile = tile_sizes(plan.num_query, int(plan.num_gallery),
                                   memory_bytes=memory_bytes, block_size=block_size,
                                   gallery_block_size=gallery_block_size)
-  index = top_m_neighbors(plan.q, None if plan.exclude_self else plan.g,
-                          m=m, kind=plan.kind, row_tile=row_tile, col_tile=col_tile,
-                          show_progress=show_progress)
+  gallery = None if plan.exclude_self else plan.g
+  targets = None
+  if m < k and m < ROWS_MIN_M and _counts_in_pass():
+    targets = same_class.best_relevant(plan.q, q_codes, gallery, g_codes, kind=plan.kind,
+                                       width=same_class.class_width(col_tile),
+                                       memory_bytes=memory_bytes)
+  if targets is None:
+    index = top_m_neighbors(plan.q, gallery, m=m, kind=plan.kind, row_tile=row_tile,
+                            col_tile=col_tile, show_progress=show_progress)
+    before = np.full(plan.num_query, -1, np.int32)
+  else:
+    index, before = top_m_and_ranks(plan.q, gallery, m=m, target_value=targets[0],
+                                    target_index=targets[1], query_codes=q_codes,
+                                    gallery_codes=g_codes, kind=plan.kind, row_tile=row_tile,
+                                    col_tile=col_tile, show_progress=show_progress)
   rel = g_codes[index] == q_codes[:, None]
   hit = rel.any(axis=1)
   first = np.where(hit, rel.argmax(axis=1), k).astype(np.int32)
   relevant = rel[:, :num_columns]
   # 2. Queries without a neighbour of their class among the m (so relevant[i] is all False,
-  # as num_columns <= m): the rank of their first one, from whole similarity rows.
-  if m < k and not hit.all():
-    rows = np.flatnonzero(~hit)
+  # as num_columns <= m): the rank of their first one, counted in the same pass when it was
+  # decided there, else from whole similarity rows.
+  counted = ~hit & (before >= 0)
+  first[counted] = np.minimum(before[counted], k)
+  if m < k and not (hit | counted).all():
+    rows = np.flatnonzero(~(hit | counted))
     first[rows] = _first_relevant_rank(plan, rows, q_codes, g_codes, k=k,
                                        memory_bytes=memory_bytes, show_progress=show_progress)
   return first, relevant
+
+
+def _counts_in_pass() -> bool:
+  """Whether the tile pass counts the ranks (:func:`top_m.top_m_and_ranks`): with the C++
+  kernel, or on an accelerator. XLA:CPU's own reductions of a tile cost more than its product,
+  so without the kernel the CPU ranks the missing queries from whole rows instead."""
+  return jax.default_backend() != "cpu" or kernels.load("top_m.cc") is not None
 
 
 def _first_relevant_rank(plan, rows: np.ndarray, q_codes: np.ndarray, g_codes: np.ndarray, *,

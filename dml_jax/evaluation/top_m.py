@@ -8,7 +8,7 @@ symmetric, one pass per tile, on several threads. Higher similarity = closer.
   are computed and ``S_ij`` updates the queries of block ``i`` while ``S_ij^T`` (never formed)
   updates those of block ``j``: half the matrix products.
 * The merge (``selection='auto'``) is a C++ kernel called from the jitted tile
-  (``dml_jax/kernels/top_m.cc``, :func:`merge_tile_kernel`): one pass over the tile that
+  (``dml_jax/kernels/top_m.cc``, ``top_m_kernel.merge_tile_kernel``): one pass over the tile that
   compares 8 similarities at a time with the rows' and the columns' running ``m``-th best and
   inserts the few that beat it. Where the kernel cannot be built (no C++ compiler) or with
   ``selection='xla'``, :func:`_merge_tile` does it with XLA: it reads only the ``m`` chunks of
@@ -37,6 +37,7 @@ import numpy as np
 import tqdm
 
 from dml_jax import kernels
+from dml_jax.evaluation import top_m_kernel
 from dml_jax.similarity import pairwise_similarity
 
 DEFAULT_MEMORY_BYTES = 1 << 28  # 256 MiB of temporaries per query block.
@@ -111,9 +112,66 @@ def top_m_neighbors(query, gallery=None, *, m: int, kind: str = "dot", row_tile:
   Returns:
     int32 ``[Nq, m]``, each row by decreasing similarity.
   """
+  return _search(query, gallery, m=m, kind=kind, row_tile=row_tile, col_tile=col_tile,
+                 chunk=chunk, selection=selection, show_progress=show_progress)[0]
+
+
+def top_m_and_ranks(query, gallery=None, *, m: int, target_value, target_index, query_codes,
+                    gallery_codes, kind: str = "dot", row_tile: int = TILE,
+                    col_tile: int = TILE, chunk: int = CHUNK, selection: str = "auto",
+                    show_progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
+  """:func:`top_m_neighbors`, and in the same pass over the tiles the rank of a given item.
+
+  Every query ``i`` names a gallery item ``t_i = target_index[i]`` of its own class (label
+  code ``query_codes[i]``; gallery codes ``gallery_codes``) and its expected similarity
+  ``v_i = target_value[i]``, meant to be the best item of the class (``knn`` finds them
+  beforehand; ``t_i = -1``, ``v_i = +inf`` for a query with none). Each tile adds, for every
+  query, the number of items ``j != t_i`` (self and padding excluded) with ``S_ij > v_i``,
+  with ``S_ij = v_i``, and of its class with ``S_ij >= v_i``, and reads ``S_{i t_i}`` if it
+  reaches ``v_i``. When
+  that read equals ``v_i`` bit for bit, no other item equals ``v_i`` and no other item of the
+  class reaches it, ``t_i`` is the query's best item of its class and exactly
+  ``before_i = #{j : S_ij > v_i}`` items are ranked before it (the similarities of the tiles
+  themselves, so the count agrees with the top-m lists); otherwise ``before_i = -1``
+  (undecided: the caller ranks that query another way). The counts are a few comparisons per
+  similarity, next to the ``D`` multiply-adds of computing it.
+
+  Args:
+    query, gallery, m, kind, row_tile, col_tile, chunk, selection, show_progress: as
+      :func:`top_m_neighbors` (``selection='rows'`` is not supported here; ``'auto'`` takes
+      the tiles whatever ``m``).
+    target_value: float32 ``[Nq]``.
+    target_index: int32 ``[Nq]``.
+    query_codes: int32 ``[Nq]``, the queries' label codes.
+    gallery_codes: int32 ``[Ng]``, the gallery's (the query codes when ``gallery`` is
+      ``None``).
+
+  Returns:
+    ``(indices int32 [Nq, m], before int32 [Nq])``.
+  """
+  if selection == "rows":
+    raise ValueError("top_m_and_ranks needs tiles; selection='rows' is not supported.")
+  nq = np.asarray(query).shape[0]
+  ranks = (np.asarray(target_value, np.float32).reshape(nq),
+           np.asarray(target_index, np.int32).reshape(nq),
+           np.asarray(query_codes, np.int32).reshape(nq),
+           np.asarray(gallery_codes, np.int32).reshape(-1))
+  return _search(query, gallery, m=m, kind=kind, row_tile=row_tile, col_tile=col_tile,
+                 chunk=chunk, selection="xla" if selection == "xla" else "tiles",
+                 show_progress=show_progress, ranks=ranks)
+
+
+def _search(query, gallery, *, m: int, kind: str, row_tile: int, col_tile: int, chunk: int,
+            selection: str, show_progress: bool, ranks=None):
+  """The tiled search of :func:`top_m_neighbors` (``ranks=None``) and
+  :func:`top_m_and_ranks` (``ranks = (value, index, query codes, gallery codes)``); returns
+  ``(indices, before or None)``. ``selection='tiles'``: the kernel where available, else XLA,
+  whatever ``m``."""
   exclude_self = gallery is None
   if selection == "auto" and m >= ROWS_MIN_M:
     selection = "rows"
+  if selection == "tiles":
+    selection = "auto"
   targets = selection_targets(selection) if selection != "rows" else None
   q = np.asarray(query, np.float32)
   g = q if exclude_self else np.asarray(gallery, np.float32)
@@ -124,7 +182,7 @@ def top_m_neighbors(query, gallery=None, *, m: int, kind: str = "dot", row_tile:
                      "items available.")
   if selection == "rows":
     return _top_m_by_rows(q, g, m=m, kind=kind, exclude_self=exclude_self,
-                          show_progress=show_progress)
+                          show_progress=show_progress), None
   symmetric = exclude_self and row_tile == col_tile
   if col_tile % chunk or (symmetric and row_tile % chunk):
     chunk = 1
@@ -135,25 +193,56 @@ def top_m_neighbors(query, gallery=None, *, m: int, kind: str = "dot", row_tile:
   n = np.int32(num_gallery)
   static = dict(m=m, chunk=chunk, kind=kind)
   padded = len(g_blocks) * col_tile > num_gallery
+  if ranks is not None:
+    value, index, q_codes, g_codes = ranks
+    # Padded queries name no item (value +inf: nothing is counted); padded items match no code.
+    params = [tuple(jnp.asarray(_pad_values(x[start:start + row_tile], row_tile, fill))
+                    for x, fill in ((value, np.inf), (index, -1), (q_codes, -1)))
+              for start in range(0, num_query, row_tile)]
+    codes = ([p[2] for p in params] if symmetric else
+             [jnp.asarray(_pad_values(g_codes[start:start + col_tile], col_tile, -2))
+              for start in range(0, num_gallery, col_tile)])
+    counted = [(jnp.zeros((row_tile, 3), jnp.int32),
+                jnp.full((row_tile,), -jnp.inf, jnp.float32))] * len(q_blocks)
+
+  def rank_args(i: int, j: int, both: bool):
+    if ranks is None:
+      return None
+    out = {"a": (params[i], counted[i]), "codes_b": codes[j]}
+    if both:
+      out.update(b=(params[j], counted[j]), codes_a=codes[i])
+    return out
+
+  def keep(i: int, j: int, out, both: bool) -> None:
+    if both:
+      (best[i], best[j]), rank_out = out[:2], out[2]
+    else:
+      best[i], rank_out = out
+    if ranks is not None:
+      counted[i] = rank_out["a"]
+      if both:
+        counted[j] = rank_out["b"]
 
   def tile(i: int, j: int) -> None:
     row_start, col_start = np.int32(i * row_tile), np.int32(j * col_tile)
+    both = symmetric and j > i
+    r = rank_args(i, j, both)
     if targets is not None:
       starts = np.array([row_start, col_start, n], np.int32)
-      if symmetric and j > i:
-        best[i], best[j] = jax.block_until_ready(_tile_update_both_kernel(
-            q_blocks[i], g_blocks[j], starts, best[i], best[j], kind=kind))
+      if both:
+        out = _tile_update_both_kernel(q_blocks[i], g_blocks[j], starts, best[i], best[j],
+                                       r, kind=kind)
       else:
-        best[i] = jax.block_until_ready(_tile_update_kernel(
-            q_blocks[i], g_blocks[j], starts, best[i], kind=kind, exclude_self=exclude_self))
-    elif symmetric and j > i:
-      best[i], best[j] = jax.block_until_ready(_tile_update_both(
-          q_blocks[i], g_blocks[j], row_start, col_start, n, best[i], best[j],
-          mask_padding=padded and j == len(g_blocks) - 1, **static))
+        out = _tile_update_kernel(q_blocks[i], g_blocks[j], starts, best[i], r, kind=kind,
+                                  exclude_self=exclude_self)
+    elif both:
+      out = _tile_update_both(q_blocks[i], g_blocks[j], row_start, col_start, n, best[i],
+                              best[j], r, mask_padding=padded and j == len(g_blocks) - 1,
+                              **static)
     else:
-      best[i] = jax.block_until_ready(_tile_update(
-          q_blocks[i], g_blocks[j], row_start, col_start, n, best[i],
-          exclude_self=exclude_self, **static))
+      out = _tile_update(q_blocks[i], g_blocks[j], row_start, col_start, n, best[i], r,
+                         exclude_self=exclude_self, **static)
+    keep(i, j, jax.block_until_ready(out), both)
 
   waves = tile_waves(len(q_blocks), len(g_blocks), symmetric=symmetric)
   futures = {}
@@ -175,7 +264,53 @@ def top_m_neighbors(query, gallery=None, *, m: int, kind: str = "dot", row_tile:
     for done in futures.values():
       done.result()
       bar.update(1)
-  return np.concatenate([np.asarray(b[1]) for b in best])[:num_query]
+  indices = np.concatenate([np.asarray(b[1]) for b in best])[:num_query]
+  if ranks is None:
+    return indices, None
+  counts = np.concatenate([np.asarray(c[0]) for c in counted])[:num_query]
+  read = np.concatenate([np.asarray(c[1]) for c in counted])[:num_query]
+  decided = ((index >= 0) & (read == value) & (counts[:, 1] == 0) & (counts[:, 2] == 0))
+  return indices, np.where(decided, counts[:, 0], -1).astype(np.int32)
+
+
+def _rank_counts(s, q_index, g_index, num_items, params, g_codes, state, *,
+                 exclude_self: bool):
+  """The counts of :func:`top_m_and_ranks` for the queries of the rows of ``s [R, G]``
+  (sanitised; row ``r`` is query ``q_index[r]``, column ``c`` gallery item ``g_index[c]``,
+  code ``g_codes[c]``). ``params = (value [R], target [R], code [R])``; ``state = (counts
+  int32 [R, 3] (above, equal, same class reaching the value), read float32 [R])``."""
+  value, target, code = params
+  counts, read = state
+  valid = g_index[None, :] < num_items
+  if exclude_self:
+    valid = valid & (q_index[:, None] != g_index[None, :])
+  is_target = g_index[None, :] == target[:, None]
+  other = valid & ~is_target
+  v = value[:, None]
+  above = jnp.sum(other & (s > v), axis=1, dtype=jnp.int32)
+  equal = jnp.sum(other & (s == v), axis=1, dtype=jnp.int32)
+  same = jnp.sum(other & (s >= v) & (g_codes[None, :] == code[:, None]), axis=1,
+                 dtype=jnp.int32)
+  new_read = jnp.max(jnp.where(is_target & valid & (s >= v), s, -jnp.inf), axis=1)
+  return counts + jnp.stack([above, equal, same], axis=1), jnp.maximum(read, new_read)
+
+
+def _tile_ranks(s, a_index, b_index, num_items, ranks, *, exclude_self: bool):
+  """The rank counts of one tile ``s [ra, rb]`` (sanitised) for its rows and, in the
+  symmetric search, its columns (``ranks`` from ``_search``; ``None``: nothing)."""
+  if ranks is None:
+    return None
+  out = {"a": _rank_counts(s, a_index, b_index, num_items, ranks["a"][0], ranks["codes_b"],
+                           ranks["a"][1], exclude_self=exclude_self)}
+  if "b" in ranks:
+    out["b"] = _rank_counts(s.T, b_index, a_index, num_items, ranks["b"][0],
+                            ranks["codes_a"], ranks["b"][1], exclude_self=False)
+  return out
+
+
+def _pad_values(x: np.ndarray, size: int, value) -> np.ndarray:
+  """``x [N]`` padded with ``value`` to ``[size]``."""
+  return x if size == x.shape[0] else np.pad(x, (0, size - x.shape[0]), constant_values=value)
 
 
 # From this m on, ``'auto'`` takes whole rows: ``lax.top_k`` over each query's row beats
@@ -276,28 +411,30 @@ def _tile_similarity(a, b, a_start, b_start, *, kind: str, exclude_self: bool):
 
 
 @functools.partial(jax.jit, static_argnames=("m", "chunk", "kind", "exclude_self"))
-def _tile_update(a, b, a_start, b_start, num_items, best, *, m: int, chunk: int, kind: str,
-                 exclude_self: bool):
+def _tile_update(a, b, a_start, b_start, num_items, best, ranks=None, *, m: int, chunk: int,
+                 kind: str, exclude_self: bool):
   """The best ``(values [ra, m], indices [ra, m])`` of queries ``a [ra, D]`` merged with gallery
-  block ``b [rb, D]`` (gallery indices ``b_start + c``; those ``>= num_items`` are padding)."""
-  s, _, b_index, self_pair = _tile_similarity(a, b, a_start, b_start, kind=kind,
-                                              exclude_self=exclude_self)
+  block ``b [rb, D]`` (gallery indices ``b_start + c``; those ``>= num_items`` are padding),
+  and the rank counts (:func:`_tile_ranks`)."""
+  s, a_index, b_index, self_pair = _tile_similarity(a, b, a_start, b_start, kind=kind,
+                                                    exclude_self=exclude_self)
   invalid = b_index[None, :] >= num_items
   if self_pair is not None:
     invalid = invalid | self_pair
-  return _merge_tile(*best, jnp.where(invalid, -jnp.inf, s), b_index, m=m, chunk=chunk)
+  return (_merge_tile(*best, jnp.where(invalid, -jnp.inf, s), b_index, m=m, chunk=chunk),
+          _tile_ranks(s, a_index, b_index, num_items, ranks, exclude_self=exclude_self))
 
 
 @functools.partial(jax.jit, static_argnames=("m", "chunk", "kind", "mask_padding"))
-def _tile_update_both(a, b, a_start, b_start, num_items, best_a, best_b, *, m: int, chunk: int,
-                      kind: str, mask_padding: bool):
+def _tile_update_both(a, b, a_start, b_start, num_items, best_a, best_b, ranks=None, *, m: int,
+                      chunk: int, kind: str, mask_padding: bool):
   """An off-diagonal tile of the symmetric search: ``S [ra, rb]`` of two different blocks of
   the query set updates the queries ``a`` (gallery ``b``) and ``S^T`` the queries ``b``
   (gallery ``a``). No pair is a self pair and ``a`` (an earlier block) is never padding;
   ``b``'s rows with index ``b_start + c >= num_items`` are, when ``mask_padding``.
 
   Returns:
-    ``(best_a, best_b)``, each ``(values [r, m], indices [r, m])``.
+    ``(best_a, best_b, rank counts)``, each best ``(values [r, m], indices [r, m])``.
   """
   # The barriers keep the product a plain matrix multiplication (not fused with the rest).
   s = jax.lax.optimization_barrier(pairwise_similarity(a, b, kind=kind))
@@ -306,56 +443,26 @@ def _tile_update_both(a, b, a_start, b_start, num_items, best_a, best_b, *, m: i
   b_index = b_start + jnp.arange(b.shape[0], dtype=jnp.int32)
   s_a = jnp.where(b_index[None, :] >= num_items, -jnp.inf, s) if mask_padding else s
   return (_merge_tile(*best_a, s_a, b_index, m=m, chunk=chunk),
-          _merge_tile(*best_b, s, a_index, m=m, chunk=chunk, transposed=True))
+          _merge_tile(*best_b, s, a_index, m=m, chunk=chunk, transposed=True),
+          _tile_ranks(s, a_index, b_index, num_items, ranks, exclude_self=False))
 
 
 @functools.partial(jax.jit, static_argnames=("kind", "exclude_self"))
-def _tile_update_kernel(a, b, starts, best, *, kind: str, exclude_self: bool):
+def _tile_update_kernel(a, b, starts, best, ranks=None, *, kind: str, exclude_self: bool):
   """:func:`_tile_update` with the C++ merge; ``starts`` is int32 ``[3]`` = (first query index,
   first gallery index, number of items)."""
-  return merge_tile_kernel(pairwise_similarity(a, b, kind=kind), starts, best,
-                           exclude_self=exclude_self)[0]
+  s = pairwise_similarity(a, b, kind=kind)
+  return (top_m_kernel.merge_tile_kernel(s, starts, best, exclude_self=exclude_self)[0],
+          top_m_kernel.count_tile_kernel(s, starts, ranks, exclude_self=exclude_self))
 
 
 @functools.partial(jax.jit, static_argnames=("kind",))
-def _tile_update_both_kernel(a, b, starts, best_a, best_b, *, kind: str):
+def _tile_update_both_kernel(a, b, starts, best_a, best_b, ranks=None, *, kind: str):
   """:func:`_tile_update_both` with the C++ merge (rows into ``best_a``, columns into
   ``best_b``, in one pass over the tile)."""
-  return merge_tile_kernel(pairwise_similarity(a, b, kind=kind), starts, best_a, best_b)
-
-
-def merge_tile_kernel(s, starts, best_a, best_b=None, *, exclude_self: bool = False,
-                      vectorized: bool = True):
-  """The C++ tile merge (``dml_jax/kernels/top_m.cc``): :func:`_merge_tile` of the rows of
-  ``s [R, G]`` into ``best_a`` and, given ``best_b``, of its columns into ``best_b``.
-
-  Args:
-    s: float32 ``[R, G]``, raw similarities (sanitised by the kernel as :func:`sanitize`).
-    starts: int32 ``[3]``: the index of row 0, of column 0, and the number of items (an index
-      at or above it is padding and never enters).
-    best_a: ``(values float32 [R, m], indices int32 [R, m])`` of the rows.
-    best_b: the same ``[G, m]`` of the columns, or ``None`` (rows only).
-    exclude_self: rows only: a row and a column of equal index never pair.
-    vectorized: ``False`` runs the kernel's scalar form (what CPUs without AVX2 get).
-
-  Returns:
-    ``(best_a, best_b)`` merged (``best_b`` ``None`` when not given).
-  """
-  targets = kernels.require("top_m.cc")
-  flags = dict(vectorized=np.int32(vectorized))
-  if best_b is None:
-    out = jax.ffi.ffi_call(targets["merge_rows"], (_like(best_a[0]), _like(best_a[1])),
-                           input_output_aliases={1: 0, 2: 1})(
-        s, *best_a, starts, exclude_self=np.int32(exclude_self), **flags)
-    return (out[0], out[1]), None
-  out = jax.ffi.ffi_call(targets["merge_both"], tuple(map(_like, (*best_a, *best_b))),
-                         input_output_aliases={1: 0, 2: 1, 3: 2, 4: 3})(
-      s, *best_a, *best_b, starts, **flags)
-  return (out[0], out[1]), (out[2], out[3])
-
-
-def _like(x) -> jax.ShapeDtypeStruct:
-  return jax.ShapeDtypeStruct(x.shape, x.dtype)
+  s = pairwise_similarity(a, b, kind=kind)
+  return (*top_m_kernel.merge_tile_kernel(s, starts, best_a, best_b),
+          top_m_kernel.count_tile_kernel(s, starts, ranks, exclude_self=False))
 
 
 def _merge_tile(best_values, best_index, s, g_index, *, m: int, chunk: int,

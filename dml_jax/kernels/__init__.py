@@ -40,7 +40,8 @@ DEFAULT_CACHE = os.path.join("~", ".cache", "dml_jax", "kernels")
 FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC")
 SOURCES = {
     # source -> {python name: exported handler symbol}
-    "top_m.cc": {"merge_rows": "DmlJaxTopMMergeRows", "merge_both": "DmlJaxTopMMergeBoth"},
+    "top_m.cc": {"merge_rows": "DmlJaxTopMMergeRows", "merge_both": "DmlJaxTopMMergeBoth",
+                 "count_rows": "DmlJaxTopMCountRows", "count_both": "DmlJaxTopMCountBoth"},
     "soft_pool.cc": {"forward": "DmlJaxSoftPoolForward", "backward": "DmlJaxSoftPoolBackward"},
     "conv.cc": {"forward": "DmlJaxConvForward", "kernel_grad": "DmlJaxConvKernelGrad"},
 }

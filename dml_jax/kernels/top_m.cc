@@ -232,6 +232,196 @@ ffi::Error MergeBothImpl(ffi::Buffer<ffi::F32> s, ffi::Buffer<ffi::F32> a_values
   return ffi::Error::Success();
 }
 
+
+// ---------------------------------------------------------------------------------- ranks
+// The counts of top_m.top_m_and_ranks: every query (row, and in the "both" form also every
+// column) names a target item and its expected similarity v. Each item x of the tile other
+// than the target (self and padding excluded) adds to the query's counts: [0] x > v,
+// [1] x == v, [2] x >= v and of the query's class; the target's own similarity is read into
+// `read` (a max). Only items with x >= v need more than one comparison (few, once v is a
+// good item's similarity).
+
+struct Side {
+  const float* value;    // [n] expected similarity of each query's target
+  const int32_t* target; // [n] the target's item index
+  const int32_t* code;   // [n] the query's label code
+  int32_t* counts;       // [n, 3]
+  float* read;           // [n]
+};
+
+inline void CountOne(const Side& q, int64_t qi, float x, int32_t item, int32_t item_code) {
+  if (item == q.target[qi]) {
+    if (x > q.read[qi]) q.read[qi] = x;
+    return;
+  }
+  const float v = q.value[qi];
+  int32_t* c = q.counts + 3 * qi;
+  if (x > v) ++c[0];
+  if (x == v) ++c[1];
+  if (item_code == q.code[qi]) ++c[2];  // x >= v here
+}
+
+struct CountTile {
+  const float* s;
+  int64_t rows, cols, valid_rows, valid_cols, self_offset;
+  bool exclude_self;
+  int32_t a_start, b_start;
+  Side a;                    // queries of the rows
+  const int32_t* col_codes;  // [cols] codes of the column items
+  Side b;                    // queries of the columns (value null: rows only)
+};
+
+inline void CountScalar(const CountTile& t, int64_t r, int64_t c0, int64_t c1) {
+  const float* row = t.s + r * t.cols;
+  const int64_t self_col = t.exclude_self ? r + t.self_offset : -1;
+  const float va = t.a.value[r];
+  for (int64_t c = c0; c < c1; ++c) {
+    if (c == self_col) continue;
+    const float x = Sanitize(row[c]);
+    if (x >= va) CountOne(t.a, r, x, t.b_start + static_cast<int32_t>(c), t.col_codes[c]);
+    if (t.b.value != nullptr && x >= t.b.value[c]) {
+      CountOne(t.b, c, x, t.a_start + static_cast<int32_t>(r), t.a.code[r]);
+    }
+  }
+}
+
+#ifdef DML_JAX_X86
+__attribute__((target("avx2"))) void CountAvx2(const CountTile& t) {
+  const __m256 lowest = _mm256_set1_ps(-FLT_MAX), highest = _mm256_set1_ps(FLT_MAX);
+  const int64_t full = t.valid_cols / 8 * 8;
+  const bool both = t.b.value != nullptr;
+  alignas(32) float x[8];
+  for (int64_t r = 0; r < t.valid_rows; ++r) {
+    const float* row = t.s + r * t.cols;
+    const int64_t self_col = t.exclude_self ? r + t.self_offset : -1;
+    const __m256 va = _mm256_set1_ps(t.a.value[r]);
+    for (int64_t c = 0; c < full; c += 8) {
+      __m256 v = _mm256_min_ps(_mm256_max_ps(_mm256_loadu_ps(row + c), lowest), highest);
+      unsigned row_bits = static_cast<unsigned>(
+          _mm256_movemask_ps(_mm256_cmp_ps(v, va, _CMP_GE_OQ)));
+      unsigned col_bits = both ? static_cast<unsigned>(_mm256_movemask_ps(
+          _mm256_cmp_ps(v, _mm256_loadu_ps(t.b.value + c), _CMP_GE_OQ))) : 0u;
+      if ((row_bits | col_bits) == 0) continue;
+      _mm256_store_ps(x, v);
+      for (unsigned bits = row_bits; bits != 0; bits &= bits - 1) {
+        const int64_t col = c + __builtin_ctz(bits);
+        if (col != self_col) {
+          CountOne(t.a, r, x[col - c], t.b_start + static_cast<int32_t>(col), t.col_codes[col]);
+        }
+      }
+      for (unsigned bits = col_bits; bits != 0; bits &= bits - 1) {
+        const int64_t col = c + __builtin_ctz(bits);
+        if (col != self_col) {
+          CountOne(t.b, col, x[col - c], t.a_start + static_cast<int32_t>(r), t.a.code[r]);
+        }
+      }
+    }
+    CountScalar(t, r, full, t.valid_cols);
+  }
+}
+#endif
+
+void Count(const CountTile& t, bool vectorized) {
+#ifdef DML_JAX_X86
+  if (vectorized && __builtin_cpu_supports("avx2")) {
+    CountAvx2(t);
+    return;
+  }
+#endif
+  for (int64_t r = 0; r < t.valid_rows; ++r) CountScalar(t, r, 0, t.valid_cols);
+}
+
+ffi::Error CheckSide(const ffi::Buffer<ffi::F32>& value, const ffi::Buffer<ffi::S32>& target,
+                     const ffi::Buffer<ffi::S32>& code, const ffi::Buffer<ffi::S32>& counts,
+                     const ffi::Buffer<ffi::F32>& read, int64_t n) {
+  if (value.element_count() != n || target.element_count() != n || code.element_count() != n ||
+      counts.element_count() != 3 * n || read.element_count() != n) {
+    return ffi::Error::InvalidArgument("top_m ranks: value, target, code, read must be [n] and "
+                                       "counts [n, 3], n matching the tile");
+  }
+  return ffi::Error::Success();
+}
+
+Side MakeSide(const ffi::Buffer<ffi::F32>& value, const ffi::Buffer<ffi::S32>& target,
+              const ffi::Buffer<ffi::S32>& code, const ffi::Buffer<ffi::S32>& counts,
+              const ffi::Buffer<ffi::F32>& read, ffi::ResultBuffer<ffi::S32>& out_counts,
+              ffi::ResultBuffer<ffi::F32>& out_read) {
+  CopyIfNotAliased<int32_t>(counts, out_counts);
+  CopyIfNotAliased<float>(read, out_read);
+  return Side{value.typed_data(), target.typed_data(), code.typed_data(),
+              out_counts->typed_data(), out_read->typed_data()};
+}
+
+ffi::Error CountRowsImpl(ffi::Buffer<ffi::F32> s, ffi::Buffer<ffi::S32> starts,
+                         ffi::Buffer<ffi::F32> value, ffi::Buffer<ffi::S32> target,
+                         ffi::Buffer<ffi::S32> code, ffi::Buffer<ffi::S32> col_codes,
+                         ffi::Buffer<ffi::S32> counts, ffi::Buffer<ffi::F32> read,
+                         int32_t exclude_self, int32_t vectorized,
+                         ffi::ResultBuffer<ffi::S32> out_counts,
+                         ffi::ResultBuffer<ffi::F32> out_read) {
+  if (s.dimensions().size() != 2 || starts.element_count() != 3) {
+    return ffi::Error::InvalidArgument("top_m ranks: s must be [R, G], starts [3]");
+  }
+  const int64_t rows = s.dimensions()[0], cols = s.dimensions()[1];
+  if (auto e = CheckSide(value, target, code, counts, read, rows); e.failure()) return e;
+  if (col_codes.element_count() != cols) {
+    return ffi::Error::InvalidArgument("top_m ranks: column codes must be [G]");
+  }
+  const int32_t* st = starts.typed_data();
+  CountTile t{};
+  t.s = s.typed_data();
+  t.rows = rows;
+  t.cols = cols;
+  t.valid_rows = rows;
+  t.valid_cols = Clamp(static_cast<int64_t>(st[2]) - st[1], cols);
+  t.a_start = st[0];
+  t.b_start = st[1];
+  t.exclude_self = exclude_self != 0;
+  t.self_offset = static_cast<int64_t>(st[0]) - st[1];
+  t.a = MakeSide(value, target, code, counts, read, out_counts, out_read);
+  t.col_codes = col_codes.typed_data();
+  Count(t, vectorized != 0);
+  return ffi::Error::Success();
+}
+
+ffi::Error CountBothImpl(ffi::Buffer<ffi::F32> s, ffi::Buffer<ffi::S32> starts,
+                         ffi::Buffer<ffi::F32> a_value, ffi::Buffer<ffi::S32> a_target,
+                         ffi::Buffer<ffi::S32> a_code, ffi::Buffer<ffi::S32> a_counts,
+                         ffi::Buffer<ffi::F32> a_read, ffi::Buffer<ffi::F32> b_value,
+                         ffi::Buffer<ffi::S32> b_target, ffi::Buffer<ffi::S32> b_code,
+                         ffi::Buffer<ffi::S32> b_counts, ffi::Buffer<ffi::F32> b_read,
+                         int32_t vectorized, ffi::ResultBuffer<ffi::S32> out_a_counts,
+                         ffi::ResultBuffer<ffi::F32> out_a_read,
+                         ffi::ResultBuffer<ffi::S32> out_b_counts,
+                         ffi::ResultBuffer<ffi::F32> out_b_read) {
+  if (s.dimensions().size() != 2 || starts.element_count() != 3) {
+    return ffi::Error::InvalidArgument("top_m ranks: s must be [R, G], starts [3]");
+  }
+  const int64_t rows = s.dimensions()[0], cols = s.dimensions()[1];
+  if (auto e = CheckSide(a_value, a_target, a_code, a_counts, a_read, rows); e.failure()) {
+    return e;
+  }
+  if (auto e = CheckSide(b_value, b_target, b_code, b_counts, b_read, cols); e.failure()) {
+    return e;
+  }
+  const int32_t* st = starts.typed_data();
+  CountTile t{};
+  t.s = s.typed_data();
+  t.rows = rows;
+  t.cols = cols;
+  // rows and columns are items of one set here: those at or above num_items are padding
+  t.valid_rows = Clamp(static_cast<int64_t>(st[2]) - st[0], rows);
+  t.valid_cols = Clamp(static_cast<int64_t>(st[2]) - st[1], cols);
+  t.a_start = st[0];
+  t.b_start = st[1];
+  t.exclude_self = false;
+  t.a = MakeSide(a_value, a_target, a_code, a_counts, a_read, out_a_counts, out_a_read);
+  t.b = MakeSide(b_value, b_target, b_code, b_counts, b_read, out_b_counts, out_b_read);
+  t.col_codes = b_code.typed_data();
+  Count(t, vectorized != 0);
+  return ffi::Error::Success();
+}
+
 }  // namespace
 
 // s [R, G], best (values, indices) [R, m], starts int32 [3] = (a_start, b_start, num_items);
@@ -262,3 +452,42 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(DmlJaxTopMMergeBoth, MergeBothImpl,
                                   .Ret<ffi::Buffer<ffi::S32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::S32>>());
+
+// s [R, G], starts as above, the rows' (value [R], target [R], code [R]), the columns' codes
+// [G], the rows' (counts [R, 3], read [R]); attributes exclude_self and vectorized.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DmlJaxTopMCountRows, CountRowsImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Attr<int32_t>("exclude_self")
+                                  .Attr<int32_t>("vectorized")
+                                  .Ret<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
+
+// s [R, G], starts, then (value, target, code, counts, read) of the rows and of the columns
+// (the columns' codes are the column items' codes; no self pairs: the blocks differ).
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DmlJaxTopMCountBoth, CountBothImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Attr<int32_t>("vectorized")
+                                  .Ret<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());

@@ -5,8 +5,11 @@ import numpy as np
 import pytest
 
 from dml_jax.evaluation import knn
+from dml_jax.evaluation import same_class
 from dml_jax.evaluation import top_m
+from dml_jax.evaluation import top_m_kernel
 from dml_test_support import require_kernel
+from oracles import best_relevant_oracle
 from oracles import ranked_gallery
 
 
@@ -189,7 +192,7 @@ def test_merge_kernel_matches_loop_oracle(rows, cols, m, both, vectorized):
   for a_start, b_start in zip(a_starts, b_starts):
     s = awkward_tile(rng, rows, cols)
     starts = np.array([a_start, b_start, num_items], np.int32)
-    got_a, new_b = top_m.merge_tile_kernel(s, starts, got_a, got_b if both else None,
+    got_a, new_b = top_m_kernel.merge_tile_kernel(s, starts, got_a, got_b if both else None,
                                            exclude_self=exclude_self, vectorized=vectorized)
     if both:
       got_b = new_b
@@ -244,3 +247,128 @@ def test_auto_takes_whole_rows_from_rows_min_m(monkeypatch):
   np.testing.assert_array_equal(top_m.top_m_neighbors(x, m=6), want)   # auto: rows
   top_m.top_m_neighbors(x, m=4)                                         # auto: tiles
   assert calls == [6]
+
+
+def rank_oracle(s, value, index, q_codes, g_codes, exclude_self):
+  """``before`` as top_m_and_ranks defines it, from the whole matrix: the items above the
+  target, where no other item equals its value and no other item of the class reaches it;
+  else -1."""
+  before = np.full(s.shape[0], -1, np.int32)
+  for i in range(s.shape[0]):
+    if index[i] < 0:
+      continue
+    others = [j for j in range(s.shape[1]) if j != index[i] and not (exclude_self and j == i)]
+    row = s[i, others]
+    same = g_codes[others] == q_codes[i]
+    if not (row == value[i]).any() and not (same & (row >= value[i])).any():
+      before[i] = int((row > value[i]).sum())
+  return before
+
+
+@pytest.mark.parametrize("selection", ["kernel", "xla"])
+@pytest.mark.parametrize("gallery", [False, True])
+@pytest.mark.parametrize("row_tile,col_tile", [(16, 16), (16, 24), (7, 5)])
+@pytest.mark.parametrize("spread", [50, 2])   # few ties / ties everywhere
+def test_top_m_and_ranks_match_oracle(selection, gallery, row_tile, col_tile, spread):
+  # Integer points: float32 products are exact, so every tile shape gives the oracle's
+  # similarities. The decided queries are exactly those without a tie at the target's value,
+  # and each gets the oracle's count; the top-m lists equal top_m_neighbors'.
+  if selection == "kernel":
+    require_kernel("top_m.cc")
+  rng = np.random.default_rng(spread + row_tile)
+  q = rng.integers(-spread, spread + 1, size=(50, 3)).astype(np.float32)
+  g = rng.integers(-spread, spread + 1, size=(37, 3)).astype(np.float32) if gallery else None
+  qc = rng.integers(0, 9, size=50).astype(np.int32)
+  gc = rng.integers(0, 9, size=37).astype(np.int32) if gallery else qc
+  s = (q @ (q if g is None else g).T).astype(np.float64)
+  value, index = best_relevant_oracle(s, qc, gc, exclude_self=not gallery)
+  idx, before = top_m.top_m_and_ranks(q, g, m=3, target_value=value, target_index=index,
+                                      query_codes=qc, gallery_codes=gc, kind="dot",
+                                      row_tile=row_tile, col_tile=col_tile, chunk=8,
+                                      selection=selection)
+  np.testing.assert_array_equal(before, rank_oracle(s, value, index, qc, gc, not gallery))
+  np.testing.assert_array_equal(idx, top_m.top_m_neighbors(
+      q, g, m=3, kind="dot", row_tile=row_tile, col_tile=col_tile, chunk=8,
+      selection=selection))
+  if spread == 50:
+    assert (before >= 0).mean() > 0.8   # the counts decide nearly every query
+  # A target value that the tiles do not reproduce leaves the query undecided.
+  shifted = top_m.top_m_and_ranks(q, g, m=3, target_value=np.nextafter(value, np.inf),
+                                  target_index=index, query_codes=qc, gallery_codes=gc,
+                                  kind="dot", row_tile=row_tile, col_tile=col_tile,
+                                  selection=selection)[1]
+  assert (shifted[index >= 0] == -1).all()
+
+
+@pytest.mark.parametrize("vectorized", [True, False])
+@pytest.mark.parametrize("both", [False, True])
+def test_count_kernel_matches_xla_counts(both, vectorized):
+  # Awkward tiles (ties, -0.0, NaN, +-inf), padding, self pairs in the rows-only form, and
+  # targets inside and outside the tile: the C++ counts equal the XLA ones.
+  require_kernel("top_m.cc")
+  rng = np.random.default_rng(7 + both)
+  rows, cols = 13, 21
+  s = awkward_tile(rng, rows, cols)
+  a_start, b_start = (0, 16) if both else (5, 0)
+  num_items = b_start + cols - 3
+  starts = np.array([a_start, b_start, num_items], np.int32)
+
+  def side(n, first, targets_from):
+    value = rng.integers(-2, 3, size=n).astype(np.float32)
+    value[rng.random(n) < 0.2] = np.inf
+    target = rng.choice(targets_from, size=n).astype(np.int32)
+    code = rng.integers(0, 3, size=n).astype(np.int32)
+    counts = rng.integers(0, 5, size=(n, 3)).astype(np.int32)   # carried from earlier tiles
+    read = np.where(rng.random(n) < 0.5, -np.inf, -1.0).astype(np.float32)
+    return (value, target, code), (counts, read)
+
+  ranks = {"a": side(rows, a_start, np.arange(b_start - 2, b_start + cols + 2)),
+           "codes_b": rng.integers(0, 3, size=cols).astype(np.int32)}
+  if both:
+    ranks["b"] = side(cols, b_start, np.arange(a_start - 2, a_start + rows + 2))
+    ranks["codes_b"] = ranks["b"][0][2]
+    ranks["codes_a"] = ranks["a"][0][2]
+  got = top_m_kernel.count_tile_kernel(s, starts, ranks, exclude_self=not both,
+                                 vectorized=vectorized)
+  a_index = a_start + np.arange(rows, dtype=np.int32)
+  b_index = b_start + np.arange(cols, dtype=np.int32)
+  want = top_m._tile_ranks(top_m.sanitize(s), a_index, b_index, np.int32(num_items), ranks,
+                           exclude_self=not both)
+  for key, real in (("a", rows), ("b", num_items - b_start)):   # padded queries: discarded
+    if key in want:
+      np.testing.assert_array_equal(np.asarray(got[key][0])[:real],
+                                    np.asarray(want[key][0])[:real])
+      np.testing.assert_array_equal(np.asarray(got[key][1])[:real],
+                                    np.asarray(want[key][1])[:real])
+
+
+@pytest.mark.parametrize("gallery", [False, True])
+def test_neighbor_relevance_counts_ranks_in_the_pass(monkeypatch, gallery):
+  # Few neighbours kept (MIN_SELECTED 1), so most queries miss their class among them; their
+  # first relevant rank is counted in the tile pass (classes spread over products of 4) and
+  # equals the oracle's.
+  if knn._counts_in_pass() is False:
+    pytest.skip("the tile pass counts ranks only with the C++ kernel on the CPU")
+  monkeypatch.setattr(knn, "MIN_SELECTED", 1)
+  monkeypatch.setattr(same_class, "CLASS_WIDTH", 4)
+  calls = []
+  original = top_m.top_m_and_ranks
+
+  def spy(*args, **kwargs):
+    out = original(*args, **kwargs)
+    calls.append(out[1])
+    return out
+
+  monkeypatch.setattr(knn, "top_m_and_ranks", spy)
+  rng = np.random.default_rng(3)
+  q, qy = rng.integers(-50, 51, size=(70, 3)).astype(np.float32), rng.integers(0, 12, 70)
+  g, gy = ((rng.integers(-50, 51, size=(45, 3)).astype(np.float32), rng.integers(0, 12, 45))
+           if gallery else (None, None))
+  k = 30
+  first, relevant = knn.neighbor_relevance(q, qy, g, gy, k=k, num_columns=1, similarity="dot",
+                                           block_size=16, gallery_block_size=16)
+  idx = oracle_indices(q, g, k, "dot")
+  want = (qy if g is None else gy)[idx] == qy[:, None]
+  np.testing.assert_array_equal(relevant, want[:, :1])
+  np.testing.assert_array_equal(first, np.where(want.any(1), want.argmax(1), k))
+  assert len(calls) == 1 and (calls[0] >= 0).mean() > 0.8

@@ -11,6 +11,7 @@ import pytest
 
 from dml_jax import kernels
 from dml_jax.evaluation import top_m
+from dml_jax.evaluation import top_m_kernel
 from dml_test_support import require_compiler
 from dml_test_support import require_kernel
 
@@ -34,7 +35,9 @@ def test_build_compiles_once_then_reuses_the_cached_library(fresh_cache):
 def test_load_registers_the_handlers():
   require_kernel("top_m.cc")
   assert kernels.load("top_m.cc") == {"merge_rows": "dml_jax_top_m_merge_rows",
-                                      "merge_both": "dml_jax_top_m_merge_both"}
+                                      "merge_both": "dml_jax_top_m_merge_both",
+                                      "count_rows": "dml_jax_top_m_count_rows",
+                                      "count_both": "dml_jax_top_m_count_both"}
   assert kernels.load("soft_pool.cc") == {"forward": "dml_jax_soft_pool_forward",
                                           "backward": "dml_jax_soft_pool_backward"}
   assert kernels.load("conv.cc") == {"forward": "dml_jax_conv_forward",
@@ -141,5 +144,5 @@ def test_direct_calls_without_the_kernel_say_why(monkeypatch):
     conv.direct_valid(jax.numpy.ones((1, 4, 4, 8)), jax.numpy.ones((3, 3, 8, 8)),
                       strides=(1, 1))
   with pytest.raises(RuntimeError, match="top_m.cc is not available"):
-    top_m.merge_tile_kernel(cos, jax.numpy.zeros(3, jax.numpy.int32),
+    top_m_kernel.merge_tile_kernel(cos, jax.numpy.zeros(3, jax.numpy.int32),
                             (jax.numpy.zeros((2, 1)), jax.numpy.zeros((2, 1), jax.numpy.int32)))

@@ -1,0 +1,84 @@
+"""The C++ kernels of the tiled top-m search (``dml_jax/kernels/top_m.cc``), as calls from
+jitted code: the merge of a tile into the queries' running best (:func:`merge_tile_kernel`) and
+the rank counts of ``top_m.top_m_and_ranks`` (:func:`count_tile_kernel`). Each is one pass over
+the tile comparing 8 similarities at a time (AVX2), with a scalar form for other CPUs.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from dml_jax import kernels
+
+
+def count_tile_kernel(s, starts, ranks, *, exclude_self: bool = False,
+                      vectorized: bool = True):
+  """The rank counts of one tile (``top_m._tile_ranks``) by the C++ kernel: one pass over the
+  tile that compares 8 similarities at a time with the rows' and the columns' target values
+  and counts the few that reach them.
+
+  Args:
+    s: float32 ``[R, G]``, raw similarities (sanitised by the kernel).
+    starts: int32 ``[3]``: the index of row 0, of column 0, and the number of items.
+    ranks: ``{'a': ((value [R], target [R], code [R]), (counts int32 [R, 3], read [R])),
+      'codes_b': [G]}`` for the rows, plus ``'b'`` (the same ``[G]``) and ``'codes_a'`` for
+      the columns of an off-diagonal tile of the symmetric search; ``None``: nothing.
+    exclude_self: rows only: a row and a column of equal index never pair.
+    vectorized: ``False`` runs the kernel's scalar form.
+
+  Returns:
+    ``{'a': (counts, read)}`` (and ``'b'``), updated; ``None`` for ``ranks=None``.
+  """
+  if ranks is None:
+    return None
+  targets = kernels.require("top_m.cc")
+  flags = dict(vectorized=np.int32(vectorized))
+  (value, target, code), (counts, read) = ranks["a"]
+  if "b" not in ranks:
+    out = jax.ffi.ffi_call(targets["count_rows"], (_like(counts), _like(read)),
+                           input_output_aliases={6: 0, 7: 1})(
+        s, starts, value, target, code, ranks["codes_b"], counts, read,
+        exclude_self=np.int32(exclude_self), **flags)
+    return {"a": (out[0], out[1])}
+  (b_value, b_target, b_code), (b_counts, b_read) = ranks["b"]
+  out = jax.ffi.ffi_call(targets["count_both"], tuple(map(_like, (counts, read, b_counts,
+                                                                  b_read))),
+                         input_output_aliases={5: 0, 6: 1, 10: 2, 11: 3})(
+      s, starts, value, target, code, counts, read, b_value, b_target, b_code, b_counts,
+      b_read, **flags)
+  return {"a": (out[0], out[1]), "b": (out[2], out[3])}
+
+
+def merge_tile_kernel(s, starts, best_a, best_b=None, *, exclude_self: bool = False,
+                      vectorized: bool = True):
+  """The C++ tile merge (``dml_jax/kernels/top_m.cc``): :func:`_merge_tile` of the rows of
+  ``s [R, G]`` into ``best_a`` and, given ``best_b``, of its columns into ``best_b``.
+
+  Args:
+    s: float32 ``[R, G]``, raw similarities (sanitised by the kernel as :func:`sanitize`).
+    starts: int32 ``[3]``: the index of row 0, of column 0, and the number of items (an index
+      at or above it is padding and never enters).
+    best_a: ``(values float32 [R, m], indices int32 [R, m])`` of the rows.
+    best_b: the same ``[G, m]`` of the columns, or ``None`` (rows only).
+    exclude_self: rows only: a row and a column of equal index never pair.
+    vectorized: ``False`` runs the kernel's scalar form (what CPUs without AVX2 get).
+
+  Returns:
+    ``(best_a, best_b)`` merged (``best_b`` ``None`` when not given).
+  """
+  targets = kernels.require("top_m.cc")
+  flags = dict(vectorized=np.int32(vectorized))
+  if best_b is None:
+    out = jax.ffi.ffi_call(targets["merge_rows"], (_like(best_a[0]), _like(best_a[1])),
+                           input_output_aliases={1: 0, 2: 1})(
+        s, *best_a, starts, exclude_self=np.int32(exclude_self), **flags)
+    return (out[0], out[1]), None
+  out = jax.ffi.ffi_call(targets["merge_both"], tuple(map(_like, (*best_a, *best_b))),
+                         input_output_aliases={1: 0, 2: 1, 3: 2, 4: 3})(
+      s, *best_a, *best_b, starts, **flags)
+  return (out[0], out[1]), (out[2], out[3])
+
+
+def _like(x) -> jax.ShapeDtypeStruct:
+  return jax.ShapeDtypeStruct(x.shape, x.dtype)
