@@ -115,6 +115,11 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.retrieval_grid = 0       # > 0: PNG of this many queries of the first protocol and
   c.eval.retrieval_grid_k = 8     # their top-k gallery images, at every evaluation
   c.eval.retrieval_grid_queries = "random"   # 'random' (seeded by c.seed) | 'worst' (lowest AP)
+  # Evaluation cache (dml_jax/data/eval_cache.py): each evaluated image split decoded once into
+  # its uint8 centre crops, the same inputs bit for bit. 'auto' (a memory map in
+  # <workdir>/data_cache/, reused by later evaluations and eval.py, when a split fits
+  # data.cache_max_gb, else decode at every evaluation), 'memory', 'mmap' or 'none'.
+  c.eval.cache = "auto"
 
   # Where metrics go besides metrics.jsonl (dml_jax.run.writers); process 0 only.
   c.log = ml_collections.ConfigDict()

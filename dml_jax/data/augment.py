@@ -186,19 +186,43 @@ def random_resized_crop_box(width: int, height: int, rng: np.random.Generator, *
 
 
 def normalize(image: Image.Image, *, mean, std) -> np.ndarray:
-  """Pillow image -> float32 ``[H, W, C]`` with ``(x / 255 - mean) / std``."""
-  x = np.asarray(image, dtype=np.float32)
-  if x.ndim == 2:
-    x = x[..., None]
+  """Pillow image -> float32 ``[H, W, C]`` with ``(x / 255 - mean) / std``
+  (``normalize_pixels``)."""
+  x = np.asarray(image)
+  return normalize_pixels(x[..., None] if x.ndim == 2 else x, mean=mean, std=std)
+
+
+def normalize_pixels(pixels: np.ndarray, *, mean, std,
+                     out: np.ndarray | None = None) -> np.ndarray:
+  """uint8 ``[..., C]`` -> float32 ``[..., C]`` with ``(x / 255 - mean) / std``.
+
+  The one order of float32 operations of every model input (elementwise: the same values
+  for one image or a batch, the evaluation cache's pixels or a decoded record). ``out``: a
+  float32 array of the same shape to write into (returned).
+  """
+  if out is None:
+    x = np.array(pixels, dtype=np.float32)
+  else:
+    x = out
+    x[...] = pixels
   x *= 1.0 / 255.0
   x -= np.asarray(mean, np.float32)
   x /= np.asarray(std, np.float32)
   return x
 
 
+def eval_crop(record, *, image_size: int, resize_size: int, channels: int = 3) -> Image.Image:
+  """The pixels of ``eval_transform`` before normalising: shorter side resized to
+  ``resize_size``, centre crop ``image_size`` (``image_size`` squared, mode ``'RGB'`` or
+  ``'L'``)."""
+  image = load_image(record, channels=channels, min_shorter_side=resize_size)
+  return center_crop(resize_shorter(image, resize_size), image_size)
+
+
 def eval_transform(record, *, image_size: int, resize_size: int, channels: int = 3,
                    mean=IMAGENET_MEAN, std=IMAGENET_STD) -> np.ndarray:
-  """Resize shorter side to ``resize_size``, centre crop ``image_size``, normalise.
+  """Resize shorter side to ``resize_size``, centre crop ``image_size``, normalise
+  (``eval_crop``, ``normalize``).
 
   Returns:
     float32 ``[image_size, image_size, channels]``.
@@ -208,8 +232,7 @@ def eval_transform(record, *, image_size: int, resize_size: int, channels: int =
   """
   check_options(image_size=image_size, resize_size=resize_size, channels=channels, mean=mean,
                 std=std)
-  image = load_image(record, channels=channels, min_shorter_side=resize_size)
-  image = center_crop(resize_shorter(image, resize_size), image_size)
+  image = eval_crop(record, image_size=image_size, resize_size=resize_size, channels=channels)
   return normalize(image, mean=mean, std=std)
 
 

@@ -154,9 +154,16 @@ def fingerprint(images, spec: CacheSpec, *, sample: int = 16) -> str:
   """A hex digest of what a cache of ``images`` (``LazyImages``) holds: the format, the spec,
   the dataset's name and size, every row's record position, and ``sample`` evenly spaced
   records (their bytes, or a file's path, size and mtime)."""
+  return records_fingerprint(images, [_FORMAT, dataclasses.asdict(spec)], sample=sample)
+
+
+def records_fingerprint(images, header: list, *, sample: int = 16) -> str:
+  """A hex digest of ``header`` (JSON values: what a cache stores, in which format) and the
+  records of ``images`` (``LazyImages``): the dataset's name and size, every row's record
+  position, and ``sample`` evenly spaced records (their bytes, or a file's path, size and
+  mtime). The key of ``fingerprint`` and of the evaluation cache (``eval_cache``)."""
   h = hashlib.sha256()
-  h.update(json.dumps([_FORMAT, dataclasses.asdict(spec), images.name,
-                       len(images.records)]).encode())
+  h.update(json.dumps([*header, images.name, len(images.records)]).encode())
   h.update(np.ascontiguousarray(images.indices, np.int64).tobytes())
   n = len(images)
   for i in np.unique(np.linspace(0, n - 1, min(n, sample)).round().astype(np.int64)):

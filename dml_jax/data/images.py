@@ -8,7 +8,10 @@ decodes the selected records in a thread pool and applies the evaluation transfo
 array. Training draws its augmented batches from the same records through
 ``pipeline.train_batches``, which reads ``records``, ``indices`` and ``options``.
 
-A ``Split`` (``splits.Split``) accepts a ``LazyImages`` as its ``images``.
+``DecodedImages`` is the same view over uint8 pixels decoded once (the evaluation cache,
+``eval_cache``): indexing it only normalises.
+
+A ``Split`` (``splits.Split``) accepts either view as its ``images``.
 """
 
 from __future__ import annotations
@@ -160,9 +163,96 @@ class LazyImages:
     return out if dtype is None else out.astype(dtype)
 
 
+class DecodedImages:
+  """Float32 ``[N, S, S, C]`` view of decoded uint8 pixels, normalised on access.
+
+  The evaluation cache (``eval_cache``) keeps each image of an evaluation split as the uint8
+  centre crop that ``LazyImages`` normalises; indexing this view normalises the selected rows
+  with ``augment.normalize_pixels``, so ``view[a:b]`` is bitwise ``lazy[a:b]``. Large
+  selections are normalised by ``num_threads`` threads, a block of rows each (numpy releases
+  the GIL).
+
+  Args:
+    pixels: uint8 ``[N, S, S, C]`` (in memory or a ``numpy.memmap``).
+    options: the ``ImageOptions`` whose ``mean`` / ``std`` normalise it.
+    name: the dataset split's name (as ``LazyImages.name``).
+    path: the memory-mapped file, or ``''`` in memory.
+    num_threads: normalising threads per indexing call.
+  """
+
+  ndim = 4
+  dtype = np.dtype(np.float32)
+  _ELEMENTS_PER_THREAD = 2 ** 20   # a thread normalises at least this many values
+
+  def __init__(self, pixels: np.ndarray, options: ImageOptions, *, name: str = "images",
+               path: str = "", num_threads: int | None = None):
+    pixels = pixels if isinstance(pixels, np.ndarray) else np.asarray(pixels)   # a memmap stays
+    if pixels.dtype != np.uint8 or pixels.ndim != 4:
+      raise ValueError(f"{name}: decoded pixels must be uint8 [N, S, S, C], got "
+                       f"{pixels.dtype} {pixels.shape}.")
+    self.pixels, self.options, self.name, self.path = pixels, options, name, path
+    self.num_threads = num_threads or min(16, (os.cpu_count() or 1) + 2)
+
+  @property
+  def shape(self) -> tuple[int, int, int, int]:
+    return tuple(int(d) for d in self.pixels.shape)
+
+  @property
+  def nbytes(self) -> int:
+    """Bytes of the uint8 pixels."""
+    return int(self.pixels.nbytes)
+
+  def __len__(self) -> int:
+    return len(self.pixels)
+
+  def __repr__(self) -> str:
+    where = f"mmap {self.path}" if self.path else "memory"
+    return (f"DecodedImages({self.name!r}, shape={self.shape}, {self.nbytes / 1e9:.2f} GB, "
+            f"{where})")
+
+  def take(self, idx) -> "DecodedImages":
+    """The sub-view ``self[idx]`` (a slice keeps the memory map; an index array copies the
+    selected uint8 rows); ``idx``: a slice, or an int or bool index array."""
+    idx = idx if isinstance(idx, slice) else np.asarray(idx)
+    return DecodedImages(self.pixels[idx], self.options, name=self.name, path=self.path,
+                         num_threads=self.num_threads)
+
+  def __getitem__(self, key) -> np.ndarray:
+    mean, std = self.options.mean, self.options.std
+    if isinstance(key, (int, np.integer)) or (isinstance(key, np.ndarray) and key.ndim == 0
+                                               and np.issubdtype(key.dtype, np.integer)):
+      return augment.normalize_pixels(self.pixels[int(key)], mean=mean, std=std)
+    pixels = self.pixels[key]
+    n = len(pixels)
+    per_row = max(1, int(np.prod(pixels.shape[1:])))
+    rows = max(1, -(-self._ELEMENTS_PER_THREAD // per_row))
+    blocks = [slice(i, i + rows) for i in range(0, n, rows)]
+    if len(blocks) <= 1 or self.num_threads == 1:
+      return augment.normalize_pixels(pixels, mean=mean, std=std)
+    out = np.empty(pixels.shape, np.float32)
+
+    def fill(block):
+      augment.normalize_pixels(pixels[block], mean=mean, std=std, out=out[block])
+
+    with concurrent.futures.ThreadPoolExecutor(min(self.num_threads, len(blocks))) as pool:
+      list(pool.map(fill, blocks))
+    return out
+
+  def __array__(self, dtype=None, copy=None):
+    del copy
+    out = self[:]
+    return out if dtype is None else out.astype(dtype)
+
+
+def is_image_view(images) -> bool:
+  """Whether ``images`` is a ``LazyImages`` or ``DecodedImages`` view (kept as it is by
+  ``Split`` and ``take``), not an array."""
+  return isinstance(images, (LazyImages, DecodedImages))
+
+
 def take(images, idx):
-  """``images[idx]`` for a numpy array, the lazy sub-view for ``LazyImages``."""
-  if isinstance(images, LazyImages):
+  """``images[idx]`` for a numpy array, the sub-view for ``LazyImages`` / ``DecodedImages``."""
+  if is_image_view(images):
     return images.take(idx)
   return images[np.asarray(idx)]
 

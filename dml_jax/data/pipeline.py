@@ -217,7 +217,8 @@ def eval_batches(images, *, batch_size: int, num_workers: int = 0, num_threads: 
   ``num_threads`` threads; at most ``prefetch`` finished batches per worker), so embedding runs
   at the rate the model allows where one process's decoding (the GIL) would bound it, as in
   training; with ``0`` this process decodes each batch (``LazyImages``' threads) while the
-  device embeds the one before. In-memory arrays are sliced.
+  device embeds the one before. In-memory arrays and ``DecodedImages`` (the evaluation cache,
+  ``eval_cache``: slicing only normalises) are sliced in this process.
   """
   n = len(images)
   if n == 0:

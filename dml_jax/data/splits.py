@@ -1,10 +1,10 @@
 """Splits: the ``Split`` container every part of dml_jax consumes, class-disjoint splitting,
 and the label spaces that splits share.
 
-A ``Split`` holds images ``[N, H, W, C]`` (an array or ``LazyImages``), the primary labels
-``[N]`` int32 (contiguous ``0..C-1``; the labels used for training or for the primary
-evaluation) and further label views in ``label_sets`` (e.g. ``'digit'`` and ``'parity'``), so
-one split can be evaluated under several labelings.
+A ``Split`` holds images ``[N, H, W, C]`` (an array, ``LazyImages`` or ``DecodedImages``), the
+primary labels ``[N]`` int32 (contiguous ``0..C-1``; the labels used for training or for the
+primary evaluation) and further label views in ``label_sets`` (e.g. ``'digit'`` and
+``'parity'``), so one split can be evaluated under several labelings.
 
 Shared label spaces. The evaluation protocol ``'query@gallery'`` (``evaluation.protocols``) compares the *primary*
 labels of two splits, so those must mean the same class on both sides. Whenever the class
@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from dml_jax.data.images import LazyImages, take
+from dml_jax.data.images import is_image_view, take
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -41,7 +41,8 @@ class Split:
 
   Attributes:
     images: float32 ``[N, H, W, C]``: a numpy array, or a ``LazyImages`` view (real image
-      datasets: decoded and transformed on access, see ``data.images``).
+      datasets: decoded and transformed on access, see ``data.images``) or a
+      ``DecodedImages`` view (the evaluation cache's decoded pixels, ``data.eval_cache``).
     labels: int32 ``[N]``, contiguous class ids ``0..C-1`` (every id in the range occurs).
       The labels used for training (train split) or the primary evaluation (test split).
     label_sets: other label views, ``name -> int32 [N]`` (e.g. ``{'digit': ..,
@@ -59,7 +60,7 @@ class Split:
   name: str = "split"
 
   def __post_init__(self):
-    lazy = isinstance(self.images, LazyImages)
+    lazy = is_image_view(self.images)
     images = self.images if lazy else np.asarray(self.images)
     if images.ndim != 4:
       raise ValueError(f"Split {self.name!r}: images must have rank 4 [N, H, W, C], got "
@@ -124,7 +125,7 @@ def class_split(images: np.ndarray, labels: np.ndarray, *, train_classes: Sequen
   label.
 
   Args:
-    images: ``[N, H, W, C]`` array or ``LazyImages`` (kept lazy).
+    images: ``[N, H, W, C]`` array, ``LazyImages`` or ``DecodedImages`` (kept a view).
     labels: int ``[N]`` original class ids.
     train_classes: the class ids of the train split (non-empty, no duplicates).
     test_classes: the class ids of the test split (non-empty, disjoint from train).
@@ -139,7 +140,7 @@ def class_split(images: np.ndarray, labels: np.ndarray, *, train_classes: Sequen
     ValueError: an empty or duplicated class list, overlapping classes, or a class with
       fewer than ``min_per_class`` examples (naming the class).
   """
-  if not isinstance(images, LazyImages):
+  if not is_image_view(images):
     images = np.asarray(images)
   labels = np.asarray(labels)
   if images.ndim != 4:

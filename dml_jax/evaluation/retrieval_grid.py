@@ -11,9 +11,9 @@ Queries are drawn reproducibly: ``'random'`` takes ``n`` distinct queries with
 the lowest average precision (MAP@R of the query alone, ``metrics.map_at_r``; queries without
 another item of their class are never picked; ties by lower index).
 
-Images are shown as the model's input undone: ``LazyImages`` de-normalised with their
-``mean`` / ``std``, in-memory arrays in ``[0, 1]`` as they are (others min-max scaled per
-image); grey images are drawn grey.
+Images are shown as the model's input undone: ``LazyImages`` (and the evaluation cache's
+``DecodedImages``) de-normalised with their ``mean`` / ``std``, in-memory arrays in ``[0, 1]``
+as they are (others min-max scaled per image); grey images are drawn grey.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def display_images(images, idx: np.ndarray) -> np.ndarray:
   """float ``[n, H, W, 3]`` in ``[0, 1]`` of ``images[idx]`` (module docstring)."""
   idx = np.asarray(idx)
   x = np.asarray(images[idx], np.float32)
-  if isinstance(images, images_lib.LazyImages):
+  if images_lib.is_image_view(images):
     x = x * np.asarray(images.options.std, np.float32) + np.asarray(images.options.mean,
                                                                      np.float32)
   elif x.size and (x.min() < 0 or x.max() > 1):

@@ -133,6 +133,7 @@ def validate(config: ml_collections.ConfigDict, splits: Mapping | None = None) -
   from dml_jax.run import writers
   from dml_jax.data import augment
   from dml_jax.data import cache as cache_lib
+  from dml_jax.data import eval_cache
   from dml_jax.data import pipeline
   from dml_jax.evaluation import protocols
   from dml_jax.models import resnet
@@ -146,6 +147,7 @@ def validate(config: ml_collections.ConfigDict, splits: Mapping | None = None) -
   pipeline.resolve_workers(config.data.num_workers, config.data.num_threads, platform="cpu",
                            cpus=1)   # only checks the value
   cache_lib.check_mode(config.data.cache, config.data.cache_max_gb)
+  eval_cache.check_mode(config.eval.cache)
   if not 1 <= config.data.group_size <= config.batch_size:
     raise ValueError(f"data.group_size={config.data.group_size} must be between 1 and "
                      f"batch_size={config.batch_size} (examples per class in a batch).")

@@ -2,13 +2,15 @@
 every step (learning curves, best checkpoint by a validation metric), and several workdirs
 (mean ± std over seeds). Restores the model and the evaluation data with
 ``restore.restore_model`` from the workdir's ``config.json``: no sampler, objective or
-optimizer is built."""
+optimizer is built. The evaluated image splits come from the evaluation cache
+(``eval.cache``, ``eval_input``): after ``train.py`` on the same workdir they are mapped from
+its ``data_cache/``, not decoded."""
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from absl import logging
 
@@ -18,9 +20,16 @@ from dml_jax.evaluation import protocols as protocols_lib
 from dml_jax.evaluation import report
 from dml_jax.run import checkpointing
 from dml_jax.run import config as config_lib
+from dml_jax.run import eval_input
 from dml_jax.run import restore
 from dml_jax.run import workdir as workdir_lib
 from dml_jax.run import writers
+
+
+def print_line(line: str) -> None:
+  """Prints ``dml_jax: <line>`` on process 0 (eval.py's lines about its input)."""
+  if workdir_lib.is_main_process():
+    print(f"dml_jax: {line}", flush=True)
 
 
 def load_config(workdir: str, machine: Mapping[str, int] | None = None):
@@ -122,7 +131,8 @@ def evaluate_checkpoints(model: restore.RestoredModel, workdir: str, *, steps=No
                          plot: bool | None = False, show_progress: bool = False,
                          protocols: tuple[str, ...] | None = None, grid: dict | None = None,
                          export_embeddings: bool = False,
-                         writer: writers.MetricWriter | None = None) -> dict[int, dict]:
+                         writer: writers.MetricWriter | None = None,
+                         log: Callable[[str], None] | None = print_line) -> dict[int, dict]:
   """Evaluates several checkpoints of ``workdir`` with one ``model`` (data and model built
   once); writes ``eval_step_<N>.json`` for each.
 
@@ -137,6 +147,9 @@ def evaluate_checkpoints(model: restore.RestoredModel, workdir: str, *, steps=No
     protocols: evaluate these instead of ``config.eval.splits``.
     grid, export_embeddings, machine: as :func:`evaluate_checkpoint`, at every step.
     writer: receives each step's metrics, histograms and images.
+    log: receives the line saying which splits the evaluation cache holds (``eval.cache``,
+      ``eval_input.cached_splits``, built once for all the steps) and its progress lines
+      (``None``: silent).
 
   Returns:
     ``{step: {protocol: {metric: value}}}`` in increasing step order.
@@ -157,18 +170,21 @@ def evaluate_checkpoints(model: restore.RestoredModel, workdir: str, *, steps=No
   embed_fn = model.embed_fn()
   available = checkpoint_steps(workdir)
   wanted = [None] if steps is None else available if steps == "all" else sorted(steps)
-  history = {}
+  history, eval_splits = {}, None
   for step in wanted:
     restored = model.at(workdir, step)
+    if eval_splits is None:   # after the first restore: a missing step fails before decoding
+      eval_splits = eval_input.cached_splits(config, splits, protocols=protocols,
+                                             workdir=workdir, log=log)
     cache = {}
     history[restored.step] = compute.evaluate_with_config(
-        config, splits, restored.variables, embed_fn, workdir=workdir, step=restored.step,
+        config, eval_splits, restored.variables, embed_fn, workdir=workdir, step=restored.step,
         plot=plot, show_progress=show_progress, protocols=protocols, writer=writer, grid=grid,
         embedding_cache=cache)
     if writer is not None:
       writer.scalars(restored.step, report.flatten(history[restored.step]))
     if export_embeddings and workdir_lib.is_main_process():
-      projector.export(cache, splits, workdir=workdir, step=restored.step,
+      projector.export(cache, eval_splits, workdir=workdir, step=restored.step,
                        protocol=(protocols or tuple(config.eval.splits))[0])
   return history
 

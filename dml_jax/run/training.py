@@ -42,6 +42,7 @@ from dml_jax.evaluation import report
 from dml_jax.evaluation import triplet_scatter
 from dml_jax.run import checkpointing
 from dml_jax.run import config as config_lib
+from dml_jax.run import eval_input
 from dml_jax.run import restore
 from dml_jax.run import signals
 from dml_jax.run import train_input
@@ -289,11 +290,14 @@ def make_step_key_fn(seed: int) -> Callable:
 
 
 def log_scatter(setup: Setup, state: dict, embed_fn: Callable, *, workdir: str,
-                step: int, writer: writers.MetricWriter | None = None) -> dict:
+                step: int, writer: writers.MetricWriter | None = None,
+                splits: dict | None = None) -> dict:
   """Triplet scatter diagram (2nd-order paper Fig. 1) of the first evaluation protocol's split
-  at this step: ``scatter_<split>_step_<N>.png`` and summary numbers for metrics.jsonl."""
-  protocol = protocols_lib.parse_protocol(setup.config.eval.splits[0], setup.splits)
-  split = setup.splits[protocol.split]
+  at this step: ``scatter_<split>_step_<N>.png`` and summary numbers for metrics.jsonl.
+  ``splits``: the evaluation's splits (default ``setup.splits``; :func:`evaluation_splits`)."""
+  splits = setup.splits if splits is None else splits
+  protocol = protocols_lib.parse_protocol(setup.config.eval.splits[0], splits)
+  split = splits[protocol.split]
   labels = split.label_sets[protocol.label_set] if protocol.label_set else split.labels
   emb = compute.embed(lambda images: embed_fn(state, images), split.images,
                            batch_size=setup.config.eval.batch_size)
@@ -309,6 +313,21 @@ def log_scatter(setup: Setup, state: dict, embed_fn: Callable, *, workdir: str,
   return {"scatter/correct_fraction": float(np.mean(correct)),
           "scatter/mean_s_ap": float(np.nanmean(s_ap)),
           "scatter/mean_s_an": float(np.nanmean(s_an))}
+
+
+def evaluation_splits(setup: Setup, *, workdir: str,
+                      log: Callable[[str], None] | None = None) -> Callable[[], dict]:
+  """``splits()``: the splits every evaluation of the run embeds, with the evaluation cache
+  (``eval_input.cached_splits``, ``eval.cache``) built at the first call and reused after."""
+  built = {}
+
+  def splits() -> dict:
+    if not built:
+      built.update(eval_input.cached_splits(setup.config, setup.splits, workdir=workdir,
+                                            log=log))
+    return built
+
+  return splits
 
 
 # ------------------------------------------------------------------------------ train
@@ -397,6 +416,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   train_step = make_guarded_step(setup)
   key_fn = make_step_key_fn(config.seed)
   embed_fn = make_embed_fn(setup)
+  eval_splits = evaluation_splits(setup, workdir=workdir, log=log)
   total = setup.num_train_steps
   batches = train_batches(setup, start_step=start, cache=cache)
   feed = train_input.make_feed(config, setup.mesh, cache)
@@ -453,9 +473,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
         raise TrainingInterrupted(step, stop.signum)
       if config.scatter_every_steps and step % config.scatter_every_steps == 0:
         writer.write_row({"step": step, **log_scatter(setup, state, embed_fn, workdir=workdir,
-                                                      step=step, writer=writer)})
+                                                      step=step, writer=writer,
+                                                      splits=eval_splits())})
       if config.eval_every_steps and step % config.eval_every_steps == 0 and step != total:
-        results = compute.evaluate_with_config(setup.config, setup.splits, state, embed_fn,
+        results = compute.evaluate_with_config(setup.config, eval_splits(), state, embed_fn,
                                                workdir=workdir, step=step, plot=False,
                                                writer=writer, show_progress=eval_progress)
         writer.write_row({"step": step, **report.flatten(results)})
@@ -469,7 +490,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
 
   with writer:
     # A rerun of a finished run evaluates again but logs nothing (its step is logged).
-    results = compute.evaluate_with_config(setup.config, setup.splits, state, embed_fn,
+    results = compute.evaluate_with_config(setup.config, eval_splits(), state, embed_fn,
                                            workdir=workdir, step=last,
                                            plot=config.eval.plot, show_progress=eval_progress,
                                            writer=writer if last > start else None)

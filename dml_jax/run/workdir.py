@@ -9,8 +9,9 @@
   of the steps ``first_step``..``step`` (since the previous row, or since the checkpoint a
   resumed run started from: the steps between the last row and that checkpoint are in none);
 * ``checkpoints/<step>``, ``eval_step_<N>.json``, PNGs, ``train_labels.*`` (label noise);
-* ``data_cache/``: the memory-mapped decoded-image cache (``data.cache='mmap'``), reused by a
-  rerun and kept by ``--overwrite`` (it is checked against its records' fingerprint).
+* ``data_cache/``: the memory-mapped decoded-image cache (``data.cache='mmap'``) and evaluation
+  cache (``eval.cache``), reused by a rerun and by ``eval.py`` and kept by ``--overwrite``
+  (they are checked against their records' fingerprint).
 
 A rerun on an existing workdir resumes it. It may change only the keys of
 :data:`RESUMABLE_KEYS` (extending a run, logging, evaluation, where the data is read from);
@@ -72,6 +73,7 @@ ADDED_CONFIG_KEYS = {
     "keep_host_memory": False,
     "data.cache": "none",
     "data.cache_max_gb": 8.0,
+    "eval.cache": "none",
 }
 
 # Dotted keys (a trailing '.' means the whole block) that a rerun may change on a workdir

@@ -10,7 +10,7 @@ import pytest
 from configs import default
 from dml_jax import data, parallel
 from dml_jax.run import config as config_lib
-from dml_jax.run import train_input, training, workdir as workdir_lib
+from dml_jax.run import eval_checkpoints, train_input, training, workdir as workdir_lib
 from fake_datasets import write_inshop_dataset
 
 
@@ -110,13 +110,26 @@ def loop_config(root, steps):
 
 @pytest.mark.slow
 def test_training_loop_feeds_the_cached_batches(inshop_root, tmp_path, capsys):
-  """train_and_evaluate builds the cache and feeds the device-augmented batches to the step."""
-  results = training.train_and_evaluate(loop_config(inshop_root, 2), str(tmp_path),
-                                        show_progress=False)
+  """train_and_evaluate builds the cache and feeds the device-augmented batches to the step;
+  its evaluations (at step 1 and at the end) decode the evaluated splits once into the
+  evaluation cache (eval.cache='auto'), which eval.py then maps, to the metrics of decoding
+  every image (eval.cache='none')."""
+  workdir, c = str(tmp_path), loop_config(inshop_root, 2)
+  c.eval_every_steps = 1
+  results = training.train_and_evaluate(c, workdir, show_progress=False)
   out = capsys.readouterr().out
   assert "dml_jax: training images: DecodedCache(24 images" in out
   assert "augmented on the device" in out and "decoding in" not in out
+  assert out.count("dml_jax: evaluation images (eval.cache=auto): query: 12 images") == 1
   assert 0 < results["query@gallery"]["recall@1"] <= 1
+  assert eval_checkpoints.evaluate_checkpoint(workdir) == (2, results)
+  out = capsys.readouterr().out
+  assert "query: 12 images (0.00 GB) mapped (decoded earlier); gallery: 12 images" in out
+  streamed = workdir_lib.load_config(workdir)
+  streamed.eval.cache = "none"
+  workdir_lib.write_config(streamed, workdir)
+  assert eval_checkpoints.evaluate_checkpoint(workdir) == (2, results)
+  assert "evaluation images" not in capsys.readouterr().out
 
 
 @pytest.mark.long
