@@ -23,7 +23,9 @@ the cosine geometry) and returns the assignment of the restart of lowest inertia
   centre (the farthest first), as scikit-learn does. Stops when the centres move by at most
   ``tol`` times the mean per-dimension variance of ``x`` in squared distance (scikit-learn's
   rule), when no assignment changes, or after ``max_iter`` iterations; the assignment returned
-  is the one of the final centres.
+  is the one of the final centres. The iterations run in compiled loops of ``LLOYD_STEPS``
+  (:func:`lloyd`), the host looking in only between them: early embeddings need tens of
+  iterations, and a round trip per iteration cost more than the iteration at small ``k``.
 * **The assignment step** is the evaluation's blocked similarity: row blocks of ``x`` against
   all centres, ``S = 2 <x, c> - |c|^2`` (higher = closer, ``|x - c|^2 = |x|^2 - S``), a float32
   product at full precision on every platform (``similarity.inner_products``), so a GPU assigns
@@ -197,10 +199,43 @@ def update_centres(x: jax.Array, assignment: jax.Array, d2: jax.Array, centres: 
   counts = jax.ops.segment_sum(jnp.ones_like(assignment), assignment, num_segments=k)
   means = sums / jnp.maximum(counts, 1).astype(x.dtype)[:, None]
   empty = counts == 0
-  rank = jnp.cumsum(empty) - 1
-  far = jnp.argsort(-d2)[:k]
-  moved = x[far[jnp.clip(rank, 0, far.shape[0] - 1)]]
-  return jnp.where(empty[:, None], moved, means).astype(x.dtype)
+
+  def moved():   # sorting the N distances only in an iteration that left a cluster empty
+    rank = jnp.cumsum(empty) - 1
+    far = jnp.argsort(-d2)[:k]
+    return jnp.where(empty[:, None], x[far[jnp.clip(rank, 0, far.shape[0] - 1)]], means)
+
+  return jax.lax.cond(jnp.any(empty), moved, lambda: means).astype(x.dtype)
+
+
+LLOYD_STEPS = 8   # Lloyd iterations per compiled call (the host checks progress in between)
+
+
+@functools.partial(jax.jit, static_argnames=("k", "rows", "one_hot", "steps"))
+def lloyd(x: jax.Array, centres: jax.Array, assignment: jax.Array, d2: jax.Array,
+          threshold: jax.Array, max_steps: jax.Array, *, k: int, rows: int, one_hot: bool,
+          steps: int = LLOYD_STEPS):
+  """Up to ``min(steps, max_steps)`` Lloyd iterations from ``centres [k, D]`` and their
+  ``(assignment [N], d2 [N])``, in one compiled loop: each moves the centres to their
+  clusters' means (:func:`update_centres`) and assigns again (:func:`assign`), and the loop
+  stops once the centres moved by at most ``threshold`` (squared, summed) or no assignment
+  changed.
+
+  Returns:
+    ``(centres, assignment, d2, iterations done, converged)``.
+  """
+  def cond(carry):
+    return ~carry[4] & (carry[3] < jnp.minimum(steps, max_steps))
+
+  def body(carry):
+    centres, a, d2, i, _ = carry
+    new = update_centres(x, a, d2, centres, k=k, rows=rows, one_hot=one_hot)
+    shift = jnp.sum(jnp.square(new - centres))
+    new_a, new_d2 = assign(x, new, rows=rows)
+    return new, new_a, new_d2, i + 1, (shift <= threshold) | ~jnp.any(new_a != a)
+
+  return jax.lax.while_loop(cond, body, (centres, assignment, d2, jnp.int32(0),
+                                         jnp.bool_(False)))
 
 
 def _check(x, n_clusters, n_init, max_iter, tol, seeding_rounds) -> np.ndarray:
@@ -261,19 +296,16 @@ def kmeans(x, *, n_clusters: int, seed: int = 0, n_init: int = 1, max_iter: int 
     bar = tqdm.tqdm(total=max_iter, desc=f"k-means k={k} restart {restart + 1}/{n_init}",
                     unit="it", leave=False, disable=not show_progress, dynamic_ncols=True,
                     mininterval=1.0)
-    iterations = 0
-    for iterations in range(1, max_iter + 1):
-      new = update_centres(xd, a, d2, centres, k=k, rows=rows, one_hot=one_hot)
-      shift = float(jnp.sum(jnp.square(new - centres)))
-      centres = new
-      new_a, d2 = assign(xd, centres, rows=rows)
-      changed = bool(jnp.any(new_a != a))
-      a = new_a
-      if show_progress:   # (a host sync each iteration otherwise not needed)
-        bar.update(1)
+    iterations, converged = 0, False
+    while iterations < max_iter and not converged:
+      centres, a, d2, done, converged = lloyd(xd, centres, a, d2, np.float32(threshold),
+                                              np.int32(max_iter - iterations), k=k,
+                                              rows=rows, one_hot=one_hot)
+      iterations += int(done)
+      converged = bool(converged)
+      if show_progress:
+        bar.update(int(done))
         bar.set_postfix(inertia=f"{float(jnp.sum(d2)):.4g}")
-      if shift <= threshold or not changed:
-        break
     bar.close()
     inertia = float(np.sum(np.asarray(d2), dtype=np.float64))
     inertias.append(inertia)
