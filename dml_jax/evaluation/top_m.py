@@ -102,9 +102,10 @@ def top_m_neighbors(query, gallery=None, *, m: int, kind: str = "dot", row_tile:
     selection: how a tile is merged: ``'kernel'``, the C++ merge of ``dml_jax/kernels/top_m.cc``
       (one pass over the tile, see :mod:`dml_jax.kernels`); ``'xla'``, the filtered
       ``lax.top_k`` of :func:`_merge_tile`; ``'rows'``, no tiles: ``lax.top_k`` over each
-      query's whole row (:func:`_top_m_by_rows`); ``'auto'`` (default), ``'rows'`` from
-      ``m >= ROWS_MIN_M`` on, else the kernel where it is available (a CPU with a C++
-      compiler), else XLA. The kernel and XLA give the same results; whole rows compute the
+      query's whole row (:func:`_top_m_by_rows`); ``'auto'`` (default), whole rows from
+      ``m >= ROWS_MIN_M`` on (selected by the C++ kernel where it is available), else the
+      tiles with the kernel where it is available (a CPU with a C++ compiler), else XLA.
+      The kernel and XLA give the same results; whole rows compute the
       products in another shape, which rounds differently in float32, so two items closer
       than that rounding (~1e-7) may come in the other order.
     show_progress: a progress bar over the query blocks.
@@ -168,6 +169,7 @@ def _search(query, gallery, *, m: int, kind: str, row_tile: int, col_tile: int, 
   ``(indices, before or None)``. ``selection='tiles'``: the kernel where available, else XLA,
   whatever ``m``."""
   exclude_self = gallery is None
+  rows_kernel = selection == "auto"   # 'rows' itself names XLA's top_k
   if selection == "auto" and m >= ROWS_MIN_M:
     selection = "rows"
   if selection == "tiles":
@@ -182,7 +184,8 @@ def _search(query, gallery, *, m: int, kind: str, row_tile: int, col_tile: int, 
                      "items available.")
   if selection == "rows":
     return _top_m_by_rows(q, g, m=m, kind=kind, exclude_self=exclude_self,
-                          show_progress=show_progress), None
+                          show_progress=show_progress,
+                          kernel=rows_kernel and selection_targets("auto") is not None), None
   symmetric = exclude_self and row_tile == col_tile
   if col_tile % chunk or (symmetric and row_tile % chunk):
     chunk = 1
@@ -322,17 +325,20 @@ ROWS_MEMORY_BYTES = DEFAULT_MEMORY_BYTES
 
 
 def _top_m_by_rows(q: np.ndarray, g: np.ndarray, *, m: int, kind: str, exclude_self: bool,
-                   show_progress: bool) -> np.ndarray:
+                   show_progress: bool, kernel: bool = False) -> np.ndarray:
   """:func:`top_m_neighbors` by whole rows: query blocks against the whole gallery, each row's
-  ``m`` best by ``lax.top_k`` (lower index first on ties), blocks on :func:`num_threads`
-  threads; a block's ``[rows, Ng]`` similarities within ``ROWS_MEMORY_BYTES``."""
+  ``m`` best by ``lax.top_k`` (lower index first on ties), or with ``kernel`` by the C++
+  selection (``top_m_kernel.select_rows_kernel``: the same order, in linear time per row);
+  blocks on :func:`num_threads` threads; a block's ``[rows, Ng]`` similarities within
+  ``ROWS_MEMORY_BYTES``."""
   rows = int(max(8, min(TILE, ROWS_MEMORY_BYTES // (4 * 4 * g.shape[0]))))
   q_blocks = _device_blocks(q, rows)
   gd = jnp.asarray(g)
+  select = _rows_top_m_kernel if kernel else _rows_top_m
 
   def block(i: int) -> np.ndarray:
-    return np.asarray(_rows_top_m(q_blocks[i], np.int32(i * rows), gd, m=m, kind=kind,
-                                  exclude_self=exclude_self))
+    return np.asarray(select(q_blocks[i], np.int32(i * rows), gd, m=m, kind=kind,
+                             exclude_self=exclude_self))
 
   with concurrent.futures.ThreadPoolExecutor(max_workers=num_threads()) as pool:
     out = list(tqdm.tqdm(pool.map(block, range(len(q_blocks))), total=len(q_blocks),
@@ -350,6 +356,14 @@ def _rows_top_m(a, a_start, g, *, m: int, kind: str, exclude_self: bool) -> jax.
     s = jnp.where(a_index[:, None] == jnp.arange(g.shape[0], dtype=jnp.int32)[None, :],
                   -jnp.inf, s)
   return jax.lax.top_k(s, m)[1].astype(jnp.int32)
+
+
+@functools.partial(jax.jit, static_argnames=("m", "kind", "exclude_self"))
+def _rows_top_m_kernel(a, a_start, g, *, m: int, kind: str, exclude_self: bool) -> jax.Array:
+  """:func:`_rows_top_m` by the C++ selection."""
+  starts = jnp.stack([a_start, jnp.int32(0), jnp.int32(g.shape[0])]).astype(jnp.int32)
+  return top_m_kernel.select_rows_kernel(pairwise_similarity(a, g, kind=kind), starts, m=m,
+                                         exclude_self=exclude_self)
 
 
 SELECTIONS = ("auto", "kernel", "xla", "rows")

@@ -1,7 +1,9 @@
 """The C++ kernels of the tiled top-m search (``dml_jax/kernels/top_m.cc``), as calls from
 jitted code: the merge of a tile into the queries' running best (:func:`merge_tile_kernel`) and
-the rank counts of ``top_m.top_m_and_ranks`` (:func:`count_tile_kernel`). Each is one pass over
-the tile comparing 8 similarities at a time (AVX2), with a scalar form for other CPUs.
+the rank counts of ``top_m.top_m_and_ranks`` (:func:`count_tile_kernel`), each one pass over
+the tile comparing 8 similarities at a time (AVX2, with a scalar form for other CPUs); and the
+``m`` best of whole rows for large ``m`` (:func:`select_rows_kernel`), by a linear-time
+selection per row.
 """
 
 from __future__ import annotations
@@ -82,3 +84,25 @@ def merge_tile_kernel(s, starts, best_a, best_b=None, *, exclude_self: bool = Fa
 
 def _like(x) -> jax.ShapeDtypeStruct:
   return jax.ShapeDtypeStruct(x.shape, x.dtype)
+
+
+def select_rows_kernel(s, starts, *, m: int, exclude_self: bool = False):
+  """The ``m`` best items of every row of ``s [R, G]`` (whole rows), exactly as
+  ``lax.top_k`` of the sanitised rows ranks them (value descending, lower index first on
+  ties), with padding (an index at or above ``starts[2]``) and, when ``exclude_self``, a
+  row's own index never returned: the ``m``-th best value by ``nth_element`` (linear time),
+  then the items above it and as many equal to it as fit, in index order, sorted.
+
+  Args:
+    s: float32 ``[R, G]``, raw similarities.
+    starts: int32 ``[3]``: the index of row 0, of column 0, and the number of items.
+    m: items kept per row (at most the unmasked items of a row).
+    exclude_self: a row and a column of equal index never pair.
+
+  Returns:
+    int32 ``[R, m]`` column indices (offset by ``starts[1]``).
+  """
+  targets = kernels.require("top_m.cc")
+  out = jax.ShapeDtypeStruct((s.shape[0], m), np.int32)
+  return jax.ffi.ffi_call(targets["select_rows"], out)(s, starts,
+                                                      exclude_self=np.int32(exclude_self))

@@ -41,7 +41,8 @@ FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC")
 SOURCES = {
     # source -> {python name: exported handler symbol}
     "top_m.cc": {"merge_rows": "DmlJaxTopMMergeRows", "merge_both": "DmlJaxTopMMergeBoth",
-                 "count_rows": "DmlJaxTopMCountRows", "count_both": "DmlJaxTopMCountBoth"},
+                 "count_rows": "DmlJaxTopMCountRows", "count_both": "DmlJaxTopMCountBoth",
+                 "select_rows": "DmlJaxTopMSelectRows"},
     "soft_pool.cc": {"forward": "DmlJaxSoftPoolForward", "backward": "DmlJaxSoftPoolBackward"},
     "conv.cc": {"forward": "DmlJaxConvForward", "kernel_grad": "DmlJaxConvKernelGrad"},
 }

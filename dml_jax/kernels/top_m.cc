@@ -16,10 +16,12 @@
 // out (padding: an index >= num_items; self: equal indices when exclude_self) never enter.
 // -0.0 and +0.0 compare equal, which is the lower-index rule again.
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -422,6 +424,130 @@ ffi::Error CountBothImpl(ffi::Buffer<ffi::F32> s, ffi::Buffer<ffi::S32> starts,
   return ffi::Error::Success();
 }
 
+
+// ------------------------------------------------------------------------ whole rows
+// top_m._top_m_by_rows for large m: the m best items of each row of S [R, G] (whole rows of
+// the similarity matrix), by (value descending, index ascending), masked items (self,
+// padding) never returned. Per row: a threshold below the m-th best value guessed from an
+// evenly spaced sample of the row, one pass keeping the items at or above it (about m of
+// them; when fewer than m, all items are kept), the m-th best value among those by a
+// selection (nth_element), then the items above it and, in index order, as many of those
+// equal to it as fit, sorted. XLA:CPU's top_k sorts each row instead.
+
+using Item = std::pair<float, int32_t>;
+
+// The items of a row (masked ones left out) with value >= floor, in index order, from
+// column c0 on.
+void GatherScalar(const float* row, int64_t c0, int64_t valid_cols, int64_t self_col,
+                  int32_t b_start, float floor, std::vector<Item>* out) {
+  for (int64_t c = c0; c < valid_cols; ++c) {
+    if (c == self_col) continue;
+    const float x = Sanitize(row[c]);
+    if (x >= floor) out->emplace_back(x, b_start + static_cast<int32_t>(c));
+  }
+}
+
+#ifdef DML_JAX_X86
+__attribute__((target("avx2"))) void GatherAvx2(const float* row, int64_t valid_cols,
+                                                int64_t self_col, int32_t b_start, float floor,
+                                                std::vector<Item>* out) {
+  const __m256 lowest = _mm256_set1_ps(-FLT_MAX), highest = _mm256_set1_ps(FLT_MAX);
+  const __m256 f = _mm256_set1_ps(floor);
+  const int64_t full = valid_cols / 8 * 8;
+  alignas(32) float x[8];
+  for (int64_t c = 0; c < full; c += 8) {
+    __m256 v = _mm256_min_ps(_mm256_max_ps(_mm256_loadu_ps(row + c), lowest), highest);
+    unsigned bits = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(v, f, _CMP_GE_OQ)));
+    if (bits == 0) continue;
+    _mm256_store_ps(x, v);
+    for (; bits != 0; bits &= bits - 1) {
+      const int lane = __builtin_ctz(bits);
+      if (c + lane != self_col) out->emplace_back(x[lane], b_start + static_cast<int32_t>(c + lane));
+    }
+  }
+  GatherScalar(row, full, valid_cols, self_col, b_start, floor, out);
+}
+#endif
+
+void Gather(const float* row, int64_t valid_cols, int64_t self_col, int32_t b_start,
+            float floor, std::vector<Item>* out) {
+  out->clear();
+#ifdef DML_JAX_X86
+  if (__builtin_cpu_supports("avx2")) {
+    GatherAvx2(row, valid_cols, self_col, b_start, floor, out);
+    return;
+  }
+#endif
+  GatherScalar(row, 0, valid_cols, self_col, b_start, floor, out);
+}
+
+// A value that about m + a margin of the n items reach, from a sample of the row.
+float GuessFloor(const float* row, int64_t valid_cols, int64_t m, int64_t n,
+                 std::vector<float>* sample) {
+  const int64_t want = 1024;
+  if (n <= 2 * want || 4 * m >= n) return -FLT_MAX;   // small rows: keep everything
+  const int64_t stride = valid_cols / want;
+  sample->clear();
+  for (int64_t c = 0; c < valid_cols; c += stride) sample->push_back(Sanitize(row[c]));
+  const double p = static_cast<double>(m) / static_cast<double>(n);
+  const double expected = p * static_cast<double>(sample->size());
+  // a rank past the expected one by 4 binomial standard deviations (and a few items)
+  int64_t rank = static_cast<int64_t>(expected + 4.0 * std::sqrt(expected + 1.0) + 4.0);
+  if (rank >= static_cast<int64_t>(sample->size())) return -FLT_MAX;
+  std::nth_element(sample->begin(), sample->begin() + rank, sample->end(),
+                   [](float x, float y) { return x > y; });
+  return (*sample)[rank];
+}
+
+ffi::Error SelectRowsImpl(ffi::Buffer<ffi::F32> s, ffi::Buffer<ffi::S32> starts,
+                          int32_t exclude_self, ffi::ResultBuffer<ffi::S32> out) {
+  auto d = s.dimensions();
+  auto o = out->dimensions();
+  if (d.size() != 2 || starts.element_count() != 3 || o.size() != 2 || o[0] != d[0]) {
+    return ffi::Error::InvalidArgument("top_m select: s must be [R, G], starts [3], out [R, m]");
+  }
+  const int64_t rows = d[0], cols = d[1], m = o[1];
+  const int32_t* st = starts.typed_data();
+  const int64_t valid_cols = Clamp(static_cast<int64_t>(st[2]) - st[1], cols);
+  const int64_t self_offset = static_cast<int64_t>(st[0]) - st[1];
+  std::vector<float> sample, values;
+  std::vector<Item> items;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = s.typed_data() + r * cols;
+    const int64_t self_col = exclude_self ? r + self_offset : -1;
+    const bool self_in = self_col >= 0 && self_col < valid_cols;
+    const int64_t n = valid_cols - (self_in ? 1 : 0);
+    int32_t* idx = out->typed_data() + r * m;
+    if (n < m) {   // fewer items than asked (a caller error): fill with -1
+      for (int64_t j = 0; j < m; ++j) idx[j] = -1;
+      continue;
+    }
+    Gather(row, valid_cols, self_col, st[1], GuessFloor(row, valid_cols, m, n, &sample),
+           &items);
+    if (static_cast<int64_t>(items.size()) < m) {   // the guess was too high: keep all
+      Gather(row, valid_cols, self_col, st[1], -FLT_MAX, &items);
+    }
+    values.resize(items.size());
+    for (size_t j = 0; j < items.size(); ++j) values[j] = items[j].first;
+    std::nth_element(values.begin(), values.begin() + (m - 1), values.end(),
+                     [](float x, float y) { return x > y; });
+    const float thr = values[m - 1];
+    int64_t above = 0;
+    for (float v : values) above += v > thr;
+    int64_t equal_left = m - above;
+    // keep the items above thr and the first (lowest-index) ones equal to it, in order
+    size_t kept = 0;
+    for (const Item& it : items) {
+      if (it.first > thr || (it.first == thr && equal_left-- > 0)) items[kept++] = it;
+    }
+    items.resize(kept);
+    std::stable_sort(items.begin(), items.end(),
+                     [](const Item& a, const Item& b) { return a.first > b.first; });
+    for (int64_t j = 0; j < m; ++j) idx[j] = items[j].second;
+  }
+  return ffi::Error::Success();
+}
+
 }  // namespace
 
 // s [R, G], best (values, indices) [R, m], starts int32 [3] = (a_start, b_start, num_items);
@@ -491,3 +617,12 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(DmlJaxTopMCountBoth, CountBothImpl,
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::S32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());
+
+// s [R, G] (whole rows), starts int32 [3] = (first row's index, first column's index, number
+// of items); attribute exclude_self; out int32 [R, m].
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DmlJaxTopMSelectRows, SelectRowsImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Attr<int32_t>("exclude_self")
+                                  .Ret<ffi::Buffer<ffi::S32>>());

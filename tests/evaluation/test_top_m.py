@@ -372,3 +372,58 @@ def test_neighbor_relevance_counts_ranks_in_the_pass(monkeypatch, gallery):
   np.testing.assert_array_equal(relevant, want[:, :1])
   np.testing.assert_array_equal(first, np.where(want.any(1), want.argmax(1), k))
   assert len(calls) == 1 and (calls[0] >= 0).mean() > 0.8
+
+
+@pytest.mark.parametrize("exclude_self", [False, True])
+def test_select_rows_kernel_matches_top_k(exclude_self):
+  # Awkward rows (ties, -0.0, NaN, +-inf) with padding: the C++ selection returns exactly
+  # lax.top_k's order of the sanitised rows, masked items never.
+  require_kernel("top_m.cc")
+  rng = np.random.default_rng(11)
+  s = awkward_tile(rng, 9, 40)
+  starts = np.array([3, 0, 35], np.int32)   # rows are items 3..11; columns from 35 padding
+  m = 20
+  got = np.asarray(top_m_kernel.select_rows_kernel(s, starts, m=m, exclude_self=exclude_self))
+  masked = np.asarray(top_m.sanitize(s)).copy()
+  masked[:, 35:] = -np.inf
+  if exclude_self:
+    masked[np.arange(9), np.arange(9) + 3] = -np.inf
+  order = np.lexsort((np.broadcast_to(np.arange(40), masked.shape), -masked.astype(np.float64)),
+                     axis=1)   # value descending, lower index first
+  # masked items have -inf, below the lowest finite value the sanitised items can have
+  np.testing.assert_array_equal(got, order[:, :m])
+
+
+def test_auto_rows_with_the_kernel_match_the_oracle(monkeypatch):
+  require_kernel("top_m.cc")
+  monkeypatch.setattr(top_m, "ROWS_MIN_M", 5)
+  rng = np.random.default_rng(6)
+  x, g = integer_points(rng, 50, 3), integer_points(rng, 31, 3)   # ties everywhere
+  for gallery in (None, g):
+    got = top_m.top_m_neighbors(x, gallery, m=12, kind="dot")   # auto: rows, kernel
+    np.testing.assert_array_equal(got, oracle_indices(x, gallery, 12, "dot"))
+    np.testing.assert_array_equal(got, top_m.top_m_neighbors(x, gallery, m=12, kind="dot",
+                                                             selection="rows"))
+
+
+@pytest.mark.parametrize("pattern", ["random", "sample_misleads"])
+def test_select_rows_kernel_long_rows(pattern):
+  # Rows long enough for the sampled threshold: random values with ties, and rows whose
+  # sampled columns hold the only high values (the guess keeps fewer than m items and the
+  # kernel falls back to the whole row).
+  require_kernel("top_m.cc")
+  rng = np.random.default_rng(5)
+  rows, cols = 4, 5000
+  if pattern == "random":
+    s, m = rng.integers(-50, 50, size=(rows, cols)).astype(np.float32), 300
+  else:
+    s = np.zeros((rows, cols), np.float32)
+    s[:, ::cols // 1024] = 1.0
+    s += rng.integers(0, 3, size=(rows, cols)).astype(np.float32) * 1e-3
+    m = 1200
+  starts = np.array([0, 0, cols], np.int32)
+  got = np.asarray(top_m_kernel.select_rows_kernel(s, starts, m=m, exclude_self=True))
+  masked = s.astype(np.float64)
+  masked[np.arange(rows), np.arange(rows)] = -np.inf
+  order = np.lexsort((np.broadcast_to(np.arange(cols), s.shape), -masked), axis=1)
+  np.testing.assert_array_equal(got, order[:, :m])
