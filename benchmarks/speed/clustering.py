@@ -101,6 +101,20 @@ def table_row(r: dict) -> list[str]:
           f"{cell('dml_jax', 'nmi', '.3f')} / {cell('sklearn', 'nmi', '.3f')}"]
 
 
+def table(report: dict) -> str:
+  """The markdown table of a report (``main``'s JSON) and the Omniglot protocols' total."""
+  text = harness.markdown_table(
+      ["case", "N x D", "k", "dml_jax (s)", "scikit-learn (s)", "speed-up", "inertia ratio",
+       "NMI dml_jax / sklearn"], [table_row(r) for r in report["rows"]])
+  total = report.get("omniglot_total_seconds", {})
+  if len(total) == 2 and all(total.values()):
+    text += (f"\n\nOmniglot protocols together: dml_jax {total['dml_jax']:.1f} s, "
+             f"scikit-learn {total['sklearn']:.1f} s "
+             f"({total['sklearn'] / total['dml_jax']:.1f}x); {report['busy']} CPU-hog "
+             "processes beside.")
+  return text
+
+
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("--cases", default="omniglot,sop")
@@ -148,15 +162,12 @@ def main(argv=None) -> int:
            for s in chosen}
   print(f"\n{jax.default_backend()} ({jax.devices()[0].device_kind}), {os.cpu_count()} CPUs, "
         f"{args.busy} busy processes beside\n")
-  print(harness.markdown_table(
-      ["case", "N x D", "k", "dml_jax (s)", "scikit-learn (s)", "speed-up", "inertia ratio",
-       "NMI dml_jax / sklearn"], [table_row(r) for r in rows]))
-  if all(total.values()) and len(total) == 2:
-    print(f"\nOmniglot protocols together: dml_jax {total['dml_jax']:.1f} s, scikit-learn "
-          f"{total['sklearn']:.1f} s ({total['sklearn'] / total['dml_jax']:.1f}x)")
+  report = {"rows": rows, "busy": args.busy, "omniglot_total_seconds": total}
+  print(table(report))
   if args.out:
     stamp = harness.stamp([__file__, *(sys.argv[1:] if argv is None else argv)])
-    harness.write_json({"rows": rows, "busy": args.busy, "backend": jax.default_backend(),
+    harness.write_json({"script": "benchmarks/speed/clustering.py",
+                        "rows": rows, "busy": args.busy, "backend": jax.default_backend(),
                         "commit": stamp["commit"], "date": stamp["date"],
                         "command": stamp["command"], "device": jax.devices()[0].device_kind,
                         "cpus": os.cpu_count(), "machine": platform.machine(),

@@ -27,3 +27,14 @@ def test_table_row():
   del row["sklearn"], row["speedup"], row["inertia_ratio"]
   assert bench.table_row(row) == ["c", "1,000 x 8", "10", "0.10", "—", "—", "—",
                                   "0.500 / —"]
+
+
+def test_table_with_the_total():
+  bench = load_benchmark("speed.clustering")
+  row = {"case": "omniglot c", "n": 1000, "d": 8, "k": 10, "speedup": 2.0, "inertia_ratio": 1.0,
+         "dml_jax": {"seconds": 0.5, "inertia": 1.0, "nmi": 0.5},
+         "sklearn": {"seconds": 1.0, "inertia": 1.0, "nmi": 0.5}}
+  text = bench.table({"rows": [row], "busy": 0,
+                      "omniglot_total_seconds": {"dml_jax": 0.5, "sklearn": 1.0}})
+  assert "| omniglot c | 1,000 x 8 | 10 | 0.50 | 1.00 | 2.0x |" in text
+  assert text.endswith("dml_jax 0.5 s, scikit-learn 1.0 s (2.0x); 0 CPU-hog processes beside.")
