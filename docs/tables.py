@@ -177,11 +177,9 @@ def render_benchmark(summary: dict) -> str:
   """A benchmark report (``"script"`` names the benchmark): its table, by the script's own
   ``table(report)``, and the line saying where and when it was measured."""
   stamp = summary["stamp"]
-  load = ", ".join(f"{x:.1f}" for x in stamp.get("load_average", ()))
   return (_script(summary["script"]).table(summary) + "\n\n"
           f"`{stamp['command']}` at commit `{stamp['commit']}`, {stamp['date']}, "
-          f"{stamp['cpu_count']} CPU cores ({stamp['machine']})"
-          + (f", load average {load} as it started" if load else "") + ".\n")
+          f"{stamp['cpu_count']} CPU cores ({stamp['machine']}).\n")
 
 
 def render(name: str) -> str:

@@ -12,7 +12,10 @@
 #   omniglot    EPS Table 3 at the paper's scale (configs/omniglot_resnet50.py): Trip. + SH and
 #               EPS + Trip. + SH, SEEDS seeds each (default 2), all runs at once on the GPU
 #               -> omniglot.json, omniglot.md, omniglot.log
-#   retrieval   SOP-scale exact retrieval (N = 60,000, D = 512) -> evaluation JSON
+#   retrieval   SOP-scale exact retrieval (N = 60,000, D = 512), clustered and unstructured
+#               embeddings -> retrieval.json (a report docs/tables.py renders)
+#   clustering  k-means of the Omniglot protocols and at SOP scale (60,502 x 512, 11,316
+#               clusters) -> clustering.json (a report docs/tables.py renders)
 #   workers     bf16 real input with grain worker processes (WORKERS="8:2 15:1")
 # Each part ends within 8 minutes on one H100 / H200 with 16 CPU cores. Needs on the machine:
 # Python 3.12 with JAX (CUDA), Flax, optax, orbax, chex, absl, numpy, scikit-learn, pillow,
@@ -130,8 +133,12 @@ omniglot)
     --out="$OUT/omniglot.json" --md="$OUT/omniglot.md"
   stamp "$OUT/omniglot.json" omniglot "$COMMIT" ;;
 retrieval)
-  timeout 80 python3 benchmarks/speed/evaluation.py --sizes=60000 --methods=dml_jax \
-    --out="$OUT/eval" 2>&1 | tee "$OUT/evaluation.log" | tail -4 ;;
+  timeout 160 python3 benchmarks/speed/evaluation.py --sizes=60000 --methods=dml_jax \
+    --out="$OUT/eval" --summary="$OUT/retrieval.json" 2>&1 | tee "$OUT/evaluation.log" \
+    | tail -6 ;;
+clustering)
+  timeout 200 python3 benchmarks/speed/clustering.py --sides=dml_jax \
+    --out="$OUT/clustering.json" 2>&1 | tee "$OUT/clustering.log" | tail -10 ;;
 workers)
   for wt in ${WORKERS:-8:2 15:1}; do
     timeout 150 $TP --dtypes=bfloat16 --num_workers=${wt%:*} --num_threads=${wt#*:} --steps=30 \
@@ -139,5 +146,5 @@ workers)
       2>&1 | tail -2
   done ;;
 *) echo "unknown part $part; allowed: versions tests cross main throughput omniglot retrieval" \
-        "workers" >&2; exit 2 ;;
+        "clustering workers" >&2; exit 2 ;;
 esac; done

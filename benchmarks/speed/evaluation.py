@@ -54,22 +54,28 @@ sys.path.insert(0, ROOT)
 from benchmarks import harness  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("sizes", ["10000", "60000"], "Numbers of embeddings N.")
-flags.DEFINE_integer("dim", 512, "Embedding dimension D.")
-flags.DEFINE_list("ks", ["1", "10", "100", "1000"], "Recall@K cut-offs (SOP's by default).")
-flags.DEFINE_list("methods", ["dml_jax", "faiss", "faiss_1t", "pml"], "Methods to run.")
-flags.DEFINE_list("data", ["clustered", "unstructured"], "Kinds of embeddings (module docstring).")
-flags.DEFINE_string("summary", "", "Also write the report here (a docs summary).")
-flags.DEFINE_float("noise", 2.25, "Noise scale around the class centres (sets the recall; "
-                   "--smoke uses 1.5).")
-flags.DEFINE_integer("seed", 0, "Data seed.")
-flags.DEFINE_string("out", "runs/bench_evaluation", "Directory of evaluation.json.")
-flags.DEFINE_bool("smoke", False, "Tiny sizes (N = 2000, D = 64, K up to 100) for tests.")
-flags.DEFINE_integer("timeout", 3600, "Seconds per method and size.")
-flags.DEFINE_string("worker", None, "Internal: run one method in this process.")
-flags.DEFINE_integer("n", 0, "Internal: N of the worker.")
-flags.DEFINE_string("kind", "clustered", "Internal: the worker's kind of data.")
-flags.DEFINE_string("result", None, "Internal: JSON path the worker writes.")
+
+
+def _define_flags() -> None:
+  """The command line (defined only when run as a script, so that importing the module for
+  its functions leaves absl's global flags alone)."""
+  flags.DEFINE_list("sizes", ["10000", "60000"], "Numbers of embeddings N.")
+  flags.DEFINE_integer("dim", 512, "Embedding dimension D.")
+  flags.DEFINE_list("ks", ["1", "10", "100", "1000"], "Recall@K cut-offs (SOP's by default).")
+  flags.DEFINE_list("methods", ["dml_jax", "faiss", "faiss_1t", "pml"], "Methods to run.")
+  flags.DEFINE_list("data", ["clustered", "unstructured"], "Kinds of embeddings (module docstring).")
+  flags.DEFINE_string("summary", "", "Also write the report here (a docs summary).")
+  flags.DEFINE_float("noise", 2.25, "Noise scale around the class centres (sets the recall; "
+                     "--smoke uses 1.5).")
+  flags.DEFINE_integer("seed", 0, "Data seed.")
+  flags.DEFINE_string("out", "runs/bench_evaluation", "Directory of evaluation.json.")
+  flags.DEFINE_bool("smoke", False, "Tiny sizes (N = 2000, D = 64, K up to 100) for tests.")
+  flags.DEFINE_integer("timeout", 3600, "Seconds per method and size.")
+  flags.DEFINE_string("worker", None, "Internal: run one method in this process.")
+  flags.DEFINE_integer("n", 0, "Internal: N of the worker.")
+  flags.DEFINE_string("kind", "clustered", "Internal: the worker's kind of data.")
+  flags.DEFINE_string("result", None, "Internal: JSON path the worker writes.")
+
 
 METHODS = ("dml_jax", "faiss", "faiss_1t", "pml")
 DATA = ("clustered", "unstructured")
@@ -299,4 +305,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  _define_flags()
   app.run(main)

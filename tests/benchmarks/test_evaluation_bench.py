@@ -1,14 +1,12 @@
 """benchmarks/speed/evaluation.py: its data, its table and its checks (the timing itself is a
 benchmark)."""
 
-import os
-import sys
-
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-from benchmarks.speed import evaluation  # pylint: disable=wrong-import-position
+from dml_test_support import load_benchmark
+
+evaluation = load_benchmark("speed.evaluation")
 
 
 def test_data_kinds():

@@ -27,7 +27,7 @@ def test_unknown_part_is_refused(tmp_path):
   r = run(tmp_path, "bogus")
   assert r.returncode == 2
   assert ("unknown part bogus; allowed: versions tests cross main throughput omniglot "
-          "retrieval workers") in r.stderr
+          "retrieval clustering workers") in r.stderr
 
 
 def test_versions_part_reports_the_cpu_lowering(tmp_path):
