@@ -18,7 +18,8 @@ and ``reproductions/mnist_table1`` names ``docs/results/reproductions/mnist_tabl
    "stamp": {"commit", "date", "machine", "jax"},
    "labels": ["positive", "protocol"],          # headers of the leading label columns
    "columns": [{"header": "R@1", "metric": "recall@1", "bold": true,
-                "scale": 100, "digits": 1}],     # scale / digits optional (100, 1)
+                "scale": 100, "digits": 1}],     # scale / digits optional (100, 1); a
+                                                 # "protocol" overrides the row's
    "paper": "paper R@1",                         # optional last column's header
    "rows": [{"cells": ["easy (EPS)", "test digits 6–9"], "run": "loss.positive=easy",
              "protocol": "test", "paper": "42.31"}],   # or "runs": [one per column]
@@ -111,7 +112,9 @@ def render_seeds(summary: dict) -> str:
       if run is None:
         cells.append("—")
         continue
-      mean, std = mean_std(seed_values(summary, {**row, "run": run}, column["metric"]))
+      protocol = column.get("protocol", row.get("protocol"))
+      mean, std = mean_std(seed_values(summary, {**row, "run": run, "protocol": protocol},
+                                       column["metric"]))
       scale, digits = column.get("scale", 100), column.get("digits", 1)
       text = f"{scale * mean:.{digits}f} ± {scale * std:.{digits}f}"
       cells.append(f"**{text}**" if column.get("bold") else text)

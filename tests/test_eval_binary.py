@@ -183,15 +183,19 @@ def test_evaluation_benchmark_smoke(tmp_path):
   assert out.returncode == 0, out.stderr[-3000:]
   with open(tmp_path / "evaluation.json") as f:
     report = json.load(f)
-  rows = {r["method"]: r for r in report["rows"]}
-  ours = rows["dml_jax"]
-  assert ours["seconds"] > 0 and ours["peak_mib_above"] < 2048
-  assert 0 < ours["metrics"]["recall@1"] < 1 and "recall@100" in ours["metrics"]
-  assert "| 2000 | dml_jax |" in out.stdout
-  for method in ("faiss", "faiss_1t", "pml"):   # optional: same numbers, or skipped
-    row = rows[method]
-    if "skipped" in row:
-      assert "not installed" in row["skipped"]
-    else:
-      for key, value in row["metrics"].items():
-        assert value == pytest.approx(ours["metrics"][key], abs=1e-3), (method, key)
+  rows = {(r["data"], r["method"]): r for r in report["rows"]}
+  for data in ("clustered", "unstructured"):   # both kinds of embeddings in one run
+    ours = rows[data, "dml_jax"]
+    assert ours["seconds"] > 0 and ours["peak_mib_above"] < 2048
+    assert 0 <= ours["metrics"]["recall@1"] < 1 and "recall@100" in ours["metrics"]
+    assert f"| {data} | 2,000 | dml_jax |" in out.stdout
+    for method in ("faiss", "faiss_1t", "pml"):   # optional: same numbers, or skipped
+      row = rows[data, method]
+      if "skipped" in row:
+        assert "not installed" in row["skipped"]
+      else:
+        for key, value in row["metrics"].items():
+          assert value == pytest.approx(ours["metrics"][key], abs=1e-3), (method, key)
+  # clustered embeddings are found, unstructured ones hardly
+  assert (rows["clustered", "dml_jax"]["metrics"]["recall@1"]
+          > 10 * rows["unstructured", "dml_jax"]["metrics"]["recall@1"])
