@@ -26,9 +26,8 @@ L2-normalised embedding; grey 28x28 inputs (the 105 px drawings resized, the usu
 size), no augmentation; batches of 160 = 20 alphabets x 8 drawings (the batch composition
 of configs/omniglot_eps_triplet.py, recipes.OMNIGLOT_BATCH); Adam 1e-3 without weight decay (from scratch, not the
 fine-tuning rate 1e-5), margin-loss beta at 5e-4 (Roth et al.); 300 steps (2.5 epochs of
-the 19,280 drawings); KMeans with one restart. Sized so that one run trains and evaluates in
-<= 15 minutes on a 2-core CPU shared with other work (measured times: README "Reproductions on real
-data").
+the 19,280 drawings); KMeans with one restart. Sized so that one run trains and evaluates
+in about 2 minutes on a 2-core CPU (the measured tables: docs/reproductions.md).
 
   python train.py --config=configs/omniglot_cpu.py:eps_triplet --workdir=runs/omniglot_eps_triplet_cpu \
       --config.data.options.root=/data/omniglot

@@ -53,7 +53,9 @@ def test_a_summary_is_stamped_and_holds_every_run_it_shows(path):
         continue
       seeds = summary["runs"][run]
       assert len(seeds) >= 3, f"{run}: fewer than 3 seeds"
-      values = tables.seed_values(summary, {**row, "run": run}, column["metric"])
+      protocol = column.get("protocol", row.get("protocol"))
+      values = tables.seed_values(summary, {**row, "run": run, "protocol": protocol},
+                                  column["metric"])
       assert len(values) == len(seeds)
 
 
