@@ -78,6 +78,7 @@ from dml_jax.evaluation.top_m import ROWS_MIN_M
 from dml_jax.evaluation.top_m import check_positive_int as _check_positive_int
 from dml_jax.evaluation.top_m import num_threads as _num_threads
 from dml_jax.evaluation.top_m import pad_rows as _pad_rows
+from dml_jax.evaluation.top_m import pad_values as _pad_values
 from dml_jax.evaluation.top_m import sanitize as _sanitize
 from dml_jax.evaluation.top_m import tile_sizes
 from dml_jax.evaluation.top_m import top_m_and_ranks
@@ -449,8 +450,3 @@ def as_embeddings(name: str, x) -> np.ndarray:
                      f"entries (NaN or inf) in {len(rows)} of {x.shape[0]} rows: "
                      f"rows [{listed}]{more}.")
   return x
-
-
-def _pad_values(x: np.ndarray, size: int, value: int) -> np.ndarray:
-  """``x [N]`` padded with ``value`` to ``[size]``."""
-  return x if size == x.shape[0] else np.pad(x, (0, size - x.shape[0]), constant_values=value)

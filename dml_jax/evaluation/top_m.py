@@ -199,11 +199,11 @@ def _search(query, gallery, *, m: int, kind: str, row_tile: int, col_tile: int, 
   if ranks is not None:
     value, index, q_codes, g_codes = ranks
     # Padded queries name no item (value +inf: nothing is counted); padded items match no code.
-    params = [tuple(jnp.asarray(_pad_values(x[start:start + row_tile], row_tile, fill))
+    params = [tuple(jnp.asarray(pad_values(x[start:start + row_tile], row_tile, fill))
                     for x, fill in ((value, np.inf), (index, -1), (q_codes, -1)))
               for start in range(0, num_query, row_tile)]
     codes = ([p[2] for p in params] if symmetric else
-             [jnp.asarray(_pad_values(g_codes[start:start + col_tile], col_tile, -2))
+             [jnp.asarray(pad_values(g_codes[start:start + col_tile], col_tile, -2))
               for start in range(0, num_gallery, col_tile)])
     counted = [(jnp.zeros((row_tile, 3), jnp.int32),
                 jnp.full((row_tile,), -jnp.inf, jnp.float32))] * len(q_blocks)
@@ -311,7 +311,7 @@ def _tile_ranks(s, a_index, b_index, num_items, ranks, *, exclude_self: bool):
   return out
 
 
-def _pad_values(x: np.ndarray, size: int, value) -> np.ndarray:
+def pad_values(x: np.ndarray, size: int, value) -> np.ndarray:
   """``x [N]`` padded with ``value`` to ``[size]``."""
   return x if size == x.shape[0] else np.pad(x, (0, size - x.shape[0]), constant_values=value)
 
