@@ -62,6 +62,23 @@ def commit() -> str:
     return "unknown"
 
 
+def cpu_model() -> str:
+  """The CPU's model name and widest vector extension, e.g. ``'Intel(R) Xeon(R) Processor,
+  AVX-512'`` (``/proc/cpuinfo``; ``platform.processor()`` elsewhere)."""
+  try:
+    with open("/proc/cpuinfo") as f:
+      info = f.read()
+  except OSError:
+    return platform.processor() or platform.machine()
+  name = next((line.split(":", 1)[1].strip() for line in info.splitlines()
+               if line.startswith(("model name", "Model name", "CPU part"))), platform.machine())
+  flags = set(next((line.split(":", 1)[1].split() for line in info.splitlines()
+                    if line.startswith(("flags", "Features"))), []))
+  isa = ("AVX-512" if "avx512f" in flags else "AVX2 + FMA" if {"avx2", "fma"} <= flags
+         else "AVX" if "avx" in flags else "")
+  return f"{name}, {isa}" if isa else name
+
+
 def load_average() -> list[float]:
   """The 1, 5 and 15 minute load averages (``[]`` where unavailable)."""
   try:
@@ -77,7 +94,8 @@ def stamp(argv: Sequence[str] | None = None) -> dict[str, Any]:
     argv: the command line (default ``sys.argv``).
 
   Returns:
-    ``date`` (UTC), ``command``, ``commit``, ``python``, ``machine``, ``cpu_count``, ``cpus``
+    ``date`` (UTC), ``command``, ``commit``, ``python``, ``machine``, ``cpu`` (:func:`cpu_model`),
+    ``cpu_count``, ``cpus``
     (:func:`available_cpus`), ``load_average``, and ``jax`` / ``backend`` / ``device`` and
     ``torch`` for those of the two this process has already imported.
   """
@@ -86,7 +104,7 @@ def stamp(argv: Sequence[str] | None = None) -> dict[str, Any]:
          "command": " ".join(["python", os.path.relpath(argv[0], REPO)] + list(argv[1:]))
                     if argv else "",
          "commit": commit(), "python": platform.python_version(),
-         "machine": platform.machine(), "cpu_count": os.cpu_count(),
+         "machine": platform.machine(), "cpu": cpu_model(), "cpu_count": os.cpu_count(),
          "cpus": available_cpus(), "load_average": load_average()}
   if "jax" in sys.modules:
     jax = sys.modules["jax"]

@@ -172,6 +172,7 @@ def _script(path: str):
   spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0],
                                                 os.path.join(REPO, path))
   module = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = module   # dataclasses look their module up there
   spec.loader.exec_module(module)
   return module
 
@@ -180,9 +181,10 @@ def render_benchmark(summary: dict) -> str:
   """A benchmark report (``"script"`` names the benchmark): its table, by the script's own
   ``table(report)``, and the line saying where and when it was measured."""
   stamp = summary["stamp"]
+  dates = " to ".join(dict.fromkeys(stamp["dates"])) if "dates" in stamp else stamp["date"]
   return (_script(summary["script"]).table(summary) + "\n\n"
-          f"`{stamp['command']}` at commit `{stamp['commit']}`, {stamp['date']}, "
-          f"{stamp['cpu_count']} CPU cores ({stamp['machine']}).\n")
+          f"`{stamp['command']}` at commit `{stamp['commit']}`, {dates}, "
+          f"{stamp['cpu_count']} CPU cores ({stamp.get('cpu', stamp['machine'])}).\n")
 
 
 def render(name: str) -> str:

@@ -169,7 +169,16 @@ def add_ratios(rows: list[dict]) -> None:
                      rounds="round_images_per_s")
 
 
-def table(rows: list[dict]) -> str:
+def table(report: dict) -> str:
+  """The docs table of a written report: :func:`rows_table` under a line on the setting."""
+  c = report["conditions"]
+  memory = {"keep": "keeping freed host memory (as the image configs and `eval.py` run)",
+            "default": "with glibc's malloc defaults"}[c["host_memory"]]
+  return (f"Both sides {memory}, {c['threads']} threads each, {c['rounds']} rounds.\n\n"
+          + rows_table(report["results"]))
+
+
+def rows_table(rows: list[dict]) -> str:
   """The markdown table: images/s, ms per step, the ratios to torch, the first call."""
   out = []
   for r in rows:
@@ -260,11 +269,12 @@ def main(argv: list[str] | None = None) -> int:
   conditions["loadavg_end"] = os.getloadavg()
   rows = [summarize(parse_case(c), side, dtype, rs) for (c, side, dtype), rs in runs.items()]
   add_ratios(rows)
-  print(table(rows), flush=True)
+  print(rows_table(rows), flush=True)
   print(f"load average {conditions['loadavg_start']} -> {conditions['loadavg_end']} on "
         f"{conditions['cpu_count']} CPUs; {threads} threads per side")
   if args.out:
-    harness.write_json({"conditions": conditions, "results": rows, "stamp": harness.stamp()},
+    harness.write_json({"script": "benchmarks/speed/backbones.py", "conditions": conditions,
+                        "results": rows, "stamp": harness.stamp()},
                        args.out, indent=1)
     print(f"wrote {args.out}")
   return 0

@@ -41,6 +41,7 @@ from dml_jax.models import conv, resnet
 # pylint: enable=wrong-import-position
 
 NHWC = ("NHWC", "HWIO", "NHWC")
+SCRIPT = "benchmarks/speed/conv_parts.py"
 
 
 def median_ms(fn, *args, reps: int) -> float:
@@ -119,20 +120,22 @@ def weight_grad_rows(shapes: list[dict], *, batch: int, reps: int) -> list[dict]
   return rows
 
 
-def print_weight_grads(rows: list[dict], batch: int, size: int) -> None:
+def weight_grads_table(rows: list[dict], batch: int, size: int) -> str:
+  """ms (GFLOP/s) of each weight-gradient shape per form, and the layer-weighted totals."""
   names = ("kernel_unpacked", "kernel_packed", "xla_matmul")
-  print(f"ResNet-50 weight gradients, batch {batch}, {size} px: ms (GFLOP/s)")
   cell = lambda r, n: (f"{r['ms'][n]:.1f} ({r['gflop'] / r['ms'][n] * 1e3:.0f})"  # noqa: E731
                        if n in r["ms"] else "—")
-  print(harness.markdown_table(
-      ["input px", "C -> O", "window / stride", "layers", "unpacked", "packed", "XLA matmul",
-       "auto"],
-      [[r["size"], f"{r['cin']} -> {r['cout']}", f"{r['window']} x {r['window']} / {r['stride']}",
-        r["count"], *(cell(r, n) for n in names), r["auto"].split("_")[1]] for r in rows]))
   total = lambda n: sum(r["count"] * r["ms"][n] for r in rows)  # noqa: E731
-  print(f"layer-weighted totals, ms: unpacked {total('kernel_unpacked'):.1f}, packed "
-        f"{total('kernel_packed'):.1f}, auto "
-        f"{sum(r['count'] * r['ms'][r['auto']] for r in rows):.1f}")
+  return (f"ResNet-50's weight gradients, batch {batch}, {size} px: ms (GFLOP/s)\n\n"
+          + harness.markdown_table(
+              ["input px", "C → O", "window / stride", "layers", "unpacked", "packed",
+               "XLA matmul", "`auto` runs"],
+              [[r["size"], f"{r['cin']} → {r['cout']}",
+                f"{r['window']} × {r['window']} / {r['stride']}", r["count"],
+                *(cell(r, n) for n in names), r["auto"].split("_")[1]] for r in rows])
+          + f"\n\nWeighted by the layers of each shape, ms a step: unpacked "
+          f"{total('kernel_unpacked'):,.1f}, packed {total('kernel_packed'):,.1f}, as the "
+          f"network runs them (`auto`) {sum(r['count'] * r['ms'][r['auto']] for r in rows):,.1f}.")
 
 
 def resnet50_activations(size: int) -> list[tuple[int, int]]:
@@ -169,17 +172,40 @@ def batch_norm_rows(shapes, *, batch: int, reps: int) -> list[dict]:
   return rows
 
 
-def print_batch_norm(rows: list[dict]) -> None:
-  print("BatchNorm + ReLU, forward + backward: ms (XLA temp MB)")
-  table = []
+def batch_norm_table(rows: list[dict]) -> str:
+  """ms (XLA temp MB) of BatchNorm + ReLU forward + backward per activation shape and form."""
+  out = []
   for r in rows:
     ms, mb = r["ms"], {n: b / harness.MIB for n, b in r["temp_bytes"].items()}
-    table.append([r["shape"], f"{ms['nnx']:.1f} ({mb['nnx']:.0f})",
-                  f"{ms['fused']:.1f} ({mb['fused']:.0f})", f"{ms['nnx'] / ms['fused']:.2f}x"])
-  print(harness.markdown_table(["activation", "nnx.BatchNorm + relu", "fused", "nnx / fused"],
-                               table))
+    out.append([r["shape"], f"{ms['nnx']:.1f} ({mb['nnx']:.0f})",
+                f"{ms['fused']:.1f} ({mb['fused']:.0f})", f"{ms['nnx'] / ms['fused']:.2f}×"])
   total = {n: sum(r["ms"][n] for r in rows) for n in ("nnx", "fused")}
-  print(f"sum over the shapes, ms: nnx {total['nnx']:.1f}, fused {total['fused']:.1f}")
+  return (harness.markdown_table(
+      ["activation", "`nnx.BatchNorm` + `nnx.relu`: ms (temp MB)", "fused: ms (temp MB)",
+       "nnx / fused"], out)
+          + f"\n\nSummed over the shapes, ms: nnx {total['nnx']:.1f}, fused "
+          f"{total['fused']:.1f}.")
+
+
+def layer_table(config: dict, parts: dict, gemms: list[dict]) -> str:
+  """ms of the 3 x 3 layer's forward and gradients per formulation, and the GEMM rates."""
+  return (f"3 × 3 convolution {config['cin']} → {config['cout']}, batch {config['batch']}, "
+          f"{config['size']} px, ms:\n\n" + harness.markdown_table(
+              ["formulation", "forward", "input gradient", "weight gradient"],
+              [[name, f"{p['forward_ms']:.1f}", f"{p['input_grad_ms']:.1f}",
+                f"{p['weight_grad_ms']:.1f}"] for name, p in parts.items()])
+          + "\n\n" + "; ".join(f"XLA's GEMM {g['shape']}: {g['ms']:.1f} ms, "
+                                f"{g['gflops']:.0f} GFLOP/s" for g in gemms) + ".")
+
+
+def table(report: dict) -> str:
+  """The docs table of a written report, whichever of the three measurements it holds."""
+  c = report["config"]
+  if "batch_norm" in report:
+    return batch_norm_table(report["batch_norm"])
+  if "weight_grads" in report:
+    return weight_grads_table(report["weight_grads"], c["batch"], c["size"])
+  return layer_table(c, report["layer"], report["gemm"])
 
 
 def main(argv=None) -> int:
@@ -199,29 +225,26 @@ def main(argv=None) -> int:
   args = parser.parse_args(argv)
   if args.batch_norm:
     rows = batch_norm_rows(resnet50_activations(args.size), batch=args.batch, reps=args.reps)
-    print_batch_norm(rows)
-    harness.write_json({"config": vars(args), "batch_norm": rows, "stamp": harness.stamp()},
-                       args.out, indent=1)
+    report = {"script": SCRIPT, "config": vars(args), "batch_norm": rows,
+              "stamp": harness.stamp()}
+    print(table(report))
+    harness.write_json(report, args.out, indent=1)
     return 0
   if args.weight_grads:
     shapes = resnet50_weight_grads(args.size)
     rows = weight_grad_rows(shapes[:args.shapes or None], batch=args.batch, reps=args.reps)
-    print_weight_grads(rows, args.batch, args.size)
-    harness.write_json({"config": vars(args), "weight_grads": rows, "stamp": harness.stamp()},
-                       args.out, indent=1)
+    report = {"script": SCRIPT, "config": vars(args), "weight_grads": rows,
+              "stamp": harness.stamp()}
+    print(table(report))
+    harness.write_json(report, args.out, indent=1)
     return 0
   parts = layer_parts(args.batch, args.size, args.cin, args.cout, reps=args.reps)
   m = args.batch * args.size * args.size
   gemms = gemm_rates([(m, 9 * args.cin, args.cout), (2048, 512, 2048)], reps=args.reps)
-  print(f"3x3 conv {args.cin}->{args.cout}, batch {args.batch}, {args.size} px, ms:")
-  print(harness.markdown_table(
-      ["formulation", "forward", "input gradient", "weight gradient"],
-      [[name, f"{p['forward_ms']:.1f}", f"{p['input_grad_ms']:.1f}", f"{p['weight_grad_ms']:.1f}"]
-       for name, p in parts.items()]))
-  for g in gemms:
-    print(f"GEMM {g['shape']}: {g['ms']:.1f} ms, {g['gflops']:.0f} GFLOP/s")
-  harness.write_json({"config": vars(args), "layer": parts, "gemm": gemms,
-                      "stamp": harness.stamp()}, args.out, indent=1)
+  report = {"script": SCRIPT, "config": vars(args), "layer": parts, "gemm": gemms,
+            "stamp": harness.stamp()}
+  print(table(report))
+  harness.write_json(report, args.out, indent=1)
   return 0
 
 

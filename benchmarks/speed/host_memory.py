@@ -73,7 +73,12 @@ def summarize(runs: list[dict]) -> list[dict]:
           for (case, mode), rs in rows.items()]
 
 
-def table(rows: list[dict]) -> str:
+def table(report: dict) -> str:
+  """The docs table of a written report (:func:`rows_table` of its rows)."""
+  return rows_table(report["rows"])
+
+
+def rows_table(rows: list[dict]) -> str:
   from benchmarks import harness  # pylint: disable=import-outside-toplevel
   return harness.markdown_table(
       ["case", "host memory", "ms/step", "minor faults/step", "system ms/step"],
@@ -111,11 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"round {r + 1}/{args.rounds} done, load average {os.getloadavg()[0]:.2f}",
           flush=True)
   rows = summarize(runs)
-  print(table(rows))
+  print(rows_table(rows))
   if args.out:
     from benchmarks import harness  # pylint: disable=import-outside-toplevel
-    harness.write_json({"rows": rows, "runs": runs, "cpu_count": os.cpu_count(),
-                        "stamp": harness.stamp()}, args.out, indent=1)
+    harness.write_json({"script": "benchmarks/speed/host_memory.py", "rows": rows,
+                        "runs": runs, "cpu_count": os.cpu_count(), "stamp": harness.stamp()},
+                       args.out, indent=1)
     print(f"wrote {args.out}")
   return 0
 

@@ -65,9 +65,11 @@ summaries (memory growth, the speed targets) make one report; the PML pairs are 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import platform
+import re
 import sys
 import time
 import traceback
@@ -94,6 +96,7 @@ TARGET_MIN_BATCH = 512
 FLOOR_PML_FACTOR = 3.0     # ... where PML takes more than 3x the floor; elsewhere ...
 FLOOR_SLOWDOWN = 1.5       # ... ours within 1.5x of the floor
 FLOOR_LABEL = "similarity matmul (floor)"
+SCRIPT = "benchmarks/speed/objectives.py"
 DEFAULT_MEMORY_BATCH_SIZES = (4096,)
 MIN_REPEATS = 5            # a capped case of ours still gets this many timed calls
 MIN_PML_REPEATS = pml_lib.MIN_REPEATS   # ... and a capped PML case this many
@@ -388,6 +391,161 @@ def summary_lines(report: dict) -> list[str]:
   return lines
 
 
+def merge(reports: Sequence[dict]) -> dict:
+  """One report of several runs (one process per objective, the way the docs table is made),
+  with the timings' summaries only. Each row keeps its run's index: a row is compared with the
+  floor of its own run.
+
+  Args:
+    reports: reports of :func:`run` (as read from their JSON), of the same commit.
+
+  Returns:
+    ``{'script', 'runs', 'results', 'checks', 'skipped', 'stamp'}``:
+    ``results`` is every run's rows with ``run`` (the run's index) added; ``stamp`` is the first
+    run's, with ``command`` the runs' distinct command lines (``--objectives=NAME``) and
+    ``dates`` their first and last date.
+
+  Raises:
+    ValueError: no reports, or reports of different commits.
+  """
+  if not reports:
+    raise ValueError("merge needs at least one report.")
+  commits = sorted({r["stamp"]["commit"] for r in reports})
+  if len(commits) > 1:
+    raise ValueError(f"the reports were measured at different commits {commits}; merge runs "
+                     "of one commit.")
+  results, checks, skipped = [], [], []
+  for i, r in enumerate(reports):
+    rows = [{**_slim(row), "run": i} for row in r["results"]]
+    results.extend(rows)
+    checks.extend({k: c[k] for k in CHECK_KEYS if k in c} for c in r["checks"])
+    skipped.extend(s for s in r["skipped"] if s not in skipped)
+  dates = sorted(r["stamp"]["date"] for r in reports)
+  commands = [re.sub(r"--out=\S+", "--out=RUN.json",
+                     re.sub(r"--objectives=\S+", "--objectives=NAME", r["stamp"]["command"]))
+              for r in reports]
+  stamp = {**reports[0]["stamp"], "dates": [dates[0], dates[-1]],
+           "command": " ; ".join(dict.fromkeys(commands))}
+  return {"script": SCRIPT, "runs": [{"objectives": r["config"]["objectives"],
+                                      "batch_sizes": r["config"]["batch_sizes"],
+                                      "date": r["stamp"]["date"],
+                                      "total_s": r["config"].get("total_s")}
+                                     for r in reports],
+          "results": results, "checks": checks, "skipped": skipped, "stamp": stamp}
+
+
+CHECK_KEYS = ("pair", "objective", "comparable", "agree", "loss_abs_diff", "grad_max_abs_diff",
+              "error")
+SLIM_KEYS = ("median_ms", "iqr_ms", "repeats", "capped", "faults_per_call", "compile_s",
+             "memory_only", "loss")
+
+
+def _round(value):
+  return float(f"{value:.5g}") if isinstance(value, float) else value
+
+
+def _slim(row: dict) -> dict:
+  """A result row with the timings' summary only (the merged report is a docs summary)."""
+  out = {k: row[k] for k in ("label", "batch_size", "error", "pml_error") if k in row}
+  if row.get("pml_pair"):
+    out["pml_pair"] = {k: row["pml_pair"][k] for k in ("key", "pml", "comparable")}
+  if row.get("ratio") is not None:
+    out["ratio"] = _round(row["ratio"])
+  for side in ("ours", "pml"):
+    if row.get(side):
+      out[side] = {k: _round(row[side][k]) for k in SLIM_KEYS if k in row[side]}
+      temp = (row[side].get("memory") or {}).get("temp_bytes")
+      if temp is not None:
+        out[side]["memory"] = {"temp_bytes": temp}
+  return out
+
+
+def _ms(timing: dict | None) -> str:
+  return "—" if not timing else f"{timing['median_ms']:,.1f}"
+
+
+def _temp_mib(row: dict | None) -> float | None:
+  temp = (((row or {}).get("ours") or {}).get("memory") or {}).get("temp_bytes")
+  return None if temp is None else temp / harness.MIB
+
+
+def _pml_cell(row: dict) -> str:
+  if row.get("pml"):
+    return _ms(row["pml"]) + (" ᶜ" if row["pml"].get("capped") else "")
+  if row.get("pml_error"):
+    return "out of memory" if "memory" in row["pml_error"].lower() else "failed"
+  return "—"
+
+
+def table(report: dict) -> str:
+  """The docs table of a report of :func:`run` or :func:`merge`: per objective (and PML
+  variant), ms per forward + backward of ours (/ PML) at each timed batch size, PML / ours and
+  ours / the floor of the same run, the temp memory at the two largest batch sizes, the page
+  faults a call and the value check against PML (the PML columns only where PML ran)."""
+  runs = report.get("runs") or [report]
+  results = [r if "run" in r else {**r, "run": 0} for r in report["results"]]
+  has_pml = any(r.get("pml") or r.get("pml_error") for r in results)
+  floors = {(r["run"], r["batch_size"]): r["ours"]["median_ms"] for r in results
+            if r["label"] == FLOOR_LABEL and r.get("ours")}
+  checks = {c["objective"]: c for c in report["checks"]}
+  timed = sorted({r["batch_size"] for r in results
+                  if r.get("ours") and not r["ours"].get("memory_only")})
+  cells: dict[str, dict[int, dict]] = {}
+  for r in results:
+    if r["label"] != FLOOR_LABEL:
+      cells.setdefault(r["label"], {})[r["batch_size"]] = r
+  memory_sizes = sorted({b for by_b in cells.values() for b, r in by_b.items()
+                         if _temp_mib(r) is not None})[-2:]
+  rows = []
+  for label, by_b in cells.items():
+    pair = next((r["pml_pair"] for r in by_b.values() if r.get("pml_pair")), None)
+    row = [f"`{label}`"] + ([pair["pml"] if pair else "—"] if has_pml else [])
+    for b in timed:
+      r = by_b.get(b)
+      if r is None or not r.get("ours") or r["ours"].get("memory_only"):
+        row += ["failed" if r is not None and r.get("error") else "—"] + [""] * (
+            2 if has_pml else 1)
+        continue
+      floor = floors.get((r["run"], b))
+      ratio = r.get("ratio")
+      row += ([f"{_ms(r['ours'])} / {_pml_cell(r)}",
+               harness.fmt(ratio, ".1f" if (ratio or 0) < 10 else ",.0f")
+               + ("×" if ratio else "")] if has_pml else [_ms(r["ours"])])
+      row.append(harness.fmt(None if floor is None else r["ours"]["median_ms"] / floor, ".2f")
+                 + ("×" if floor else ""))
+    row.append(" / ".join(harness.fmt(_temp_mib(by_b.get(b)), ",.0f") for b in memory_sizes))
+    faults = ((by_b.get(timed[-1]) or {}).get("ours") or {}).get("faults_per_call")
+    row.append(harness.fmt(faults, ",.0f"))
+    if has_pml:
+      c = checks.get(label)
+      row.append("—" if c is None else "error" if "error" in c else
+                 ("agree" if c["agree"] else "**differ**") if c["comparable"]
+                 else "not compared")
+    rows.append(row)
+  head = ["objective"] + (["PML"] if has_pml else [])
+  for b in timed:
+    head += ([f"B = {b}: ours / PML ms", "PML / ours"] if has_pml else [f"B = {b}: ms"])
+    head.append("ours / floor")
+  head += [f"temp MB at {' / '.join(str(b) for b in memory_sizes)}",
+           f"page faults a call at {timed[-1]}"] + (["loss + gradient vs PML"] if has_pml else [])
+  span = lambda v, f: (f"{min(v):{f}}–{max(v):{f}}" if len(v) > 1  # noqa: E731
+                       else f"{v[0]:{f}}")
+  floor_text = "; ".join(
+      f"B = {b}: {span(v, ',.1f')} ms"
+      for b in timed for v in [[f for (_, fb), f in sorted(floors.items()) if fb == b]] if v)
+  faults = [r["ours"]["faults_per_call"] for r in results
+            if r["label"] == FLOOR_LABEL and r["batch_size"] == timed[-1] and r.get("ours")
+            and r["ours"].get("faults_per_call") is not None]
+  text = (f"The floor (`{FLOOR_LABEL}`, forward + backward of `X Xᵀ`) took {floor_text}"
+          + (f" ({span(faults, ',.0f')} page faults a call at {timed[-1]})" if faults else "")
+          + f" over {len(runs)} run{'s' if len(runs) != 1 else ''}; each row is divided by "
+          "its own run's floor.")
+  if any((r.get("pml") or {}).get("capped") for r in results):
+    text += (f" ᶜ: PML's timing stopped after {MIN_PML_REPEATS} or more calls at "
+             "`--pml_max_seconds`.")
+  return harness.markdown_table(head, rows) + "\n\n" + text
+
+
 # ------------------------------------------------------------------------------------------
 # The run.
 
@@ -507,7 +665,8 @@ def run(*, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES, dim: int = 512,
       log(_progress(row, time.perf_counter() - start_all))
   config["load_average"]["end"] = harness.load_average()
   config["total_s"] = time.perf_counter() - start_all
-  report = {"config": config, "results": results, "memory_growth": memory_growth(results),
+  report = {"script": SCRIPT, "config": config, "results": results,
+            "memory_growth": memory_growth(results),
             "goals": goals(results), "checks": checks, "skipped": skipped,
             "stamp": harness.stamp()}
   harness.write_json(report, out)
@@ -566,6 +725,8 @@ def define_flags():
                      "Cap the process's address space at this fraction of the physical memory "
                      "(PML's O(B^3) losses then fail with an error instead of being killed; "
                      "0 = no cap).")
+  flags.DEFINE_list("merge", [], "Instead of running: merge these reports (one run per "
+                    "objective, one commit) into --out, and print their table.")
   flags.DEFINE_bool("smoke", False, f"B={SMOKE_BATCH_SIZES[0]}, {SMOKE_REPEATS} repeats.")
   flags.DEFINE_integer("seed", 0, "Inputs and PRNG keys.")
   flags.DEFINE_enum("host_memory", "default", ["default", "keep"],
@@ -577,6 +738,18 @@ def define_flags():
 def main(argv):
   del argv
   f = FLAGS
+  if f.merge:
+    reports = []
+    for path in f.merge:
+      with open(path) as fh:
+        reports.append(json.load(fh))
+    try:
+      merged = merge(reports)
+    except ValueError as e:
+      raise SystemExit(f"--merge: {e}") from None
+    harness.write_json(merged, f.out, indent=None)
+    print(table(merged) + (f"\n\nwrote {f.out}" if f.out else ""))
+    return
   smoke = f.smoke
   if f.host_memory == "keep":
     from dml_jax.run import host_memory  # pylint: disable=import-outside-toplevel

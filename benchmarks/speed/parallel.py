@@ -15,7 +15,8 @@ the same command reports the real scaling.
 import os
 import sys
 
-if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+if __name__ == "__main__" and ("xla_force_host_platform_device_count"
+                               not in os.environ.get("XLA_FLAGS", "")):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                              " --xla_force_host_platform_device_count=8").strip()
 
@@ -30,15 +31,38 @@ from dml_jax import objectives  # pylint: disable=g-import-not-at-top
 from dml_jax import parallel
 from dml_jax import similarity
 
-FLAGS = flags.FLAGS
-flags.DEFINE_list("batch_sizes", ["512", "2048"], "Global batch sizes.")
-flags.DEFINE_list("devices", ["1", "8"], "Device counts to compare.")
-flags.DEFINE_list("objectives", ["nca", "triplet", "multi_similarity", "margin", "dro_topk"],
-                  "Objectives (default hyper-parameters); unregistered ones are skipped.")
-flags.DEFINE_integer("dim", 512, "Embedding dimension.")
-flags.DEFINE_integer("per_class", 8, "Examples per class.")
-flags.DEFINE_integer("repeats", 10, "Timed runs (median reported).")
-flags.DEFINE_string("out", "runs/bench_parallel.json", "JSON output path.")
+SCRIPT = "benchmarks/speed/parallel.py"
+
+
+def _define_flags():
+  """The command line (defined only when run as a script, so the docs can import ``table``)."""
+  flags.DEFINE_list("batch_sizes", ["512", "2048"], "Global batch sizes.")
+  flags.DEFINE_list("devices", ["1", "8"], "Device counts to compare.")
+  flags.DEFINE_list("objectives", ["nca", "triplet", "multi_similarity", "margin", "dro_topk"],
+                    "Objectives (default hyper-parameters); unregistered ones are skipped.")
+  flags.DEFINE_integer("dim", 512, "Embedding dimension.")
+  flags.DEFINE_integer("per_class", 8, "Examples per class.")
+  flags.DEFINE_integer("repeats", 10, "Timed runs (median reported).")
+  flags.DEFINE_string("out", "runs/bench_parallel.json", "JSON output path.")
+  return flags.FLAGS
+
+
+def table(report: dict) -> str:
+  """ms of loss + mining forward + backward per objective and batch size on each device count,
+  with the all-gather that global mining needs and its share of the step."""
+  steps = {}
+  for r in report["rows"]:
+    steps.setdefault((r["objective"], r["batch_size"]), {})[r["devices"]] = r
+  counts = sorted({r["devices"] for r in report["rows"]})
+  rows = []
+  for (name, b), by_n in steps.items():
+    most = by_n[max(by_n)]
+    rows.append([f"`{name}`", b, *(harness.fmt(by_n[n]["step_ms"] if n in by_n else None, ".1f")
+                                   for n in counts),
+                 f"{most['all_gather_ms']:.1f}", f"{100 * most['all_gather_share']:.1f} %"])
+  return harness.markdown_table(
+      ["objective", "B", *(f"{n} device{'s' if n > 1 else ''} (ms)" for n in counts),
+       f"all-gather on {max(counts)} (ms)", "all-gather share"], rows)
 
 
 def main(argv):
@@ -78,9 +102,10 @@ def main(argv):
        "all-gather share"],
       [[r["objective"], r["batch_size"], r["devices"], f"{r['step_ms']:.2f}",
         f"{r['all_gather_ms']:.2f}", f"{100 * r['all_gather_share']:.1f}%"] for r in rows]))
-  harness.write_json({"platform": jax.devices()[0].platform, "dim": FLAGS.dim, "rows": rows,
-                      "stamp": harness.stamp()}, FLAGS.out)
+  harness.write_json({"script": SCRIPT, "platform": jax.devices()[0].platform,
+                      "dim": FLAGS.dim, "rows": rows, "stamp": harness.stamp()}, FLAGS.out)
 
 
 if __name__ == "__main__":
+  FLAGS = _define_flags()
   app.run(main)

@@ -79,6 +79,7 @@ sys.path.insert(0, REPO)
 from benchmarks import harness  # pylint: disable=wrong-import-position
 from benchmarks import workers  # pylint: disable=wrong-import-position
 DEFAULT_CASES = "8:128,28:128"
+SCRIPT = "benchmarks/speed/train_step.py"
 SMOKE_CASES = "8:16"
 JAX_SIDES = ("dml_jax",)
 SIDES = JAX_SIDES + ("torch",)
@@ -381,7 +382,62 @@ def add_ratios(rows: list[dict]) -> None:
                      value=lambda r: r["examples_per_s"]["median"], rounds="round_medians")
 
 
-def table(rows: list[dict]) -> str:
+def table(report: dict) -> str:
+  """The docs table of a written report: the start-up table of a ``--startup`` report, else
+  :func:`rows_table` of its results and, where profiled, :func:`profile_table`."""
+  if "startup" in report:
+    first_only = report["conditions"].get(
+        "first_step_only", "--startup_first_step_only" in report["stamp"]["command"])
+    return startup_table(report["startup"], first_step_only=first_only)
+  text = (f"Both sides {HOST_MEMORY_TEXT[report['conditions']['host_memory']]}; "
+          f"{report['conditions']['rounds']} rounds of {report['conditions']['chunks']} timed "
+          "chunks.\n\n" + rows_table(report["results"]))
+  if report.get("profile"):
+    text += "\n\n" + profile_table(report["profile"])
+  return text
+
+
+HOST_MEMORY_TEXT = {"default": "with glibc's malloc defaults (as the main job runs)",
+                    "keep": "keeping freed host memory (as the image configs run)"}
+PROFILE_PARTS = (
+    ("device_step_ms", "the jitted step (forward, backward, update), synchronised"),
+    ("model_fwd_bwd_ms", "of which the model's forward + backward"),
+    ("objective_fwd_bwd_ms", "of which the objective's forward + backward"),
+    ("host_batch_ms", "host: the sampler's batch"),
+    ("global_batch_ms", "host: `global_batch` (onto the mesh)"),
+    ("step_key_ms", "host: the step's PRNG key"),
+    ("dispatch_ms", "dispatching the step (asynchronous)"),
+    ("loop_ms", "the training loop's chunk, per step"),
+    ("log_sync_ms_per_log_step", "the log step's sync (once per log interval)"))
+
+
+def profile_table(profiles: dict) -> str:
+  """Where a dml_jax step goes (``--profile``): ms per step of each part, per case."""
+  keys = [k for k, p in profiles.items() if "error" not in p]
+  return harness.markdown_table(
+      ["part (dml_jax, ms per step)"] + [k.replace("px/", " px, batch ") for k in keys],
+      [[text] + [f"{profiles[k][name]:.2f}" for k in keys] for name, text in PROFILE_PARTS
+       if all(name in profiles[k] for k in keys)])
+
+
+def startup_table(results: dict, *, first_step_only: bool = False) -> str:
+  """Seconds to the first step's log line and to the exit, cold and warm compilation cache."""
+  return harness.markdown_table(
+      ["run", "first step, cold cache (s)", "warm (s)", "exit, cold (s)", "warm (s)"],
+      [[STARTUP_TEXT.get(name, name)] + [
+          "— (stopped after step 1)" if m == "exit_s" and first_step_only
+          else harness.fmt(row[k][m], ".1f")
+          for m in ("first_step_s", "exit_s") for k in ("cold", "warm")]
+       for name, row in results.items()])
+
+
+STARTUP_TEXT = {
+    "digits_evenodd_eps": "the main job (`configs/digits_evenodd_eps.py`)",
+    "digits_evenodd_eps:smoke": "its smoke config (20 steps + evaluation)",
+    "resnet50_224": "ResNet-50, 224 px, batch 16 (`digits_image_folder.py:smoke` on PNG files)"}
+
+
+def rows_table(rows: list[dict]) -> str:
   """The markdown table: examples/s (median, IQR), ms per step and the ratios to torch."""
   out = []
   for r in rows:
@@ -462,10 +518,7 @@ def startup(names: list[str], *, first_step_only: bool) -> dict:
       row["cache_mb"] = sum(os.path.getsize(os.path.join(d, f))
                             for d, _, fs in os.walk(cache) for f in fs) / 2 ** 20
       results[name] = row
-  print(harness.markdown_table(
-      ["run", "first step, cold cache (s)", "warm (s)", "exit, cold (s)", "warm (s)"],
-      [[name] + [harness.fmt(row[k][m], ".1f") for m in ("first_step_s", "exit_s")
-                 for k in ("cold", "warm")] for name, row in results.items()]))
+  print(startup_table(results, first_step_only=first_step_only))
   return results
 
 
@@ -504,12 +557,14 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(names) - set(STARTUP_RUNS))
     if unknown:
       raise ValueError(f"unknown --startup runs {unknown}; allowed: {', '.join(STARTUP_RUNS)}.")
-    conditions = {"cpu_count": os.cpu_count(), "loadavg_start": os.getloadavg()}
+    conditions = {"cpu_count": os.cpu_count(), "loadavg_start": os.getloadavg(),
+                  "first_step_only": args.startup_first_step_only}
     results = startup(names, first_step_only=args.startup_first_step_only)
     conditions["loadavg_end"] = os.getloadavg()
     print(f"load average {conditions['loadavg_start']} -> {conditions['loadavg_end']}")
     if args.out:
-      harness.write_json({"conditions": conditions, "startup": results, "stamp": harness.stamp()},
+      harness.write_json({"script": SCRIPT, "conditions": conditions, "startup": results,
+                          "stamp": harness.stamp()},
                          args.out, indent=1)
       print(f"wrote {args.out}")
     return 0
@@ -580,13 +635,13 @@ def main(argv: list[str] | None = None) -> int:
   for row in rows:
     if "error" in row:
       print(f"{row['image_size']} px, {row['side']}: {row['error']}")
-  print(table(rows), flush=True)
+  print(rows_table(rows), flush=True)
   print_profile(profiles)
   print(f"load average {conditions['loadavg_start']} -> {conditions['loadavg_end']} on "
         f"{conditions['cpu_count']} CPUs; {threads} threads per side")
   if args.out:
-    harness.write_json({"conditions": conditions, "results": rows, "profile": profiles,
-                        "stamp": harness.stamp()}, args.out, indent=1)
+    harness.write_json({"script": SCRIPT, "conditions": conditions, "results": rows,
+                        "profile": profiles, "stamp": harness.stamp()}, args.out, indent=1)
     print(f"wrote {args.out}")
   return 0
 

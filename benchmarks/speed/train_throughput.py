@@ -60,6 +60,7 @@ from dml_jax.run import training  # noqa: E402
 from dml_jax.data import cache as cache_lib  # noqa: E402
 
 INPUTS = ("real", "cached", "synthetic", "input_only")
+SCRIPT = "benchmarks/speed/train_throughput.py"
 
 
 def write_jpegs(root: str, *, num_classes: int, per_class: int, size: tuple[int, int],
@@ -180,6 +181,18 @@ def measure(config, *, inputs: list[str], steps: int, warmup: int) -> dict:
   return out
 
 
+def table(report: dict) -> str:
+  """images/s of the step with each input, of the input alone, and the warm-up's seconds."""
+  return (f"{report['device_count']} × {report['device']} ({report['backend']}):\n\n"
+          + harness.markdown_table(
+              ["model", "px", "dtype", "global batch", "real input (img/s)",
+               "cached input (img/s)", "synthetic (img/s)", "input only (img/s)",
+               "warm-up incl. compile (s)"],
+              [[r["model"], r["image_size"], r["dtype"], r["batch_size"],
+                *(f"{r[k]:,.1f}" if k in r else "—" for k in INPUTS), f"{r['warmup_s']:.1f}"]
+               for r in report["results"]]))
+
+
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--config", default="configs/cub_ephn_2nd.py", help="path[:arg]")
@@ -230,16 +243,11 @@ def main(argv: list[str] | None = None) -> int:
       print(json.dumps(r), flush=True)
   device = str(jax.devices()[0].device_kind)
   print(f"\n{jax.device_count()} × {device} ({jax.default_backend()})")
-  print(harness.markdown_table(
-      ["model", "px", "dtype", "global batch", "real input (img/s)", "cached input (img/s)",
-       "synthetic (img/s)", "input only (img/s)", "warm-up incl. compile (s)"],
-      [[r["model"], r["image_size"], r["dtype"], r["batch_size"],
-        *(f"{r[k]:,.1f}" if k in r else "—" for k in INPUTS), f"{r['warmup_s']:.1f}"]
-       for r in rows]))
+  report = {"script": SCRIPT, "device": device, "backend": jax.default_backend(),
+            "device_count": jax.device_count(), "results": rows, "stamp": harness.stamp()}
+  print(table(report))
   if args.out:
-    harness.write_json({"device": device, "backend": jax.default_backend(),
-                        "device_count": jax.device_count(), "results": rows,
-                        "stamp": harness.stamp()}, args.out, indent=1)
+    harness.write_json(report, args.out, indent=1)
     print(f"wrote {args.out}")
   return 0
 

@@ -153,3 +153,49 @@ def test_goals_compare_with_pml_or_with_the_floor():
                                "skipped": []})
   assert "goal NOT met: near_floor B=2048: ours / floor 1.60x (goal <= 1.5x; PML / floor 2.00x)" \
       in lines
+
+
+def _report(commit, floor_ms, ours_ms, *, label="nca", pml_ms=None):
+  row = {"label": label, "objective": label, "batch_size": 512, "dim": 512,
+         "ours": {"median_ms": ours_ms, "faults_per_call": 3.0,
+                  "memory": {"temp_bytes": 2 ** 20}},
+         "pml": None if pml_ms is None else {"median_ms": pml_ms, "capped": False},
+         "ratio": None if pml_ms is None else pml_ms / ours_ms,
+         "pml_pair": None if pml_ms is None else {"key": label, "pml": "PmlLoss()",
+                                                   "comparable": True, "semantics": "same"}}
+  floor = {"label": bench.FLOOR_LABEL, "objective": None, "batch_size": 512, "dim": 512,
+           "ours": {"median_ms": floor_ms, "faults_per_call": 1.0}, "pml": None, "ratio": None,
+           "pml_pair": None}
+  checks = [] if pml_ms is None else [{"pair": label, "objective": label, "comparable": True,
+                                        "agree": True, "semantics": "same"}]
+  return {"config": {"objectives": [label], "batch_sizes": [512], "total_s": 1.0},
+          "results": [floor, row], "checks": checks, "skipped": [],
+          "stamp": {"commit": commit, "date": f"2026-01-0{int(floor_ms)} 00:00 UTC",
+                    "command": f"python benchmarks/speed/objectives.py --objectives={label} "
+                               f"--out=runs/{label}.json"}}
+
+
+def test_merge_divides_each_row_by_its_own_runs_floor():
+  merged = bench.merge([_report("abc", 2.0, 3.0), _report("abc", 4.0, 3.0, label="triplet",
+                                                          pml_ms=30.0)])
+  assert merged["script"] == "benchmarks/speed/objectives.py"
+  assert [r["run"] for r in merged["results"]] == [0, 0, 1, 1]
+  assert merged["stamp"]["command"] == ("python benchmarks/speed/objectives.py "
+                                        "--objectives=NAME --out=RUN.json")
+  assert merged["stamp"]["dates"] == ["2026-01-02 00:00 UTC", "2026-01-04 00:00 UTC"]
+  table = bench.table(merged)
+  assert "| `nca` | — | 3.0 / — | — | 1.50× |" in table        # 3 ms over its run's 2 ms floor
+  assert "| `triplet` | PmlLoss() | 3.0 / 30.0 | 10× | 0.75× |" in table   # over 4 ms
+  assert "agree" in table and "B = 512: 2.0–4.0 ms" in table
+
+
+def test_a_table_without_pml_has_no_pml_columns():
+  table = bench.table(_report("abc", 2.0, 3.0))
+  assert table.splitlines()[0] == ("| objective | B = 512: ms | ours / floor | temp MB at 512 | "
+                                   "page faults a call at 512 |")
+  assert "| `nca` | 3.0 | 1.50× | 1 | 3 |" in table and "PML" not in table
+
+
+def test_merge_refuses_runs_of_different_commits():
+  with pytest.raises(ValueError, match="different commits"):
+    bench.merge([_report("abc", 2.0, 3.0), _report("def", 2.0, 3.0)])
