@@ -11,7 +11,8 @@ the cosine geometry) and returns the assignment of the restart of lowest inertia
   ``sum_i min(D(x_i)^2, |x_i - c|^2)``. A round draws the candidates of ``b`` centres at once
   (``b L`` points without replacement, proportional to ``D^2`` before the round: Gumbel
   top-``bL``), takes the best of each group of ``L`` and updates ``D^2``; every step is a
-  blocked ``[rows, bL]`` product. With ``b = 1`` this is greedy k-means++ itself;
+  blocked ``[rows, bL]`` product (when ``x`` is one block, the chosen candidates' distances
+  update ``D^2`` without a second product). With ``b = 1`` this is greedy k-means++ itself;
   ``b = ceil((k - 1) / seeding_rounds)`` (default 256 rounds) keeps the seeding a few hundred
   matrix products at large ``k`` (SOP: 11,316 clusters) instead of ``k`` passes over the data,
   and is exact up to 257 clusters. ``greedy=False`` draws one candidate (plain k-means++).
@@ -29,7 +30,9 @@ the cosine geometry) and returns the assignment of the restart of lowest inertia
 * **The assignment step** is the evaluation's blocked similarity: row blocks of ``x`` against
   all centres, ``S = 2 <x, c> - |c|^2`` (higher = closer, ``|x - c|^2 = |x|^2 - S``), a float32
   product at full precision on every platform (``similarity.inner_products``), so a GPU assigns
-  as the CPU does. Memory: ``x`` and the centres on the device plus one ``[rows, k]`` tile
+  as the CPU does. Each row's best centre is ``jnp.argmax``'s, taken on the CPU by a C++ kernel
+  (``top_m_kernel.argmax_rows_kernel``: XLA:CPU's argmax cost twice the product) with the same
+  result. Memory: ``x`` and the centres on the device plus one ``[rows, k]`` tile
   (``memory_bytes``, default 256 MiB).
 
 Restarts draw their seeds from ``seed`` (``jax.random``), so the result is a deterministic
@@ -48,7 +51,9 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
+from dml_jax import kernels
 from dml_jax import similarity
+from dml_jax.evaluation import top_m_kernel
 
 DEFAULT_MEMORY_BYTES = 256 * 2 ** 20
 SEEDING_ROUNDS = 256
@@ -95,14 +100,26 @@ def _blocks(x: jax.Array, rows: int) -> tuple[jax.Array, jax.Array]:
   return xb, valid
 
 
-@functools.partial(jax.jit, static_argnames=("rows",))
-def assign(x: jax.Array, centres: jax.Array, *, rows: int) -> tuple[jax.Array, jax.Array]:
+def _row_argmax(s: jax.Array, selection: str) -> tuple[jax.Array, jax.Array]:
+  """``(argmax int32 [R], max [R])`` of ``s [R, k]`` (the first index of the maximum): the C++
+  kernel where ``kernels.choose`` gives it, else ``jnp.argmax`` (the same numbers)."""
+  if kernels.choose("top_m.cc", selection) is not None:
+    return top_m_kernel.argmax_rows_kernel(s)
+  a = jnp.argmax(s, axis=1).astype(jnp.int32)
+  return a, jnp.take_along_axis(s, a[:, None], axis=1)[:, 0]
+
+
+@functools.partial(jax.jit, static_argnames=("rows", "selection"))
+def assign(x: jax.Array, centres: jax.Array, *, rows: int,
+           selection: str = "auto") -> tuple[jax.Array, jax.Array]:
   """Nearest centre of every point, by row blocks.
 
   Args:
     x: float32 ``[N, D]``.
     centres: float32 ``[k, D]``.
     rows: rows per block (:func:`block_rows`).
+    selection: the rows' argmax by the C++ kernel (``'kernel'``), by XLA (``'xla'``) or by
+      the kernel where it is available (``'auto'``); the same result.
 
   Returns:
     ``(assignment int32 [N], squared distance float32 [N])``; ties go to the lower centre id.
@@ -113,8 +130,7 @@ def assign(x: jax.Array, centres: jax.Array, *, rows: int) -> tuple[jax.Array, j
 
   def block(xr):
     s = 2.0 * similarity.inner_products(xr, centres) - cc[None, :]      # [rows, k]
-    a = jnp.argmax(s, axis=1).astype(jnp.int32)
-    best = jnp.take_along_axis(s, a[:, None], axis=1)[:, 0]
+    a, best = _row_argmax(s, selection)
     return a, jnp.maximum(jnp.sum(jnp.square(xr), axis=1) - best, 0.0)
 
   a, d2 = jax.lax.map(block, xb)
@@ -141,6 +157,7 @@ def seed_centres(x: jax.Array, key: jax.Array, *, k: int, per_round: int, trials
   chosen = jnp.zeros((1 + rounds * per_round, d), x.dtype).at[0].set(first)
   xb, valid = _blocks(x, rows)
   xxb = _blocks(xx[:, None], rows)[0][..., 0]
+  single = rows >= n
 
   def distances(xr, xxr, c):                     # [rows, D], [rows], [m, D] -> [rows, m]
     dist = xxr[:, None] - 2.0 * similarity.inner_products(xr, c) + jnp.sum(
@@ -154,16 +171,22 @@ def seed_centres(x: jax.Array, key: jax.Array, *, k: int, per_round: int, trials
     _, idx = jax.lax.top_k(logits, min(per_round * trials, n))
     idx = jnp.resize(idx, (per_round * trials,))  # (only when N < per_round * trials)
     candidates = x[idx]                                                     # [b * L, D]
-    d2b = _blocks(d2[:, None], rows)[0][..., 0]
-    # the potential sum_i min(D_i^2, |x_i - c|^2) of every candidate, by row blocks
-    potential = jnp.sum(jax.lax.map(
-        lambda a: jnp.sum(jnp.where(a[2][:, None], jnp.minimum(
-            a[3][:, None], distances(a[0], a[1], candidates)), 0.0), axis=0),
-        (xb, xxb, valid, d2b)), axis=0)
+    # the potential sum_i min(D_i^2, |x_i - c|^2) of every candidate
+    if single:   # one block: the candidates' distances serve the update of D^2 too
+      dist = distances(x, xx, candidates)                                   # [N, b * L]
+      potential = jnp.sum(jnp.minimum(d2[:, None], dist), axis=0)
+    else:        # by row blocks, and the chosen centres' distances computed again
+      d2b = _blocks(d2[:, None], rows)[0][..., 0]
+      potential = jnp.sum(jax.lax.map(
+          lambda a: jnp.sum(jnp.where(a[2][:, None], jnp.minimum(
+              a[3][:, None], distances(a[0], a[1], candidates)), 0.0), axis=0),
+          (xb, xxb, valid, d2b)), axis=0)
     best = jnp.argmin(potential.reshape(per_round, trials), axis=1)
     new = candidates.reshape(per_round, trials, d)[jnp.arange(per_round), best]   # [b, D]
     chosen = jax.lax.dynamic_update_slice(chosen, new, (1 + r * per_round, 0))
-    d2 = jnp.minimum(d2, jnp.min(distances(x, xx, new), axis=1))
+    new_dist = (dist[:, jnp.arange(per_round) * trials + best] if single
+                else distances(x, xx, new))                                 # [N, b]
+    d2 = jnp.minimum(d2, jnp.min(new_dist, axis=1))
     return chosen, d2
 
   chosen, _ = jax.lax.fori_loop(0, rounds, one_round, (chosen, d2))
@@ -211,15 +234,15 @@ def update_centres(x: jax.Array, assignment: jax.Array, d2: jax.Array, centres: 
 LLOYD_STEPS = 8   # Lloyd iterations per compiled call (the host checks progress in between)
 
 
-@functools.partial(jax.jit, static_argnames=("k", "rows", "one_hot", "steps"))
+@functools.partial(jax.jit, static_argnames=("k", "rows", "one_hot", "steps", "selection"))
 def lloyd(x: jax.Array, centres: jax.Array, assignment: jax.Array, d2: jax.Array,
           threshold: jax.Array, max_steps: jax.Array, *, k: int, rows: int, one_hot: bool,
-          steps: int = LLOYD_STEPS):
+          steps: int = LLOYD_STEPS, selection: str = "auto"):
   """Up to ``min(steps, max_steps)`` Lloyd iterations from ``centres [k, D]`` and their
   ``(assignment [N], d2 [N])``, in one compiled loop: each moves the centres to their
   clusters' means (:func:`update_centres`) and assigns again (:func:`assign`), and the loop
   stops once the centres moved by at most ``threshold`` (squared, summed) or no assignment
-  changed.
+  changed. ``selection``: :func:`assign`'s.
 
   Returns:
     ``(centres, assignment, d2, iterations done, converged)``.
@@ -231,7 +254,7 @@ def lloyd(x: jax.Array, centres: jax.Array, assignment: jax.Array, d2: jax.Array
     centres, a, d2, i, _ = carry
     new = update_centres(x, a, d2, centres, k=k, rows=rows, one_hot=one_hot)
     shift = jnp.sum(jnp.square(new - centres))
-    new_a, new_d2 = assign(x, new, rows=rows)
+    new_a, new_d2 = assign(x, new, rows=rows, selection=selection)
     return new, new_a, new_d2, i + 1, (shift <= threshold) | ~jnp.any(new_a != a)
 
   return jax.lax.while_loop(cond, body, (centres, assignment, d2, jnp.int32(0),
@@ -258,7 +281,7 @@ def _check(x, n_clusters, n_init, max_iter, tol, seeding_rounds) -> np.ndarray:
 
 def kmeans(x, *, n_clusters: int, seed: int = 0, n_init: int = 1, max_iter: int = MAX_ITER,
            tol: float = TOL, seeding_rounds: int = SEEDING_ROUNDS, greedy: bool = True,
-           memory_bytes: int = DEFAULT_MEMORY_BYTES,
+           memory_bytes: int = DEFAULT_MEMORY_BYTES, selection: str = "auto",
            show_progress: bool = False) -> KMeansResult:
   """k-means of ``x`` (module docstring), the best of ``n_init`` restarts.
 
@@ -272,12 +295,15 @@ def kmeans(x, *, n_clusters: int, seed: int = 0, n_init: int = 1, max_iter: int 
     seeding_rounds: k-means++ rounds (``k - 1`` centres drawn in this many rounds at most).
     greedy: each centre the best of ``2 + ln k`` candidates (else plain k-means++).
     memory_bytes: budget of one assignment tile ``[rows, k]``.
+    selection: the assignment's argmax (:func:`assign`): ``'auto'``, ``'kernel'`` or
+      ``'xla'``; the same clustering.
     show_progress: a progress line per restart (iterations, inertia).
 
   Returns:
     :class:`KMeansResult`.
   """
   x = _check(x, n_clusters, n_init, max_iter, tol, seeding_rounds)
+  kernels.choose("top_m.cc", selection)   # a bad or unavailable selection: one clear error
   n, k = x.shape[0], int(n_clusters)
   rows = block_rows(n, k, memory_bytes)
   per_round = max(1, math.ceil((k - 1) / seeding_rounds))
@@ -292,7 +318,7 @@ def kmeans(x, *, n_clusters: int, seed: int = 0, n_init: int = 1, max_iter: int 
   for restart, key in enumerate(jax.random.split(jax.random.key(seed), n_init)):
     centres = seed_centres(xd, key, k=k, per_round=per_round, trials=trials,
                            rows=seed_rows)
-    a, d2 = assign(xd, centres, rows=rows)
+    a, d2 = assign(xd, centres, rows=rows, selection=selection)
     bar = tqdm.tqdm(total=max_iter, desc=f"k-means k={k} restart {restart + 1}/{n_init}",
                     unit="it", leave=False, disable=not show_progress, dynamic_ncols=True,
                     mininterval=1.0)
@@ -300,7 +326,8 @@ def kmeans(x, *, n_clusters: int, seed: int = 0, n_init: int = 1, max_iter: int 
     while iterations < max_iter and not converged:
       centres, a, d2, done, converged = lloyd(xd, centres, a, d2, np.float32(threshold),
                                               np.int32(max_iter - iterations), k=k,
-                                              rows=rows, one_hot=one_hot)
+                                              rows=rows, one_hot=one_hot,
+                                              selection=selection)
       iterations += int(done)
       converged = bool(converged)
       if show_progress:

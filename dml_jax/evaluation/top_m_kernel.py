@@ -1,9 +1,9 @@
 """The C++ kernels of the tiled top-m search (``dml_jax/kernels/top_m.cc``), as calls from
 jitted code: the merge of a tile into the queries' running best (:func:`merge_tile_kernel`) and
 the rank counts of ``top_m.top_m_and_ranks`` (:func:`count_tile_kernel`), each one pass over
-the tile comparing 8 similarities at a time (AVX2, with a scalar form for other CPUs); and the
+the tile comparing 8 similarities at a time (AVX2, with a scalar form for other CPUs); the
 ``m`` best of whole rows for large ``m`` (:func:`select_rows_kernel`), by a linear-time
-selection per row.
+selection per row; and the best of each row (:func:`argmax_rows_kernel`), k-means' assignment.
 """
 
 from __future__ import annotations
@@ -106,3 +106,22 @@ def select_rows_kernel(s, starts, *, m: int, exclude_self: bool = False):
   out = jax.ShapeDtypeStruct((s.shape[0], m), np.int32)
   return jax.ffi.ffi_call(targets["select_rows"], out)(s, starts,
                                                       exclude_self=np.int32(exclude_self))
+
+
+def argmax_rows_kernel(s, *, vectorized: bool = True):
+  """The largest value of each row of ``s [R, K]`` and its index, exactly as ``jnp.argmax``
+  and ``take_along_axis`` give them (the first index of the maximum; the first NaN of a row
+  that has one), by the C++ kernel: one pass for the maximum, 8 values at a time, one for its
+  first index.
+
+  Args:
+    s: float32 ``[R, K]``, ``K >= 1``.
+    vectorized: ``False`` runs the kernel's scalar form.
+
+  Returns:
+    ``(index int32 [R], value float32 [R])``.
+  """
+  targets = kernels.require("top_m.cc")
+  out = (jax.ShapeDtypeStruct(s.shape[:1], np.int32), jax.ShapeDtypeStruct(s.shape[:1],
+                                                                           np.float32))
+  return jax.ffi.ffi_call(targets["argmax_rows"], out)(s, vectorized=np.int32(vectorized))

@@ -42,7 +42,7 @@ SOURCES = {
     # source -> {python name: exported handler symbol}
     "top_m.cc": {"merge_rows": "DmlJaxTopMMergeRows", "merge_both": "DmlJaxTopMMergeBoth",
                  "count_rows": "DmlJaxTopMCountRows", "count_both": "DmlJaxTopMCountBoth",
-                 "select_rows": "DmlJaxTopMSelectRows"},
+                 "select_rows": "DmlJaxTopMSelectRows", "argmax_rows": "DmlJaxTopMArgmaxRows"},
     "soft_pool.cc": {"forward": "DmlJaxSoftPoolForward", "backward": "DmlJaxSoftPoolBackward"},
     "conv.cc": {"forward": "DmlJaxConvForward", "kernel_grad": "DmlJaxConvKernelGrad"},
 }

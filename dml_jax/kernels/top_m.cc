@@ -548,6 +548,84 @@ ffi::Error SelectRowsImpl(ffi::Buffer<ffi::F32> s, ffi::Buffer<ffi::S32> starts,
   return ffi::Error::Success();
 }
 
+
+// ------------------------------------------------------------------------ row argmax
+// k-means' assignment step (dml_jax.evaluation.kmeans.assign): the index of the largest value
+// of each row of S [R, K] and that value, exactly as jnp.argmax and take_along_axis give them:
+// the first index of the row's maximum (-0.0 and +0.0 compare equal), or the first NaN of a
+// row that has one. One pass for the maximum, 8 values at a time, then one for its first
+// index (the row is in the cache by then). XLA:CPU's argmax is a variadic reduction that it
+// does not vectorise: it cost twice the [R, K] product it follows.
+
+inline int64_t ArgmaxScalar(const float* row, int64_t n) {
+  int64_t best = 0;
+  for (int64_t c = 0; c < n; ++c) {
+    if (row[c] != row[c]) return c;   // NaN
+    if (row[c] > row[best]) best = c;
+  }
+  return best;
+}
+
+#ifdef DML_JAX_X86
+__attribute__((target("avx2"))) int64_t ArgmaxAvx2(const float* row, int64_t n) {
+  const int64_t full = n / 8 * 8;
+  if (full == 0) return ArgmaxScalar(row, n);
+  __m256 top = _mm256_loadu_ps(row);
+  __m256 nan = _mm256_cmp_ps(top, top, _CMP_UNORD_Q);
+  for (int64_t c = 8; c < full; c += 8) {
+    const __m256 v = _mm256_loadu_ps(row + c);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    top = _mm256_max_ps(top, v);
+  }
+  if (_mm256_movemask_ps(nan) != 0) return ArgmaxScalar(row, n);   // the first NaN
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, top);
+  float m = lanes[0];
+  for (int i = 1; i < 8; ++i) m = lanes[i] > m ? lanes[i] : m;
+  for (int64_t c = full; c < n; ++c) {
+    if (row[c] != row[c]) return c;   // no NaN before the tail: the tail's first is the row's
+    m = row[c] > m ? row[c] : m;
+  }
+  const __m256 target = _mm256_set1_ps(m);
+  for (int64_t c = 0; c < full; c += 8) {
+    const int bits = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(row + c), target,
+                                                      _CMP_EQ_OQ));
+    if (bits != 0) return c + __builtin_ctz(static_cast<unsigned>(bits));
+  }
+  for (int64_t c = full; c < n; ++c) {
+    if (row[c] == m) return c;
+  }
+  return 0;   // not reached: m is a value of the row
+}
+#endif
+
+ffi::Error ArgmaxRowsImpl(ffi::Buffer<ffi::F32> s, int32_t vectorized,
+                          ffi::ResultBuffer<ffi::S32> index, ffi::ResultBuffer<ffi::F32> value) {
+  auto d = s.dimensions();
+  if (d.size() != 2 || d[1] < 1 || index->element_count() != d[0] ||
+      value->element_count() != d[0]) {
+    return ffi::Error::InvalidArgument("top_m argmax: s must be [R, K] with K >= 1, "
+                                       "index and value [R]");
+  }
+  const int64_t rows = d[0], cols = d[1];
+  bool avx2 = false;
+#ifdef DML_JAX_X86
+  avx2 = vectorized != 0 && __builtin_cpu_supports("avx2");
+#endif
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = s.typed_data() + r * cols;
+    int64_t best;
+#ifdef DML_JAX_X86
+    best = avx2 ? ArgmaxAvx2(row, cols) : ArgmaxScalar(row, cols);
+#else
+    best = ArgmaxScalar(row, cols);
+#endif
+    index->typed_data()[r] = static_cast<int32_t>(best);
+    value->typed_data()[r] = row[best];
+  }
+  return ffi::Error::Success();
+}
+
 }  // namespace
 
 // s [R, G], best (values, indices) [R, m], starts int32 [3] = (a_start, b_start, num_items);
@@ -626,3 +704,11 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(DmlJaxTopMSelectRows, SelectRowsImpl,
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Attr<int32_t>("exclude_self")
                                   .Ret<ffi::Buffer<ffi::S32>>());
+
+// s [R, K]; attribute vectorized (0 or 1); out (index int32 [R], value float32 [R]).
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DmlJaxTopMArgmaxRows, ArgmaxRowsImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Attr<int32_t>("vectorized")
+                                  .Ret<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());

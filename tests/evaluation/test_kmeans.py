@@ -9,6 +9,7 @@ from sklearn import metrics as sk_metrics
 
 from dml_jax import evaluation
 from dml_jax.evaluation import kmeans
+from dml_test_support import require_kernel
 
 
 def unit_gaussian(seed, n, d):
@@ -45,11 +46,14 @@ def test_hard_data_inertia_within_one_percent_of_sklearn(n, d, k, n_init):
   np.testing.assert_array_equal(got.assignment, np.argmin(d2, axis=1))
 
 
-def test_assign_is_the_nearest_centre_with_ties_to_the_lower_id():
+@pytest.mark.parametrize("selection", ["xla", "kernel"])
+def test_assign_is_the_nearest_centre_with_ties_to_the_lower_id(selection):
+  if selection == "kernel":
+    require_kernel("top_m.cc")
   rng = np.random.default_rng(3)
   x = rng.integers(-2, 3, size=(37, 3)).astype(np.float32)   # integer points: exact ties
   centres = np.array([[0, 0, 0], [1, 0, 0], [0, 0, 0], [-1, 1, 0]], np.float32)
-  a, d2 = kmeans.assign(jnp.asarray(x), jnp.asarray(centres), rows=8)
+  a, d2 = kmeans.assign(jnp.asarray(x), jnp.asarray(centres), rows=8, selection=selection)
   for i in range(len(x)):   # a loop oracle
     dist = [float(((x[i] - c) ** 2).sum()) for c in centres]
     assert int(a[i]) == dist.index(min(dist)) and float(d2[i]) == min(dist)
@@ -98,14 +102,25 @@ def test_greedy_seeding_beats_plain_kmeans_plus_plus_on_hard_data():
   assert greedy.inertia < 0.99 * plain.inertia
 
 
-def test_seeding_draws_distinct_data_points_in_rounds():
+@pytest.mark.parametrize("block", [64, 500])   # row blocks; one block (distances kept)
+def test_seeding_draws_distinct_data_points_in_rounds(block):
   x = unit_gaussian(2, 500, 4)
   for per_round, trials in ((1, 1), (1, 5), (7, 1), (7, 5)):
     c = np.asarray(kmeans.seed_centres(jnp.asarray(x), kmeans.jax.random.key(0), k=50,
-                                       per_round=per_round, trials=trials, rows=64))
+                                       per_round=per_round, trials=trials, rows=block))
     rows = [np.flatnonzero((x == ci).all(1)) for ci in c]
     assert all(len(r) == 1 for r in rows)          # every centre is a data point
     assert len({int(r[0]) for r in rows}) == 50    # never the same one twice
+
+
+def test_the_kernels_argmax_gives_xlas_clustering():
+  require_kernel("top_m.cc")
+  x = unit_gaussian(6, 900, 16)
+  got = kmeans.kmeans(x, n_clusters=60, seed=1, n_init=2, selection="kernel")
+  want = kmeans.kmeans(x, n_clusters=60, seed=1, n_init=2, selection="xla")
+  np.testing.assert_array_equal(got.assignment, want.assignment)
+  np.testing.assert_array_equal(got.centres, want.centres)
+  assert got.inertias == want.inertias and got.iterations == want.iterations
 
 
 def test_block_rows_bounds_the_tile():
@@ -132,6 +147,7 @@ def test_nmi_of_the_jax_kmeans_is_sklearns_nmi_of_its_assignment():
     (dict(n_clusters=2, n_init=0), "n_init must be an integer >= 1"),
     (dict(n_clusters=2, max_iter=True), "max_iter must be an integer"),
     (dict(n_clusters=2, tol=-1.0), "tol must be a number >= 0"),
+    (dict(n_clusters=2, selection="fast"), "kernel selection must be one of"),
 ])
 def test_bad_arguments_raise_one_clear_error(kwargs, match):
   with pytest.raises(ValueError, match=match):

@@ -1,6 +1,10 @@
 """The tiled top-m search (evaluation/top_m.py) and the retrieval fast path of knn: exact against
 the brute-force oracle."""
 
+import functools
+
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -427,3 +431,28 @@ def test_select_rows_kernel_long_rows(pattern):
   masked[np.arange(rows), np.arange(rows)] = -np.inf
   order = np.lexsort((np.broadcast_to(np.arange(cols), s.shape), -masked), axis=1)
   np.testing.assert_array_equal(got, order[:, :m])
+
+
+@pytest.mark.parametrize("vectorized", [True, False])
+@pytest.mark.parametrize("width", [1, 7, 8, 9, 16, 23, 659])
+def test_argmax_rows_kernel_is_jnp_argmax(vectorized, width):
+  # Ties, -0.0 beside +0.0, +-inf and NaN in the vectorised part and in the tail: the first
+  # index of the maximum (the first NaN of a row that has one), and that value, bit for bit.
+  require_kernel("top_m.cc")
+  rng = np.random.default_rng(width)
+  s = rng.integers(-3, 4, size=(12, width)).astype(np.float32)   # ties everywhere
+  s[0] = 0.0
+  s[0, width // 2] = -0.0
+  s[1] = -np.inf
+  s[2, -1] = np.inf
+  s[3, width // 3] = np.nan
+  s[4, -1] = np.nan
+  s[5, 0] = np.nan
+  s[6] = rng.normal(size=width)
+  index, value = jax.jit(functools.partial(top_m_kernel.argmax_rows_kernel,
+                                           vectorized=vectorized))(s)
+  want = np.asarray(jnp.argmax(s, axis=1))
+  np.testing.assert_array_equal(np.asarray(index), want)
+  want_value = s[np.arange(12), want]
+  np.testing.assert_array_equal(np.asarray(value), want_value)
+  np.testing.assert_array_equal(np.signbit(np.asarray(value)), np.signbit(want_value))
