@@ -173,6 +173,11 @@ def markdown_table(report: dict) -> str:
        for r in report["results"]])
 
 
+def table(report: dict) -> str:
+  """The docs table of a written report (:func:`markdown_table`)."""
+  return markdown_table(report)
+
+
 def run(*, num_images: int = 1024, image_size: int = 224, resize_size: int = 256,
         augmentations=DEFAULT_AUGMENTATIONS, workers=(0, 2), threads: int = 0,
         batch_size: int = 32, group_size: int = 4, images_per_class: int = 16,
@@ -236,8 +241,8 @@ def run(*, num_images: int = 1024, image_size: int = 224, resize_size: int = 256
             f"{row['images_per_s']:.1f} images/s (startup {row['startup_s']:.1f} s)")
   config["load_average"]["end"] = harness.load_average()
   config["total_s"] = time.perf_counter() - start_all
-  report = {"config": config, "results": results, "skipped": skipped,
-            "stamp": harness.stamp()}
+  report = {"script": "benchmarks/speed/input_pipeline.py", "config": config,
+            "results": results, "skipped": skipped, "stamp": harness.stamp()}
   harness.write_json(report, out)
   return report
 

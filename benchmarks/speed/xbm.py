@@ -189,7 +189,8 @@ def run(*, batch_size: int = 128, memory_sizes: Sequence[int] = DEFAULT_MEMORY_S
                                         if "pml_error" in row else ""))
   config["load_average"]["end"] = harness.load_average()
   config["total_s"] = time.perf_counter() - start_all
-  report = {"config": config, "results": results, "stamp": harness.stamp()}
+  report = {"script": "benchmarks/speed/xbm.py", "config": config, "results": results,
+            "stamp": harness.stamp()}
   harness.write_json(report, out)
   return report
 
@@ -211,6 +212,11 @@ def markdown_table(report: dict) -> str:
          f"PML {pml['repeats']} runs (capped)" if pml.get("capped") else "")])
   return harness.markdown_table(["objective", "M", "S", "ours ms", "temp MB", "PML ms",
                                  "PML/ours", "same loss", "notes"], rows)
+
+
+def table(report: dict) -> str:
+  """The docs table of a written report (:func:`markdown_table`)."""
+  return markdown_table(report)
 
 
 def define_flags():
