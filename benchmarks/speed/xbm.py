@@ -195,6 +195,12 @@ def run(*, batch_size: int = 128, memory_sizes: Sequence[int] = DEFAULT_MEMORY_S
   return report
 
 
+def _pml_failure(error: str) -> str:
+  if "alloc" in error.lower() or "memory" in error.lower():
+    return "PML out of memory"
+  return f"PML failed: {error[:80]}"
+
+
 def markdown_table(report: dict) -> str:
   """One row per (objective, M): our time and temp memory, PML's time, the ratio."""
   b = report["config"]["batch_size"]
@@ -208,7 +214,7 @@ def markdown_table(report: dict) -> str:
         harness.fmt(None if temp is None else temp / harness.MIB, ".1f"),
         harness.fmt(pml.get("median_ms"), ".1f"), harness.fmt(r["ratio"], ".2f"),
         {True: "yes", False: "NO", None: "—"}[r.get("loss_agrees")],
-        (f"PML failed: {r['pml_error'][:80]}" if "pml_error" in r else
+        (_pml_failure(r["pml_error"]) if "pml_error" in r else
          f"PML {pml['repeats']} runs (capped)" if pml.get("capped") else "")])
   return harness.markdown_table(["objective", "M", "S", "ours ms", "temp MB", "PML ms",
                                  "PML/ours", "same loss", "notes"], rows)
