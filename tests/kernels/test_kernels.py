@@ -38,7 +38,8 @@ def test_load_registers_the_handlers():
                                       "merge_both": "dml_jax_top_m_merge_both",
                                       "count_rows": "dml_jax_top_m_count_rows",
                                       "count_both": "dml_jax_top_m_count_both",
-                                      "select_rows": "dml_jax_top_m_select_rows"}
+                                      "select_rows": "dml_jax_top_m_select_rows",
+                                      "argmax_rows": "dml_jax_top_m_argmax_rows"}
   assert kernels.load("soft_pool.cc") == {"forward": "dml_jax_soft_pool_forward",
                                           "backward": "dml_jax_soft_pool_backward"}
   assert kernels.load("conv.cc") == {"forward": "dml_jax_conv_forward",
