@@ -39,6 +39,9 @@ import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MIB = 2.0 ** 20
+# how both sides of a benchmark ran, by --host_memory (dml_jax/run/host_memory.py)
+HOST_MEMORY = {"default": "with glibc's malloc defaults (as the main job runs)",
+               "keep": "keeping freed host memory (as the image configs and `eval.py` run)"}
 
 
 # ------------------------------------------------------------------------------------------

@@ -172,9 +172,8 @@ def add_ratios(rows: list[dict]) -> None:
 def table(report: dict) -> str:
   """The docs table of a written report: :func:`rows_table` under a line on the setting."""
   c = report["conditions"]
-  memory = {"keep": "keeping freed host memory (as the image configs and `eval.py` run)",
-            "default": "with glibc's malloc defaults"}[c["host_memory"]]
-  return (f"Both sides {memory}, {c['threads']} threads each, {c['rounds']} rounds.\n\n"
+  return (f"Both sides {harness.HOST_MEMORY[c['host_memory']]}, {c['threads']} threads each, "
+          f"{c['rounds']} rounds.\n\n"
           + rows_table(report["results"]))
 
 

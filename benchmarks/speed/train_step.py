@@ -382,23 +382,6 @@ def add_ratios(rows: list[dict]) -> None:
                      value=lambda r: r["examples_per_s"]["median"], rounds="round_medians")
 
 
-def table(report: dict) -> str:
-  """The docs table of a written report: the start-up table of a ``--startup`` report, else
-  :func:`rows_table` of its results and, where profiled, :func:`profile_table`."""
-  if "startup" in report:
-    first_only = report["conditions"].get(
-        "first_step_only", "--startup_first_step_only" in report["stamp"]["command"])
-    return startup_table(report["startup"], first_step_only=first_only)
-  text = (f"Both sides {HOST_MEMORY_TEXT[report['conditions']['host_memory']]}; "
-          f"{report['conditions']['rounds']} rounds of {report['conditions']['chunks']} timed "
-          "chunks.\n\n" + rows_table(report["results"]))
-  if report.get("profile"):
-    text += "\n\n" + profile_table(report["profile"])
-  return text
-
-
-HOST_MEMORY_TEXT = {"default": "with glibc's malloc defaults (as the main job runs)",
-                    "keep": "keeping freed host memory (as the image configs run)"}
 PROFILE_PARTS = (
     ("device_step_ms", "the jitted step (forward, backward, update), synchronised"),
     ("model_fwd_bwd_ms", "of which the model's forward + backward"),
@@ -409,6 +392,25 @@ PROFILE_PARTS = (
     ("dispatch_ms", "dispatching the step (asynchronous)"),
     ("loop_ms", "the training loop's chunk, per step"),
     ("log_sync_ms_per_log_step", "the log step's sync (once per log interval)"))
+STARTUP_TEXT = {
+    "digits_evenodd_eps": "the main job (`configs/digits_evenodd_eps.py`)",
+    "digits_evenodd_eps:smoke": "its smoke config (20 steps + evaluation)",
+    "resnet50_224": "ResNet-50, 224 px, batch 16 (`digits_image_folder.py:smoke` on PNG files)"}
+
+
+def table(report: dict) -> str:
+  """The docs table of a written report: the start-up table of a ``--startup`` report, else
+  :func:`rows_table` of its results and, where profiled, :func:`profile_table`."""
+  if "startup" in report:
+    first_only = report["conditions"].get(
+        "first_step_only", "--startup_first_step_only" in report["stamp"]["command"])
+    return startup_table(report["startup"], first_step_only=first_only)
+  text = (f"Both sides {harness.HOST_MEMORY[report['conditions']['host_memory']]}; "
+          f"{report['conditions']['rounds']} rounds of {report['conditions']['chunks']} timed "
+          "chunks.\n\n" + rows_table(report["results"]))
+  if report.get("profile"):
+    text += "\n\n" + profile_table(report["profile"])
+  return text
 
 
 def profile_table(profiles: dict) -> str:
@@ -429,12 +431,6 @@ def startup_table(results: dict, *, first_step_only: bool = False) -> str:
           else harness.fmt(row[k][m], ".1f")
           for m in ("first_step_s", "exit_s") for k in ("cold", "warm")]
        for name, row in results.items()])
-
-
-STARTUP_TEXT = {
-    "digits_evenodd_eps": "the main job (`configs/digits_evenodd_eps.py`)",
-    "digits_evenodd_eps:smoke": "its smoke config (20 steps + evaluation)",
-    "resnet50_224": "ResNet-50, 224 px, batch 16 (`digits_image_folder.py:smoke` on PNG files)"}
 
 
 def rows_table(rows: list[dict]) -> str:
