@@ -134,6 +134,7 @@ def evaluate_splits(embed_fn: Callable, splits: Mapping, *, protocols: tuple[str
     return cache[name]
 
   results = {}
+  seedings: dict[str, dict] = {}   # k-means++ seedings shared by the clusterings of a split
   for protocol, (split, label_set, gallery) in parsed:
     query = embedding(split)
     labels = protocols_lib.protocol_labels(splits[split], label_set)
@@ -152,7 +153,8 @@ def evaluate_splits(embed_fn: Callable, splits: Mapping, *, protocols: tuple[str
         with _phase(f"{protocol}: k-means and NMI", show_progress):
           row.update(metrics.clustering_metrics(
               geometry, labels, overcluster=_feasible_overcluster(overcluster, labels),
-              seed=seed, n_init=kmeans_n_init, kmeans=kmeans, show_progress=show_progress))
+              seed=seed, n_init=kmeans_n_init, kmeans=kmeans,
+              seedings=seedings.setdefault(split, {}), show_progress=show_progress))
       if "spectral_decay" in groups:
         row["rho"] = metrics.spectral_decay(geometry, skip_largest=rho_skip)
     except ValueError as e:

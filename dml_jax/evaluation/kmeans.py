@@ -4,19 +4,9 @@
 ``sum_i min_j |x_i - c_j|^2`` of ``x [N, D]`` (Euclidean; pass L2-normalised embeddings for
 the cosine geometry) and returns the assignment of the restart of lowest inertia.
 
-* **Seeding: greedy k-means++** (Arthur & Vassilvitskii; the greedy form is scikit-learn's),
-  drawn in rounds. The first centre is a uniformly random point. Every later one is the best of
-  ``L = 2 + floor(ln k)`` candidates drawn with probability proportional to ``D(x)^2``, the
-  squared distance to the nearest centre chosen so far: the candidate of lowest potential
-  ``sum_i min(D(x_i)^2, |x_i - c|^2)``. A round draws the candidates of ``b`` centres at once
-  (``b L`` points without replacement, proportional to ``D^2`` before the round: Gumbel
-  top-``bL``), takes the best of each group of ``L`` and updates ``D^2``; every step is a
-  blocked ``[rows, bL]`` product (when ``x`` is one block, the chosen candidates' distances
-  update ``D^2`` without a second product). With ``b = 1`` this is greedy k-means++ itself;
-  ``b = ceil((k - 1) / seeding_rounds)`` (default 256 rounds) keeps the seeding a few hundred
-  matrix products at large ``k`` (SOP: 11,316 clusters) instead of ``k`` passes over the data,
-  and is exact up to 257 clusters. ``greedy=False`` draws one candidate (plain k-means++).
-  (faiss, which pytorch-metric-learning's NMI uses, seeds with random points instead.)
+* **Seeding: greedy k-means++** in rounds (:mod:`dml_jax.evaluation.kmeans_seeding`): each
+  centre the best of ``2 + floor(ln k)`` candidates drawn proportionally to ``D(x)^2``, a few
+  centres a round from 257 clusters on; ``greedy=False`` draws one candidate.
 * **Lloyd iterations**: assign every point to its nearest centre, move each centre to the
   mean of its points (on the CPU by a scatter-add, elsewhere by one-hot products over row
   blocks, so that a GPU, whose scatter-add adds in the order its atomics land, gives the same
@@ -27,13 +17,20 @@ the cosine geometry) and returns the assignment of the restart of lowest inertia
   is the one of the final centres. The iterations run in compiled loops of ``LLOYD_STEPS``
   (:func:`lloyd`), the host looking in only between them: early embeddings need tens of
   iterations, and a round trip per iteration cost more than the iteration at small ``k``.
+* **Bounds**: from the second iteration on, a point is assigned again only when a lower
+  bound on its distance to every other centre no longer exceeds its distance to its own
+  (Hamerly's bound, the 64 centres that moved most measured exactly; :func:`lloyd`; from 64
+  clusters, below that every distance is computed), so the
+  work falls with the points still moving; the assignments are those of computing every
+  distance. ``d2`` of a point whose centre the bound kept is computed row by row, so the
+  inertia can differ from the dense computation's in the last digits.
 * **The assignment step** is the evaluation's blocked similarity: row blocks of ``x`` against
   all centres, ``S = 2 <x, c> - |c|^2`` (higher = closer, ``|x - c|^2 = |x|^2 - S``), a float32
   product at full precision on every platform (``similarity.inner_products``), so a GPU assigns
   as the CPU does. Each row's best centre is ``jnp.argmax``'s, taken on the CPU by a C++ kernel
   (``top_m_kernel.argmax_rows_kernel``: XLA:CPU's argmax cost twice the product) with the same
   result. Memory: ``x`` and the centres on the device plus one ``[rows, k]`` tile
-  (``memory_bytes``, default 256 MiB).
+  (``memory_bytes``, default 256 MiB) and the bounds' ``[N, 64]`` distances to the movers.
 
 Restarts draw their seeds from ``seed`` (``jax.random``), so the result is a deterministic
 function of ``(x, k, seed, n_init)`` on a platform; it is not scikit-learn's random stream, so
@@ -44,7 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
@@ -54,9 +50,11 @@ import tqdm
 from dml_jax import kernels
 from dml_jax import similarity
 from dml_jax.evaluation import top_m_kernel
+from dml_jax.evaluation.kmeans_seeding import SEEDING_ROUNDS
+from dml_jax.evaluation.kmeans_seeding import row_blocks as _blocks
+from dml_jax.evaluation.kmeans_seeding import seed_centres, seeding_schedule
 
 DEFAULT_MEMORY_BYTES = 256 * 2 ** 20
-SEEDING_ROUNDS = 256
 MAX_ITER = 100
 TOL = 1e-4
 
@@ -88,16 +86,6 @@ def block_rows(num_points: int, num_clusters: int, memory_bytes: int, *,
   ``memory_bytes``, at most ``max_rows`` and ``N``, at least 8."""
   rows = memory_bytes // (4 * 4 * max(num_clusters, 1))
   return int(max(8, min(num_points, rows, max_rows)))
-
-
-def _blocks(x: jax.Array, rows: int) -> tuple[jax.Array, jax.Array]:
-  """``x [N, D]`` zero-padded to ``[nb, rows, D]`` and the validity mask ``[nb, rows]``."""
-  n = x.shape[0]
-  nb = -(-n // rows)
-  pad = nb * rows - n
-  xb = jnp.pad(x, ((0, pad), (0, 0))).reshape(nb, rows, x.shape[1])
-  valid = (jnp.arange(nb * rows) < n).reshape(nb, rows)
-  return xb, valid
 
 
 def _row_argmax(s: jax.Array, selection: str) -> tuple[jax.Array, jax.Array]:
@@ -135,62 +123,6 @@ def assign(x: jax.Array, centres: jax.Array, *, rows: int,
 
   a, d2 = jax.lax.map(block, xb)
   return a.reshape(-1)[:n], d2.reshape(-1)[:n]
-
-
-def local_trials(k: int) -> int:
-  """Candidates per centre of greedy k-means++: ``2 + floor(ln k)`` (scikit-learn's)."""
-  return 2 + int(math.log(k))
-
-
-@functools.partial(jax.jit, static_argnames=("k", "per_round", "trials", "rows"))
-def seed_centres(x: jax.Array, key: jax.Array, *, k: int, per_round: int, trials: int,
-                 rows: int) -> jax.Array:
-  """Greedy k-means++ centres ``[k, D]`` drawn in rounds of ``per_round`` (module docstring):
-  each centre is the best of ``trials`` candidates, in row blocks of ``rows``."""
-  n, d = x.shape
-  rounds = -(-(k - 1) // per_round)
-  first_key, key = jax.random.split(key)
-  first = x[jax.random.randint(first_key, (), 0, n)]
-  xx = jnp.sum(jnp.square(x), axis=1)
-  d2 = jnp.maximum(xx - 2.0 * similarity.inner_products(x, first[None])[:, 0]
-                   + jnp.sum(jnp.square(first)), 0.0)
-  chosen = jnp.zeros((1 + rounds * per_round, d), x.dtype).at[0].set(first)
-  xb, valid = _blocks(x, rows)
-  xxb = _blocks(xx[:, None], rows)[0][..., 0]
-  single = rows >= n
-
-  def distances(xr, xxr, c):                     # [rows, D], [rows], [m, D] -> [rows, m]
-    dist = xxr[:, None] - 2.0 * similarity.inner_products(xr, c) + jnp.sum(
-        jnp.square(c), axis=1)[None, :]
-    return jnp.maximum(dist, 0.0)
-
-  def one_round(r, carry):
-    chosen, d2 = carry
-    gumbel = jax.random.gumbel(jax.random.fold_in(key, r), (n,))
-    logits = jnp.where(d2 > 0, jnp.log(jnp.maximum(d2, 1e-30)), -jnp.inf) + gumbel
-    _, idx = jax.lax.top_k(logits, min(per_round * trials, n))
-    idx = jnp.resize(idx, (per_round * trials,))  # (only when N < per_round * trials)
-    candidates = x[idx]                                                     # [b * L, D]
-    # the potential sum_i min(D_i^2, |x_i - c|^2) of every candidate
-    if single:   # one block: the candidates' distances serve the update of D^2 too
-      dist = distances(x, xx, candidates)                                   # [N, b * L]
-      potential = jnp.sum(jnp.minimum(d2[:, None], dist), axis=0)
-    else:        # by row blocks, and the chosen centres' distances computed again
-      d2b = _blocks(d2[:, None], rows)[0][..., 0]
-      potential = jnp.sum(jax.lax.map(
-          lambda a: jnp.sum(jnp.where(a[2][:, None], jnp.minimum(
-              a[3][:, None], distances(a[0], a[1], candidates)), 0.0), axis=0),
-          (xb, xxb, valid, d2b)), axis=0)
-    best = jnp.argmin(potential.reshape(per_round, trials), axis=1)
-    new = candidates.reshape(per_round, trials, d)[jnp.arange(per_round), best]   # [b, D]
-    chosen = jax.lax.dynamic_update_slice(chosen, new, (1 + r * per_round, 0))
-    new_dist = (dist[:, jnp.arange(per_round) * trials + best] if single
-                else distances(x, xx, new))                                 # [N, b]
-    d2 = jnp.minimum(d2, jnp.min(new_dist, axis=1))
-    return chosen, d2
-
-  chosen, _ = jax.lax.fori_loop(0, rounds, one_round, (chosen, d2))
-  return chosen[:k]
 
 
 def cluster_sums(x: jax.Array, assignment: jax.Array, *, k: int, rows: int,
@@ -232,36 +164,166 @@ def update_centres(x: jax.Array, assignment: jax.Array, d2: jax.Array, centres: 
 
 
 LLOYD_STEPS = 8   # Lloyd iterations per compiled call (the host checks progress in between)
+ACTIVE_ROWS = 512  # rows per block of the bounded assignment's gathered rows
 
 
-@functools.partial(jax.jit, static_argnames=("k", "rows", "one_hot", "steps", "selection"))
-def lloyd(x: jax.Array, centres: jax.Array, assignment: jax.Array, d2: jax.Array,
-          threshold: jax.Array, max_steps: jax.Array, *, k: int, rows: int, one_hot: bool,
-          steps: int = LLOYD_STEPS, selection: str = "auto"):
-  """Up to ``min(steps, max_steps)`` Lloyd iterations from ``centres [k, D]`` and their
-  ``(assignment [N], d2 [N])``, in one compiled loop: each moves the centres to their
-  clusters' means (:func:`update_centres`) and assigns again (:func:`assign`), and the loop
-  stops once the centres moved by at most ``threshold`` (squared, summed) or no assignment
-  changed. ``selection``: :func:`assign`'s.
+def rounding_margin(x: jax.Array) -> jax.Array:
+  """A bound on the float32 rounding of a squared distance ``|x|^2 - 2 <x, c> + |c|^2`` between
+  points of ``x [N, D]`` and their means: ``2 D 2^-23 max_i |x_i|^2`` (a D-term product's
+  worst case, twice). The bounded assignment keeps a point's centre only when the bounds
+  separate it from every other centre by more than this."""
+  return 2.0 * x.shape[1] * 2.0 ** -23 * jnp.max(jnp.sum(jnp.square(x), axis=1))
+
+
+def nearest_two(xr: jax.Array, centres: jax.Array, *,
+                selection: str = "auto") -> tuple[jax.Array, jax.Array, jax.Array]:
+  """The nearest centre of each row of ``xr [R, D]`` among ``centres [k, D]`` (as
+  :func:`assign`: the tile ``2 <x, c> - |c|^2``, ties to the lower id), its squared distance,
+  and the squared distance to the second nearest (``inf`` when ``k = 1``).
 
   Returns:
-    ``(centres, assignment, d2, iterations done, converged)``.
+    ``(assignment int32 [R], d2 float32 [R], second float32 [R])``.
   """
-  def cond(carry):
-    return ~carry[4] & (carry[3] < jnp.minimum(steps, max_steps))
+  s = 2.0 * similarity.inner_products(xr, centres) - jnp.sum(jnp.square(centres), axis=1)[None]
+  a, best = _row_argmax(s, selection)
+  other = jnp.max(jnp.where(jnp.arange(centres.shape[0])[None, :] == a[:, None], -jnp.inf, s),
+                  axis=1)
+  xx = jnp.sum(jnp.square(xr), axis=1)
+  return a, jnp.maximum(xx - best, 0.0), jnp.maximum(xx - other, 0.0)
+
+
+def refresh(x: jax.Array, centres: jax.Array, assignment: jax.Array, d2: jax.Array,
+            lower: jax.Array, active: jax.Array, margin: jax.Array, *, rows: int,
+            selection: str = "auto") -> tuple[jax.Array, jax.Array, jax.Array]:
+  """The nearest centre of every ``active`` point, computed in blocks of ``rows`` gathered
+  active points (as many blocks as there are active points): their assignment, squared
+  distance and the lower bound ``sqrt(second - margin)`` on the distance to every other
+  centre; the other points keep ``(assignment, d2, lower)``. Shapes: ``x [N, D]``, centres
+  ``[k, D]``, the rest ``[N]``.
+
+  Returns:
+    ``(assignment int32 [N], d2 float32 [N], lower float32 [N])``.
+  """
+  n = x.shape[0]
+  count = jnp.sum(active, dtype=jnp.int32)
+  ids = jnp.nonzero(active, size=n, fill_value=n)[0].astype(jnp.int32)
+  ids = jnp.pad(ids, (0, -(-n // rows) * rows - n), constant_values=n)
 
   def body(carry):
-    centres, a, d2, i, _ = carry
-    new = update_centres(x, a, d2, centres, k=k, rows=rows, one_hot=one_hot)
-    shift = jnp.sum(jnp.square(new - centres))
-    new_a, new_d2 = assign(x, new, rows=rows, selection=selection)
-    return new, new_a, new_d2, i + 1, (shift <= threshold) | ~jnp.any(new_a != a)
+    b, a, d2, lower = carry
+    rid = jax.lax.dynamic_slice(ids, (b * rows,), (rows,))
+    ra, rd2, rsecond = nearest_two(x[jnp.minimum(rid, n - 1)], centres, selection=selection)
+    rlower = jnp.sqrt(jnp.maximum(rsecond - margin, 0.0))
+    return (b + 1, a.at[rid].set(ra, mode="drop"), d2.at[rid].set(rd2, mode="drop"),
+            lower.at[rid].set(rlower, mode="drop"))
 
-  return jax.lax.while_loop(cond, body, (centres, assignment, d2, jnp.int32(0),
+  blocks = (count + rows - 1) // rows
+  _, a, d2, lower = jax.lax.while_loop(lambda c: c[0] < blocks, body,
+                                       (jnp.int32(0), assignment, d2, lower))
+  return a, d2, lower
+
+
+MOVERS = 64   # at most, the centres that moved most, whose distances the bounded assignment computes
+
+
+def _lower_bounds(x: jax.Array, xx: jax.Array, new: jax.Array, move: jax.Array,
+                  assignment: jax.Array, lower: jax.Array, margin: jax.Array) -> jax.Array:
+  """Lower bounds ``[N]`` on each point's distance to every centre but its own after the
+  centres moved (``new [k, D]``, squared moves ``move [k]``): the exact distances to the
+  ``MOVERS`` centres that moved most (``[N, MOVERS]`` products), and for the others the old
+  bound ``lower`` less the largest move among them."""
+  m = movers(new.shape[0])
+  top, moved = jax.lax.top_k(move, m + 1)
+  c = new[moved[:m]]
+  dist = (xx[:, None] - 2.0 * similarity.inner_products(x, c)
+          + jnp.sum(jnp.square(c), axis=1)[None, :])                        # [N, movers]
+  dist = jnp.where(moved[None, :m] == assignment[:, None], jnp.inf, dist)
+  exact = jnp.sqrt(jnp.maximum(jnp.min(dist, axis=1) - margin, 0.0))
+  # the old bounds less the largest other move, less a few float32 steps for the rounding
+  return jnp.minimum((lower - jnp.sqrt(top[m])) * (1.0 - 2.0 ** -20), exact)
+
+
+def movers(k: int) -> int:
+  """The centres whose distances the bounded assignment computes exactly: ``k // 8``, at
+  most ``MOVERS``; 0 (every distance computed, no bounds) below 64 centres."""
+  return min(MOVERS, k // 8) if k >= 64 else 0
+
+
+@functools.partial(jax.jit, static_argnames=("k", "rows", "one_hot", "steps", "selection",
+                                             "pruning"))
+def lloyd(x: jax.Array, centres: jax.Array, assignment: jax.Array, d2: jax.Array,
+          lower: jax.Array, threshold: jax.Array, max_steps: jax.Array, *, k: int, rows: int,
+          one_hot: bool, steps: int = LLOYD_STEPS, selection: str = "auto",
+          pruning: bool = True):
+  """Up to ``min(steps, max_steps)`` Lloyd iterations from ``centres [k, D]`` and their
+  ``(assignment [N], d2 [N], lower [N])``, in one compiled loop: each moves the centres to
+  their clusters' means (:func:`update_centres`) and assigns again, and the loop stops once the
+  centres moved by at most ``threshold`` (squared, summed) or no assignment changed.
+
+  The assignment (``pruning=True``, from 64 centres) computes the distances to all centres
+  only for the points whose centre could have changed (Hamerly's bound, with the largest
+  moves taken exactly): a point keeps its centre when its distance to it, computed again
+  (``N x D``), is below ``lower``, a bound on its distance to every other centre: the
+  second-nearest distance when it was last computed, less the largest move since of a centre
+  outside the :func:`movers` that moved most, and the exact distances to those movers
+  (:func:`_lower_bounds`); both sides by :func:`rounding_margin`. The other points are
+  computed in gathered blocks (:func:`refresh`). Where the bound holds, the nearest centre is
+  the same under any rounding, so the assignments, and the centres, are those of computing
+  every distance (``pruning=False``), and the work falls with the points still moving (on
+  Omniglot-like embeddings, under 1 % after the third iteration). ``selection``:
+  :func:`assign`'s.
+
+  Returns:
+    ``(centres, assignment, d2, lower, iterations done, converged)``.
+  """
+  margin = rounding_margin(x)
+  xx = jnp.sum(jnp.square(x), axis=1)
+
+  def cond(carry):
+    return ~carry[5] & (carry[4] < jnp.minimum(steps, max_steps))
+
+  def body(carry):
+    centres, a, d2, lower, i, _ = carry
+    new = update_centres(x, a, d2, centres, k=k, rows=rows, one_hot=one_hot)
+    move = jnp.sum(jnp.square(new - centres), axis=1)                     # [k], squared
+    cc = jnp.sum(jnp.square(new), axis=1)
+    if not (pruning and movers(k)):   # every distance, by row blocks
+      new_a, new_d2 = assign(x, new, rows=rows, selection=selection)
+      return (new, new_a, new_d2, lower, i + 1,
+              (jnp.sum(move) <= threshold) | ~jnp.any(new_a != a))
+    lower = _lower_bounds(x, xx, new, move, a, lower, margin)
+    own = jnp.maximum(xx - 2.0 * jnp.sum(x * new[a], axis=1) + cc[a], 0.0)
+    active = jnp.sqrt(own + margin) >= lower
+    new_a, new_d2, lower = refresh(x, new, a, own, lower, active, margin, rows=ACTIVE_ROWS,
+                                   selection=selection)
+    return (new, new_a, new_d2, lower, i + 1,
+            (jnp.sum(move) <= threshold) | ~jnp.any(new_a != a))
+
+  return jax.lax.while_loop(cond, body, (centres, assignment, d2, lower, jnp.int32(0),
                                          jnp.bool_(False)))
 
 
-def _check(x, n_clusters, n_init, max_iter, tol, seeding_rounds) -> np.ndarray:
+@functools.partial(jax.jit, static_argnames=("rows", "selection"))
+def assign_with_bounds(x: jax.Array, centres: jax.Array, *, rows: int,
+                       selection: str = "auto") -> tuple[jax.Array, jax.Array, jax.Array]:
+  """:func:`assign` of every point plus the lower bounds :func:`lloyd` starts from:
+  ``(assignment int32 [N], d2 [N], lower [N])``."""
+  n = x.shape[0]
+  return refresh(x, centres, jnp.zeros(n, jnp.int32), jnp.zeros(n, x.dtype),
+                 jnp.zeros(n, x.dtype), jnp.ones(n, bool), rounding_margin(x), rows=rows,
+                 selection=selection)
+
+
+@jax.jit
+def _mean_variance(x: jax.Array) -> jax.Array:
+  """The mean over dimensions of the per-dimension variance of ``x [N, D]``."""
+  return jnp.mean(jnp.var(x, axis=0))
+
+
+def _check(x, n_clusters, n_init, max_iter, tol, seeding_rounds, seedings) -> np.ndarray:
+  if seedings is not None and not isinstance(seedings, dict):
+    raise ValueError(f"seedings must be a dict (kept by the caller) or None, got "
+                     f"{type(seedings).__name__}.")
   x = np.asarray(x)
   if x.ndim != 2 or x.shape[0] < 1 or not np.issubdtype(x.dtype, np.number):
     raise ValueError(f"x must be a numeric [N, D] array with N >= 1, got shape {x.shape}.")
@@ -282,6 +344,7 @@ def _check(x, n_clusters, n_init, max_iter, tol, seeding_rounds) -> np.ndarray:
 def kmeans(x, *, n_clusters: int, seed: int = 0, n_init: int = 1, max_iter: int = MAX_ITER,
            tol: float = TOL, seeding_rounds: int = SEEDING_ROUNDS, greedy: bool = True,
            memory_bytes: int = DEFAULT_MEMORY_BYTES, selection: str = "auto",
+           seedings: dict | None = None, pruning: bool = True,
            show_progress: bool = False) -> KMeansResult:
   """k-means of ``x`` (module docstring), the best of ``n_init`` restarts.
 
@@ -297,37 +360,51 @@ def kmeans(x, *, n_clusters: int, seed: int = 0, n_init: int = 1, max_iter: int 
     memory_bytes: budget of one assignment tile ``[rows, k]``.
     selection: the assignment's argmax (:func:`assign`): ``'auto'``, ``'kernel'`` or
       ``'xla'``; the same clustering.
+    seedings: an empty dict the caller keeps while it clusters the same ``x`` several times
+      (NMI and NMI+ of each protocol of one split): the seedings are kept in it, and a
+      clustering into ``k`` clusters takes its centres from a seeding drawn for more clusters
+      with the same seed, restarts and ``seeding_schedule`` (or continues a shorter one)
+      instead of drawing them again; the result is the one without it. A dict filled for
+      other points is emptied first.
+    pruning: Lloyd's assignment computes only the distances that its bounds cannot rule out
+      (:func:`lloyd`); ``False`` computes them all (the same assignments, slower from 64
+      centres).
     show_progress: a progress line per restart (iterations, inertia).
 
   Returns:
     :class:`KMeansResult`.
   """
-  x = _check(x, n_clusters, n_init, max_iter, tol, seeding_rounds)
+  x = _check(x, n_clusters, n_init, max_iter, tol, seeding_rounds, seedings)
   kernels.choose("top_m.cc", selection)   # a bad or unavailable selection: one clear error
   n, k = x.shape[0], int(n_clusters)
   rows = block_rows(n, k, memory_bytes)
-  per_round = max(1, math.ceil((k - 1) / seeding_rounds))
-  trials = local_trials(k) if greedy else 1
+  _, per_round, trials = seeding_schedule(k, seeding_rounds, greedy)
+  if seedings is not None and not (isinstance(seedings.get("x"), np.ndarray)
+                                   and np.array_equal(seedings["x"], x)):
+    seedings.clear()
+    seedings["x"] = x
   # the seeding's tiles are narrow ([rows, b L]): only the memory bounds their rows
   seed_rows = block_rows(n, per_round * trials, memory_bytes, max_rows=n)
-  threshold = float(tol) * float(np.mean(np.var(x, axis=0, dtype=np.float64)))
+  threshold = float(tol) * float(_mean_variance(x))
   one_hot = jax.default_backend() != "cpu"   # deterministic sums off the CPU
   xd = jnp.asarray(x)
   best = None
   inertias = []
   for restart, key in enumerate(jax.random.split(jax.random.key(seed), n_init)):
     centres = seed_centres(xd, key, k=k, per_round=per_round, trials=trials,
-                           rows=seed_rows)
-    a, d2 = assign(xd, centres, rows=rows, selection=selection)
+                           rows=seed_rows, seedings=seedings)
+    if pruning and movers(k):
+      a, d2, lower = assign_with_bounds(xd, centres, rows=rows, selection=selection)
+    else:
+      (a, d2), lower = assign(xd, centres, rows=rows, selection=selection), jnp.zeros(n)
     bar = tqdm.tqdm(total=max_iter, desc=f"k-means k={k} restart {restart + 1}/{n_init}",
                     unit="it", leave=False, disable=not show_progress, dynamic_ncols=True,
                     mininterval=1.0)
     iterations, converged = 0, False
     while iterations < max_iter and not converged:
-      centres, a, d2, done, converged = lloyd(xd, centres, a, d2, np.float32(threshold),
-                                              np.int32(max_iter - iterations), k=k,
-                                              rows=rows, one_hot=one_hot,
-                                              selection=selection)
+      centres, a, d2, lower, done, converged = lloyd(
+          xd, centres, a, d2, lower, np.float32(threshold), np.int32(max_iter - iterations),
+          k=k, rows=rows, one_hot=one_hot, selection=selection, pruning=pruning)
       iterations += int(done)
       converged = bool(converged)
       if show_progress:

@@ -185,6 +185,7 @@ def retrieval_metrics(query, query_labels, gallery=None, gallery_labels=None, *,
 def clustering_metrics(embeddings, labels, *, n_clusters: int | None = None,
                        overcluster: float | None = None, seed: int = 0,
                        n_init: int = KMEANS_N_INIT, kmeans: str = "jax",
+                       seedings: dict | None = None,
                        show_progress: bool = False) -> dict[str, float]:
   """NMI of a k-means clustering of the embeddings with the labels, and the over-clustered NMI+.
 
@@ -213,6 +214,9 @@ def clustering_metrics(embeddings, labels, *, n_clusters: int | None = None,
     seed: the k-means random seed.
     n_init: k-means restarts (default ``KMEANS_N_INIT`` = 10).
     kmeans: ``'jax'`` or ``'sklearn'`` (above).
+    seedings: ``'jax'`` only: a dict kept for these embeddings across calls, in which the
+      k-means++ seedings are kept and shared (:func:`dml_jax.evaluation.kmeans.kmeans`); the
+      same numbers as without it.
     show_progress: a progress line per k-means restart.
 
   Returns:
@@ -238,7 +242,8 @@ def clustering_metrics(embeddings, labels, *, n_clusters: int | None = None,
     _check_num_clusters(f"overcluster * num_classes = {overcluster} * {num_classes}", k_plus,
                         x.shape[0])
   assign = functools.partial(kmeans_assignment, x, seed=seed, n_init=n_init,
-                             implementation=kmeans, show_progress=show_progress)
+                             implementation=kmeans, seedings=seedings,
+                             show_progress=show_progress)
   result = {"nmi": nmi(labels, assign(n_clusters=n_clusters))}
   if overcluster is not None:
     result["nmi+"] = nmi(labels, assign(n_clusters=k_plus))
@@ -246,14 +251,16 @@ def clustering_metrics(embeddings, labels, *, n_clusters: int | None = None,
 
 
 def kmeans_assignment(x, *, n_clusters: int, seed: int = 0, n_init: int = KMEANS_N_INIT,
-                      implementation: str = "jax", show_progress: bool = False) -> np.ndarray:
-  """Cluster ids int ``[N]`` of k-means on ``x [N, D]``: ``kmeans.kmeans`` (``'jax'``) or
-  ``sklearn.cluster.KMeans(n_clusters, n_init, random_state=seed)`` (``'sklearn'``)."""
+                      implementation: str = "jax", seedings: dict | None = None,
+                      show_progress: bool = False) -> np.ndarray:
+  """Cluster ids int ``[N]`` of k-means on ``x [N, D]``: ``kmeans.kmeans`` (``'jax'``, with
+  its ``seedings``) or ``sklearn.cluster.KMeans(n_clusters, n_init, random_state=seed)``
+  (``'sklearn'``)."""
   if implementation == "sklearn":
     return cluster.KMeans(n_clusters=n_clusters, n_init=n_init,
                           random_state=seed).fit_predict(np.asarray(x))
   return kmeans_lib.kmeans(x, n_clusters=n_clusters, seed=seed, n_init=n_init,
-                           show_progress=show_progress).assignment
+                           seedings=seedings, show_progress=show_progress).assignment
 
 
 def nmi(labels, assignment) -> float:

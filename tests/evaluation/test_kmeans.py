@@ -1,5 +1,6 @@
 """k-means in JAX (``evaluation.kmeans``) against scikit-learn's KMeans and numpy loops."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -102,17 +103,6 @@ def test_greedy_seeding_beats_plain_kmeans_plus_plus_on_hard_data():
   assert greedy.inertia < 0.99 * plain.inertia
 
 
-@pytest.mark.parametrize("block", [64, 500])   # row blocks; one block (distances kept)
-def test_seeding_draws_distinct_data_points_in_rounds(block):
-  x = unit_gaussian(2, 500, 4)
-  for per_round, trials in ((1, 1), (1, 5), (7, 1), (7, 5)):
-    c = np.asarray(kmeans.seed_centres(jnp.asarray(x), kmeans.jax.random.key(0), k=50,
-                                       per_round=per_round, trials=trials, rows=block))
-    rows = [np.flatnonzero((x == ci).all(1)) for ci in c]
-    assert all(len(r) == 1 for r in rows)          # every centre is a data point
-    assert len({int(r[0]) for r in rows}) == 50    # never the same one twice
-
-
 def test_the_kernels_argmax_gives_xlas_clustering():
   require_kernel("top_m.cc")
   x = unit_gaussian(6, 900, 16)
@@ -157,3 +147,52 @@ def test_bad_arguments_raise_one_clear_error(kwargs, match):
 def test_bad_implementation_name():
   with pytest.raises(ValueError, match="kmeans must be one of jax, sklearn, got 'faiss'"):
     evaluation.clustering_metrics(np.zeros((4, 2)), np.arange(4), kmeans="faiss")
+
+
+def bounded_cases():
+  blobs, _ = sk_datasets.make_blobs(n_samples=3000, centers=60, n_features=16,
+                                    cluster_std=1.5, random_state=0)
+  grid = np.random.default_rng(5).integers(-2, 3, size=(1500, 4))   # exact ties, duplicates
+  return {"blobs": (blobs, 80), "unit gaussian": (unit_gaussian(9, 2500, 24), 150),
+          "integer grid (ties)": (grid, 70), "64 clusters, 8 movers": (unit_gaussian(3, 800, 8), 64)}
+
+
+@pytest.mark.parametrize("case", sorted(bounded_cases()))
+def test_the_bounds_keep_the_assignments_of_every_distance(case):
+  x, k = bounded_cases()[case]
+  assert kmeans.movers(k) > 0
+  for seed in (0, 1):
+    got = kmeans.kmeans(x, n_clusters=k, seed=seed, n_init=2)
+    want = kmeans.kmeans(x, n_clusters=k, seed=seed, n_init=2, pruning=False)
+    np.testing.assert_array_equal(got.assignment, want.assignment)
+    np.testing.assert_array_equal(got.centres, want.centres)
+    assert got.iterations == want.iterations
+    np.testing.assert_allclose(got.inertias, want.inertias, rtol=1e-5)
+
+
+def test_the_lower_bounds_hold_after_every_iteration():
+  # lower[i] <= |x_i - c_j| for every centre j but x_i's own, iteration after iteration,
+  # and every point sits with its nearest centre (float64 oracle)
+  x = unit_gaussian(11, 2000, 16)
+  k = 200
+  xd = jnp.asarray(x)
+  rows = kmeans.block_rows(len(x), k, kmeans.DEFAULT_MEMORY_BYTES)
+  centres = kmeans.seed_centres(xd, jax.random.key(0), k=k, per_round=1, trials=6, rows=len(x))
+  a, d2, lower = kmeans.assign_with_bounds(xd, centres, rows=rows)
+  for _ in range(6):
+    centres, a, d2, lower, done, _ = kmeans.lloyd(
+        xd, centres, a, d2, lower, np.float32(0.0), np.int32(1), k=k, rows=rows,
+        one_hot=False, steps=1)
+    c = np.asarray(centres, np.float64)
+    dist = np.sqrt(((x[:, None, :].astype(np.float64) - c[None]) ** 2).sum(-1))   # [N, k]
+    a = np.asarray(a)
+    np.testing.assert_array_equal(a, dist.argmin(1))
+    others = dist.copy()
+    others[np.arange(len(x)), a] = np.inf
+    assert np.all(np.asarray(lower, np.float64) <= others.min(1) + 1e-6)
+    np.testing.assert_allclose(np.asarray(d2), dist[np.arange(len(x)), a] ** 2, atol=1e-5)
+    a = jnp.asarray(a)
+
+
+def test_movers_start_at_64_clusters():
+  assert [kmeans.movers(k) for k in (1, 63, 64, 200, 600, 11316)] == [0, 0, 8, 25, 64, 64]
