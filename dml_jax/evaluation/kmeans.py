@@ -223,7 +223,7 @@ def refresh(x: jax.Array, centres: jax.Array, assignment: jax.Array, d2: jax.Arr
   return a, d2, lower
 
 
-MOVERS = 64   # at most, the centres that moved most, whose distances the bounded assignment computes
+MOVERS = 64   # the most centres whose distances the bounded assignment computes exactly
 
 
 def _lower_bounds(x: jax.Array, xx: jax.Array, new: jax.Array, move: jax.Array,

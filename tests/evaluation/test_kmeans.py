@@ -154,7 +154,8 @@ def bounded_cases():
                                     cluster_std=1.5, random_state=0)
   grid = np.random.default_rng(5).integers(-2, 3, size=(1500, 4))   # exact ties, duplicates
   return {"blobs": (blobs, 80), "unit gaussian": (unit_gaussian(9, 2500, 24), 150),
-          "integer grid (ties)": (grid, 70), "64 clusters, 8 movers": (unit_gaussian(3, 800, 8), 64)}
+          "integer grid (ties)": (grid, 70),
+          "64 clusters, 8 movers": (unit_gaussian(3, 800, 8), 64)}
 
 
 @pytest.mark.parametrize("case", sorted(bounded_cases()))
