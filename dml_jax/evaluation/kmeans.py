@@ -365,7 +365,8 @@ def kmeans(x, *, n_clusters: int, seed: int = 0, n_init: int = 1, max_iter: int 
       clustering into ``k`` clusters takes its centres from a seeding drawn for more clusters
       with the same seed, restarts and ``seeding_schedule`` (or continues a shorter one)
       instead of drawing them again; the result is the one without it. A dict filled for
-      other points is emptied first.
+      other points is emptied first. It holds each restart's centres ``[k, D]`` and
+      distances ``[N]`` (SOP, 10 restarts: 230 MB) until the caller drops it.
     pruning: Lloyd's assignment computes only the distances that its bounds cannot rule out
       (:func:`lloyd`); ``False`` computes them all (the same assignments, slower from 64
       centres).
