@@ -264,11 +264,13 @@ def compile_and_time(fn: Callable, args: Sequence, *, repeats: int, warmup: int,
 
 
 def write_json(report: Any, out: str, *, indent: int = 2) -> None:
-  """Writes ``report`` to ``out`` (creating its folder); nothing when ``out`` is ''."""
+  """Writes ``report`` to ``out`` (creating its folder) and says so; nothing when ``out`` is
+  ''."""
   if out:
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w") as f:
       json.dump(report, f, indent=indent)
+    print(f"wrote {out}")
 
 
 def fmt(value, spec: str, empty: str = "—") -> str:

@@ -275,7 +275,6 @@ def main(argv: list[str] | None = None) -> int:
     harness.write_json({"script": "benchmarks/speed/backbones.py", "conditions": conditions,
                         "results": rows, "stamp": harness.stamp()},
                        args.out, indent=1)
-    print(f"wrote {args.out}")
   return 0
 
 

@@ -122,7 +122,6 @@ def main(argv: list[str] | None = None) -> int:
     harness.write_json({"script": "benchmarks/speed/host_memory.py", "rows": rows,
                         "runs": runs, "cpu_count": os.cpu_count(), "stamp": harness.stamp()},
                        args.out, indent=1)
-    print(f"wrote {args.out}")
   return 0
 
 

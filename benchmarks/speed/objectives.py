@@ -747,8 +747,8 @@ def main(argv):
       merged = merge(reports)
     except ValueError as e:
       raise SystemExit(f"--merge: {e}") from None
+    print(table(merged) + "\n")
     harness.write_json(merged, f.out, indent=None)
-    print(table(merged) + (f"\n\nwrote {f.out}" if f.out else ""))
     return
   smoke = f.smoke
   if f.host_memory == "keep":

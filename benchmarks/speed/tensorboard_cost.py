@@ -87,9 +87,7 @@ def main(argv: list[str] | None = None) -> int:
   config, rounds = (CONFIG + ":smoke", 1) if args.smoke else (CONFIG, args.rounds)
   report = {"script": SCRIPT, **run(rounds=rounds, config=config), "stamp": harness.stamp()}
   print(table(report))
-  if args.out:
-    harness.write_json(report, args.out, indent=1)
-    print(f"wrote {args.out}")
+  harness.write_json(report, args.out, indent=1)
   return 0
 
 

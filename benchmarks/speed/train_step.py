@@ -562,7 +562,6 @@ def main(argv: list[str] | None = None) -> int:
       harness.write_json({"script": SCRIPT, "conditions": conditions, "startup": results,
                           "stamp": harness.stamp()},
                          args.out, indent=1)
-      print(f"wrote {args.out}")
     return 0
   if args.smoke:
     args.cases, args.sides, args.rounds, args.chunks = SMOKE_CASES, "dml_jax", 1, 1
@@ -638,7 +637,6 @@ def main(argv: list[str] | None = None) -> int:
   if args.out:
     harness.write_json({"script": SCRIPT, "conditions": conditions, "results": rows,
                         "profile": profiles, "stamp": harness.stamp()}, args.out, indent=1)
-    print(f"wrote {args.out}")
   return 0
 
 

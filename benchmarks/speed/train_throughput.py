@@ -246,9 +246,7 @@ def main(argv: list[str] | None = None) -> int:
   report = {"script": SCRIPT, "device": device, "backend": jax.default_backend(),
             "device_count": jax.device_count(), "results": rows, "stamp": harness.stamp()}
   print(table(report))
-  if args.out:
-    harness.write_json(report, args.out, indent=1)
-    print(f"wrote {args.out}")
+  harness.write_json(report, args.out, indent=1)
   return 0
 
 
