@@ -286,12 +286,12 @@ def lloyd(x: jax.Array, centres: jax.Array, assignment: jax.Array, d2: jax.Array
     centres, a, d2, lower, i, _ = carry
     new = update_centres(x, a, d2, centres, k=k, rows=rows, one_hot=one_hot)
     move = jnp.sum(jnp.square(new - centres), axis=1)                     # [k], squared
-    cc = jnp.sum(jnp.square(new), axis=1)
     if not (pruning and movers(k)):   # every distance, by row blocks
       new_a, new_d2 = assign(x, new, rows=rows, selection=selection)
       return (new, new_a, new_d2, lower, i + 1,
               (jnp.sum(move) <= threshold) | ~jnp.any(new_a != a))
     lower = _lower_bounds(x, xx, new, move, a, lower, margin)
+    cc = jnp.sum(jnp.square(new), axis=1)
     own = jnp.maximum(xx - 2.0 * jnp.sum(x * new[a], axis=1) + cc[a], 0.0)
     active = jnp.sqrt(own + margin) >= lower
     new_a, new_d2, lower = refresh(x, new, a, own, lower, active, margin, rows=ACTIVE_ROWS,
