@@ -13,6 +13,17 @@ JAX operation they come from (from the compiled HLO's metadata). Ops that XLA ru
 time overlap, and an op dispatched asynchronously (a dot that XLA hands to Eigen's thread pool)
 shows only its dispatch, so the shares need not add up to 100 %. Writes the table as JSON to
 ``--out`` when given.
+
+  python benchmarks/profiling/op_profile.py --trace_dir=runs/tp/bfloat16 --calls=3
+
+reads a trace written elsewhere instead (``benchmarks/speed/train_throughput.py --trace``: the
+training step, with its compiled HLO in ``step.hlo.txt``). On a GPU the ops are the kernels
+of the device's streams, grouped by the HLO op that launched them (a convolution's cuDNN
+kernels, a fusion's kernel); ``busy`` is the time at least one of them ran. Every table also
+sums the ops by kind (:func:`op_kind`: convolutions forward / input gradient / weight
+gradient, matmuls, reduction and elementwise fusions, copies, other), the first thing to read
+when a step is slower than it should be: on a GPU a ResNet's convolutions are bound by the
+tensor cores, its BatchNorm / ReLU / residual fusions by memory.
 """
 
 import collections
@@ -46,23 +57,65 @@ flags.DEFINE_integer("dim", 512, "D.")
 flags.DEFINE_integer("per_class", 8, "Examples per class.")
 flags.DEFINE_integer("calls", 10, "Profiled calls (after 3 warm-up calls).")
 flags.DEFINE_integer("top", 15, "Ops printed.")
+flags.DEFINE_string("trace_dir", "", "Read this trace (and its step.hlo.txt) instead of "
+                    "profiling; --calls = the calls it holds.")
 flags.DEFINE_string("out", "", "JSON file of the table ('' = none).")
 
-def op_times(trace_dir: str, calls: int) -> list[dict]:
-  """``[{'op', 'ms_per_call', 'count_per_call'}]`` from the Perfetto trace in ``trace_dir``,
-  by decreasing time."""
+def trace_events(trace_dir: str) -> list[dict]:
+  """The events of the Perfetto trace under ``trace_dir`` (``jax.profiler.trace(...,
+  create_perfetto_trace=True)``)."""
   paths = glob.glob(os.path.join(trace_dir, "**", "*perfetto_trace.json.gz"), recursive=True)
   if not paths:
     raise FileNotFoundError(f"no Perfetto trace under {trace_dir}")
-  with gzip.open(paths[0]) as f:
+  with gzip.open(sorted(paths)[-1]) as f:
     trace = json.load(f)
-  events = trace["traceEvents"] if isinstance(trace, dict) else trace
+  return trace["traceEvents"] if isinstance(trace, dict) else trace
+
+
+def op_events(events: list[dict]) -> list[dict]:
+  """The events of XLA's ops: on the device planes (``/device:...``) where the trace has any,
+  else on the host (XLA:CPU runs its ops there). On a device plane with an ``XLA Ops`` line,
+  that line only (the streams' kernel events repeat it); otherwise every event that names its
+  HLO op (``args.hlo_op``). On the host, an op's event carries its name as ``hlo_op`` (host
+  and runtime events do not)."""
+  names = {(e.get("pid"), e.get("tid")): e.get("args", {}).get("name", "")
+           for e in events if e.get("ph") == "M" and e.get("name") in ("process_name",
+                                                                       "thread_name")}
+  spans = [e for e in events if e.get("ph") == "X"]
+  devices = {e["pid"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
+             and str(e.get("args", {}).get("name", "")).startswith("/device:")}
+  device_ops = [e for e in spans if e.get("pid") in devices and "hlo_op" in e.get("args", {})]
+  if devices:
+    xla_ops = {k for k, v in names.items() if k[0] in devices and k[1] is not None
+               and v == "XLA Ops"}
+    if xla_ops:
+      return [dict(e, args={**e.get("args", {}), "hlo_op": e.get("args", {}).get("hlo_op",
+                                                                                  e["name"])})
+              for e in spans if (e.get("pid"), e.get("tid")) in xla_ops]
+    if device_ops:
+      return device_ops
+  return [e for e in spans if e.get("args", {}).get("hlo_op") == e["name"]]
+
+
+def busy_us(events: list[dict]) -> float:
+  """Microseconds during which at least one of ``events`` ran (their union)."""
+  total, end = 0.0, float("-inf")
+  for e in sorted(events, key=lambda e: e["ts"]):
+    start, stop = e["ts"], e["ts"] + e.get("dur", 0)
+    if stop > end:
+      total += stop - max(start, end)
+      end = stop
+  return total
+
+
+def op_times(trace_dir: str, calls: int) -> list[dict]:
+  """``[{'op', 'ms_per_call', 'count_per_call'}]`` from the Perfetto trace in ``trace_dir``
+  (:func:`op_events`), by decreasing time."""
   total, count = collections.Counter(), collections.Counter()
-  for e in events:
-    # an XLA op's event carries its name as hlo_op (host and runtime events do not)
-    if e.get("ph") == "X" and e.get("args", {}).get("hlo_op") == e["name"]:
-      total[e["name"]] += e.get("dur", 0)
-      count[e["name"]] += 1
+  for e in op_events(trace_events(trace_dir)):
+    name = e["args"]["hlo_op"]
+    total[name] += e.get("dur", 0)
+    count[name] += 1
   return [{"op": name, "ms_per_call": us / calls / 1e3, "count_per_call": count[name] / calls}
           for name, us in total.most_common()]
 
@@ -83,10 +136,84 @@ def hlo_origins(hlo_text: str) -> dict[str, tuple[str, str]]:
   return out
 
 
+KINDS = ("convolution (forward)", "convolution (input gradient)",
+         "convolution (weight gradient)", "matmul", "reduction fusion", "elementwise fusion",
+         "copy / transpose", "other")
+_CUSTOM_CALL = re.compile(r'custom_call_target="([^"]+)"')
+_FUSION_KIND = re.compile(r"\bkind=(k\w+)")
+_OPCODE = re.compile(r"^\s*(?:ROOT )?%?[\w.\-]+ = (?:\(.*?\)|\S+) ([\w\-]+)\(")
+
+
+def op_kind(line: str) -> str:
+  """The kind (one of ``KINDS``) of the op an HLO line defines: cuDNN's convolution custom
+  calls by direction (a plain ``convolution``: forward), cuBLAS / Triton GEMMs and ``dot`` as
+  matmuls, fusions by XLA's fusion kind (``kInput``: a reduction; ``kLoop``: elementwise;
+  ``kOutput`` or a GEMM inside: a matmul), copies and transposes; anything else (a pooling
+  window, a custom call of another target) is ``other``."""
+  target = _CUSTOM_CALL.search(line)
+  target = target.group(1) if target else ""
+  opcode = _OPCODE.match(line)
+  opcode = opcode.group(1) if opcode else ""
+  text = target + " " + line if target else line
+  if "convBackwardInput" in text:
+    return "convolution (input gradient)"
+  if "convBackwardFilter" in text:
+    return "convolution (weight gradient)"
+  if "convForward" in text or "convBiasActivationForward" in text or opcode == "convolution":
+    return "convolution (forward)"
+  if opcode == "dot" or re.search(r"gemm|matmul|cublas", target):
+    return "matmul"
+  if opcode == "fusion":
+    kind = _FUSION_KIND.search(line)
+    kind = kind.group(1) if kind else ""
+    if kind == "kInput":
+      return "reduction fusion"
+    if kind == "kLoop":
+      return "elementwise fusion"
+    if kind == "kOutput" or re.search(r"triton_gemm|cudnn\$fusion|gemm|dot\(", line):
+      return "matmul"
+    return "other"
+  if opcode in ("copy", "transpose", "copy-start", "copy-done"):
+    return "copy / transpose"
+  if opcode == "reduce":
+    return "reduction fusion"
+  return "other"
+
+
+def hlo_kinds(hlo_text: str) -> dict[str, str]:
+  """``{op name: op_kind(its line)}`` for every op defined in ``hlo_text``."""
+  out = {}
+  for line in hlo_text.splitlines():
+    definition = HLO_DEF.match(line)
+    if definition:
+      out.setdefault(definition.group(1), op_kind(line))
+  return out
+
+
+def kind_totals(rows: list[dict]) -> list[dict]:
+  """``[{'kind', 'ms_per_call', 'ops'}]``: the rows' time summed by ``kind``, in ``KINDS``
+  order (kinds with no op left out)."""
+  ms, ops = collections.Counter(), collections.Counter()
+  for r in rows:
+    ms[r["kind"]] += r["ms_per_call"]
+    ops[r["kind"]] += 1
+  return [{"kind": k, "ms_per_call": ms[k], "ops": ops[k]} for k in KINDS if ops[k]]
+
+
+def annotate(rows: list[dict], hlo_text: str) -> list[dict]:
+  """Each row with its ``shape`` and ``from`` (:func:`hlo_origins`) and ``kind``
+  (:func:`hlo_kinds`; ``other`` for an op the HLO does not define)."""
+  origins, kinds = hlo_origins(hlo_text), hlo_kinds(hlo_text)
+  for r in rows:
+    r["shape"], r["from"] = origins.get(r["op"], ("", ""))
+    r["kind"] = kinds.get(r["op"], "other")
+  return rows
+
+
 def profile_call(fn, args, *, calls: int) -> tuple[float, list[dict]]:
   """``(wall ms per call, ops)`` of the jitted ``fn(*args)`` (see :func:`op_times`), each op
   with its ``shape`` and ``from`` (the JAX operation) from the compiled HLO."""
-  origins = hlo_origins(fn.lower(*args).compile().as_text())
+  hlo_text = fn.lower(*args).compile().as_text()
   for _ in range(3):
     jax.block_until_ready(fn(*args))
   with tempfile.TemporaryDirectory() as trace_dir:
@@ -95,9 +222,7 @@ def profile_call(fn, args, *, calls: int) -> tuple[float, list[dict]]:
       for _ in range(calls):
         jax.block_until_ready(fn(*args))
     wall_ms = (time.perf_counter() - start) / calls * 1e3
-    rows = op_times(trace_dir, calls)
-  for r in rows:
-    r["shape"], r["from"] = origins.get(r["op"], ("", ""))
+    rows = annotate(op_times(trace_dir, calls), hlo_text)
   return wall_ms, rows
 
 
@@ -127,9 +252,28 @@ def profile_backbone(case: str, *, calls: int) -> dict:
   return {"backbone": case, "wall_ms_per_call": wall_ms, "ops": rows}
 
 
+def profile_trace(trace_dir: str, *, calls: int) -> dict:
+  """The same for a trace written elsewhere (``train_throughput.py --trace``): its ops, with
+  shapes, origins and kinds from ``trace_dir/step.hlo.txt`` when there is one;
+  ``wall_ms_per_call`` is the span from the first op's start to the last op's end, and
+  ``busy_ms_per_call`` the time at least one op ran, both per call."""
+  events = op_events(trace_events(trace_dir))
+  if not events:
+    raise ValueError(f"the trace under {trace_dir} has no XLA op events")
+  hlo_path = os.path.join(trace_dir, "step.hlo.txt")
+  hlo_text = open(hlo_path).read() if os.path.exists(hlo_path) else ""
+  span = max(e["ts"] + e.get("dur", 0) for e in events) - min(e["ts"] for e in events)
+  return {"trace_dir": trace_dir, "calls": calls, "wall_ms_per_call": span / calls / 1e3,
+          "busy_ms_per_call": busy_us(events) / calls / 1e3,
+          "ops": annotate(op_times(trace_dir, calls), hlo_text)}
+
+
 def main(argv):
   del argv
-  if FLAGS.backbone:
+  if FLAGS.trace_dir:
+    report = profile_trace(FLAGS.trace_dir, calls=FLAGS.calls)
+    what = f"{FLAGS.trace_dir} (busy {report['busy_ms_per_call']:.1f} ms per call)"
+  elif FLAGS.backbone:
     report = profile_backbone(FLAGS.backbone, calls=FLAGS.calls)
     what = f"{FLAGS.backbone} forward + backward"
   else:
@@ -142,6 +286,11 @@ def main(argv):
       ["op", "shape", "from", "ms per call", "share of the call"],
       [[r["op"], r["shape"], r["from"], f"{r['ms_per_call']:.2f}",
         f"{100 * r['ms_per_call'] / wall_ms:.0f} %"] for r in report["ops"][:FLAGS.top]]))
+  report["kinds"] = kind_totals(report["ops"])
+  print("\n" + harness.markdown_table(
+      ["kind", "ops", "ms per call", "share of the call"],
+      [[k["kind"], k["ops"], f"{k['ms_per_call']:.2f}",
+        f"{100 * k['ms_per_call'] / wall_ms:.0f} %"] for k in report["kinds"]]))
   harness.write_json({**report, "stamp": harness.stamp()}, FLAGS.out)
 
 

@@ -29,6 +29,12 @@ steps (compilation):
   its first batch (the time to that batch is ``input_first_batch_s``): what the input side
   can deliver.
 
+``--set key=value`` (repeatable) overrides config keys as ``train.py``'s ``--config.key=value``
+would (e.g. ``--set=model.conv_impl=lax``), for comparing variants of the step; each row
+records its ``set``. ``--trace=DIR`` profiles ``--trace_steps`` more synthetic steps under
+``jax.profiler`` into ``DIR/<dtype>/`` (the trace, and ``step.hlo.txt``: the compiled step),
+which ``benchmarks/profiling/op_profile.py --trace_dir`` reads.
+
 Images/s = steps x global batch / seconds. If ``real`` is well below ``synthetic`` while
 ``input only`` is near ``real``, the input pipeline limits (raise ``data.num_threads`` /
 ``data.num_workers``, or use the cache: ``cached``); if ``real`` ≈ ``synthetic``, the devices
@@ -58,6 +64,7 @@ from dml_jax import parallel  # noqa: E402
 from dml_jax.run import train_input  # noqa: E402
 from dml_jax.run import training  # noqa: E402
 from dml_jax.data import cache as cache_lib  # noqa: E402
+from dml_jax.run import overrides  # noqa: E402
 
 INPUTS = ("real", "cached", "synthetic", "input_only")
 SCRIPT = "benchmarks/speed/train_throughput.py"
@@ -104,11 +111,29 @@ def make_config(args, *, root: str, dtype: str):
   if args.num_workers is not None:
     c.data.num_workers = args.num_workers
   c.num_train_steps = 10 ** 9
+  if args.set:
+    c = overrides.apply(c, overrides.parse_assignments(args.set), from_strings=True)
   return c
 
 
-def measure(config, *, inputs: list[str], steps: int, warmup: int) -> dict:
-  """Images/s of each of ``inputs`` for ``config`` (module docstring)."""
+def trace_steps(step_fn, state, halted, images, labels, keys, trace_dir: str):
+  """Runs the step once per key under ``jax.profiler`` into ``trace_dir`` and writes the
+  compiled step's HLO text there (``step.hlo.txt``); returns the new ``(state, halted)``."""
+  os.makedirs(trace_dir, exist_ok=True)
+  hlo = step_fn.lower(state, halted, images, labels, keys[0]).compile().as_text()
+  with open(os.path.join(trace_dir, "step.hlo.txt"), "w") as f:
+    f.write(hlo)
+  with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+    for key in keys:
+      state, halted, metrics = step_fn(state, halted, images, labels, key)
+    jax.block_until_ready((state, halted, metrics))
+  return state, halted
+
+
+def measure(config, *, inputs: list[str], steps: int, warmup: int, trace_dir: str = "",
+            trace_steps_n: int = 3) -> dict:
+  """Images/s of each of ``inputs`` for ``config`` (module docstring); with ``trace_dir``,
+  ``trace_steps_n`` synthetic steps profiled there after the measurements."""
   setup = training.build(config)
   b = config.batch_size
   step_fn = training.make_guarded_step(setup)
@@ -178,6 +203,10 @@ def measure(config, *, inputs: list[str], steps: int, warmup: int) -> dict:
       next(fresh)
     out["input_only"] = steps * b / (time.perf_counter() - t1)
     out["input_first_batch_s"] = t1 - t0
+  if trace_dir:
+    keys = [key_fn(10 ** 6 + i) for i in range(trace_steps_n)]
+    state, halted = trace_steps(step_fn, state, halted, images, labels, keys, trace_dir)
+    out["trace_dir"], out["trace_steps"] = trace_dir, trace_steps_n
   return out
 
 
@@ -207,6 +236,10 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--inputs", default=",".join(INPUTS))
   parser.add_argument("--steps", type=int, default=10)
   parser.add_argument("--warmup", type=int, default=2)
+  parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                      help="config override, as train.py's --config.KEY=VALUE (repeatable)")
+  parser.add_argument("--trace", default="", help="profile synthetic steps into DIR/<dtype>/")
+  parser.add_argument("--trace_steps", type=int, default=3)
   parser.add_argument("--images", default="", help="a class-folder dataset (default: generated)")
   parser.add_argument("--num_classes", type=int, default=40)
   parser.add_argument("--per_class", type=int, default=16)
@@ -238,7 +271,10 @@ def main(argv: list[str] | None = None) -> int:
     for dtype in dtypes:
       c = make_config(args, root=root, dtype=dtype)
       r = {"model": c.model.name, "image_size": c.data.image_size, "dtype": dtype,
-           **measure(c, inputs=inputs, steps=args.steps, warmup=args.warmup)}
+           **({"set": list(args.set)} if args.set else {}),
+           **measure(c, inputs=inputs, steps=args.steps, warmup=args.warmup,
+                     trace_dir=os.path.join(args.trace, dtype) if args.trace else "",
+                     trace_steps_n=args.trace_steps)}
       rows.append(r)
       print(json.dumps(r), flush=True)
   device = str(jax.devices()[0].device_kind)

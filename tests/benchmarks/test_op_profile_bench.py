@@ -33,3 +33,69 @@ def test_profile_backbone_shows_the_convolution_kernels():
   report = bench.profile_backbone("small_cnn:8:4", calls=1)
   origins = " ".join(r["from"] for r in report["ops"])
   assert report["wall_ms_per_call"] > 0 and "ffi_call" in origins   # the C++ convolutions
+
+
+def test_op_kind_reads_gpu_and_cpu_hlo_lines():
+  lines = {
+      '%cudnn-conv.3 = (bf16[256,56,56,64]{3,2,1,0}, u8[0]{0}) custom-call(%p, %w), '
+      'window={size=3x3 pad=1_1x1_1}, custom_call_target="__cudnn$convForward"':
+          "convolution (forward)",
+      '%cudnn-conv-bw-input.2 = (bf16[256,56,56,64]{3,2,1,0}, u8[0]{0}) custom-call(%g, %w), '
+      'custom_call_target="__cudnn$convBackwardInput"': "convolution (input gradient)",
+      '%cudnn-conv-bw-filter.1 = (bf16[3,3,64,64]{3,2,1,0}, u8[0]{0}) custom-call(%x, %g), '
+      'custom_call_target="__cudnn$convBackwardFilter"': "convolution (weight gradient)",
+      '%convolution.4 = f32[8,4,4,16]{3,2,1,0} convolution(%x, %w)': "convolution (forward)",
+      '%custom-call.4 = (bf16[256,512]{1,0}, s8[4194304]{0}) custom-call(%a, %b), '
+      'custom_call_target="__cublas$lt$matmul"': "matmul",
+      '%dot.1 = f32[8,4]{1,0} dot(%a, %b), lhs_contracting_dims={1}': "matmul",
+      '%input_reduce_fusion.3 = (f32[64]{0}, f32[64]{0}) fusion(%p), kind=kInput, '
+      'calls=%fused_reduce': "reduction fusion",
+      'ROOT %loop_add_fusion = bf16[256,56,56,256]{3,2,1,0} fusion(%a, %b), kind=kLoop, '
+      'calls=%fused_add': "elementwise fusion",
+      '%gemm_fusion_dot.2 = bf16[256,512]{1,0} fusion(%a, %b), kind=kCustom, calls=%g, '
+      'backend_config={"fusion_backend_config":{"kind":"__triton_gemm"}}': "matmul",
+      '%triton_softmax.1 = f32[256,256]{1,0} fusion(%s), kind=kCustom, calls=%t, '
+      'backend_config={"fusion_backend_config":{"kind":"__triton"}}': "other",
+      '%copy.5 = f32[3,3,64,64]{1,0,3,2} copy(%w)': "copy / transpose",
+      '%reduce.2 = f32[64]{0} reduce(%x, %z), dimensions={0,1,2}, to_apply=%add':
+          "reduction fusion",
+      '%select-and-scatter.1 = bf16[256,112,112,64]{3,2,1,0} select-and-scatter(%x, %g, %z)':
+          "other",
+      '%ffi_call.5 = (f32[2,3]{1,0}) custom-call(%c), custom_call_target="dml_conv"': "other",
+  }
+  for line, kind in lines.items():
+    assert bench.op_kind(line) == kind, line
+  assert set(lines.values()) <= set(bench.KINDS)
+  text = "\n".join("  " + line for line in lines)
+  kinds = bench.hlo_kinds(text)
+  assert kinds["cudnn-conv.3"] == "convolution (forward)" and kinds["copy.5"] == "copy / transpose"
+
+
+def _meta(pid, name, tid=None):
+  e = {"ph": "M", "pid": pid, "name": "thread_name" if tid is not None else "process_name",
+       "args": {"name": name}}
+  return {**e, "tid": tid} if tid is not None else e
+
+
+def _op(pid, tid, name, ts, dur, hlo_op=None):
+  return {"ph": "X", "pid": pid, "tid": tid, "name": name, "ts": ts, "dur": dur,
+          "args": {"hlo_op": hlo_op or name}}
+
+
+def test_op_events_prefers_the_device_planes_and_their_xla_ops_line():
+  host = [_meta(1, "/host:CPU"), _meta(1, "python", tid=10), _op(1, 10, "fusion.1", 0, 5),
+          {"ph": "X", "pid": 1, "tid": 10, "name": "PjitFunction", "ts": 0, "dur": 50}]
+  # kernels on a stream, named by the kernel, carrying their HLO op
+  streams = [_meta(2, "/device:GPU:0"), _meta(2, "Stream #7(Compute)", tid=7),
+             _op(2, 7, "sm90_xmma_fprop_kernel", 10, 4, "cudnn-conv.3"),
+             _op(2, 7, "loop_add_fusion", 14, 2, "fusion.1"),
+             _op(2, 7, "sm90_xmma_dgrad_kernel", 16, 3, "cudnn-conv.3")]
+  assert bench.op_events(host) == [host[2]]   # the CPU: the host's op events
+  assert [e["args"]["hlo_op"] for e in bench.op_events(host + streams)] == [
+      "cudnn-conv.3", "fusion.1", "cudnn-conv.3"]
+  xla_ops = [_meta(2, "XLA Ops", tid=99), _op(2, 99, "cudnn-conv.3", 10, 9),
+             _op(2, 99, "fusion.1", 19, 2)]
+  assert [e["name"] for e in bench.op_events(host + streams + xla_ops)] == [
+      "cudnn-conv.3", "fusion.1"]
+  assert bench.busy_us(streams[2:] + [_op(2, 8, "x", 11, 10)]) == 11   # [10, 21): overlaps once
+  assert bench.busy_us([]) == 0
