@@ -17,6 +17,12 @@
 #   clustering  k-means of the Omniglot protocols and at SOP scale (60,502 x 512, 11,316
 #               clusters) -> clustering.json (a report docs/tables.py renders)
 #   workers     bf16 real input with grain worker processes (WORKERS="8:2 15:1")
+#   profile     where the bf16 ResNet-50 step's time goes: 3 synthetic steps under jax.profiler
+#               -> profile/ (the trace, step.hlo.txt: the compiled step), step_profile.json /
+#               .txt (benchmarks/profiling/op_profile.py: ops and kinds by device time)
+#   step        bf16 synthetic images/s of the step alone, once per line of STEP_VARIANTS (extra
+#               train_throughput.py arguments, e.g. "--set=model.pooling=max"; an empty line:
+#               the step as it is), each in a fresh process -> step.json
 # Each part ends within 8 minutes on one H100 / H200 with 16 CPU cores. Needs on the machine:
 # Python 3.12 with JAX (CUDA), Flax, optax, orbax, chex, absl, numpy, scikit-learn, pillow,
 # matplotlib, tqdm, pytest, pytest-xdist, PyTorch + torchvision (the peer); the wheels of the
@@ -38,8 +44,8 @@ if ! python3 -c "import ml_collections, grain, tensorboardX" 2>/dev/null && ls .
 fi
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-TP="python3 benchmarks/speed/train_throughput.py --batch_size=256 --group_size=8 --num_classes=80
-    --per_class=16"
+TP=${TP:-"python3 benchmarks/speed/train_throughput.py --batch_size=256 --group_size=8
+    --num_classes=80 --per_class=16"}   # the step's command (the parts add their flags)
 stamp() { python3 - "$@" <<'PY'
 import json, sys, datetime, jax
 path, part, commit = sys.argv[1:4]
@@ -139,6 +145,39 @@ retrieval)
 clustering)
   timeout 200 python3 benchmarks/speed/clustering.py --sides=dml_jax \
     --out="$OUT/clustering.json" 2>&1 | tee "$OUT/clustering.log" | tail -10 ;;
+profile)
+  rm -rf "$OUT/profile"
+  timeout 240 $TP --dtypes=bfloat16 --inputs=synthetic --steps=20 --warmup=3 \
+    --trace="$OUT/profile" --trace_steps=3 --out="$OUT/profile/throughput.json" 2>&1 | tail -3
+  python3 benchmarks/profiling/op_profile.py --trace_dir="$OUT/profile/bfloat16" --calls=3 \
+    --top=40 --out="$OUT/step_profile.json" > "$OUT/step_profile.txt" 2>&1
+  echo "op_profile exit $?"; head -60 "$OUT/step_profile.txt"
+  rm -f "$OUT/profile/bfloat16/plugins/profile/"*/*.trace.json.gz   # the Perfetto copy stays
+  du -sh "$OUT/profile" ;;
+step)
+  rm -f "$OUT"/step_[0-9]*.json
+  i=0
+  while IFS= read -r variant; do
+    i=$((i + 1))
+    timeout 150 $TP --dtypes=bfloat16 --inputs=synthetic --steps=30 --warmup=3 $variant \
+      --out="$OUT/step_$i.json" 2>&1 | tail -1
+  done <<< "${STEP_VARIANTS:-}"
+  python3 - "$OUT" <<'PY'
+import json, os, sys
+out = sys.argv[1]; rows = []
+for i, variant in enumerate(os.environ.get("STEP_VARIANTS", "").split("\n"), 1):
+  path = os.path.join(out, f"step_{i}.json")
+  if not os.path.exists(path):
+    print(f"variant {i} ({variant.strip() or 'as is'}) failed: no result")
+    continue
+  rows += [{**row, "xla_flags": os.environ.get("XLA_FLAGS", "")}
+           for row in json.load(open(path))["results"]]
+  os.remove(path)
+json.dump({"rows": rows}, open(os.path.join(out, "step.json"), "w"), indent=1)
+for row in rows:
+  print(f"{row['synthetic']:9.1f} images/s  {' '.join(row.get('set', [])) or '(as is)'}")
+PY
+  stamp "$OUT/step.json" step "$COMMIT" ;;
 workers)
   for wt in ${WORKERS:-8:2 15:1}; do
     timeout 150 $TP --dtypes=bfloat16 --num_workers=${wt%:*} --num_threads=${wt#*:} --steps=30 \
@@ -146,5 +185,5 @@ workers)
       2>&1 | tail -2
   done ;;
 *) echo "unknown part $part; allowed: versions tests cross main throughput omniglot retrieval" \
-        "clustering workers" >&2; exit 2 ;;
+        "clustering workers profile step" >&2; exit 2 ;;
 esac; done

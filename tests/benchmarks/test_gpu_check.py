@@ -2,6 +2,7 @@
 refuses an unknown part, and its 'versions' part runs anywhere (here it must find that the
 models lower to a dot, not a convolution, on the CPU)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -27,7 +28,7 @@ def test_unknown_part_is_refused(tmp_path):
   r = run(tmp_path, "bogus")
   assert r.returncode == 2
   assert ("unknown part bogus; allowed: versions tests cross main throughput omniglot "
-          "retrieval clustering workers") in r.stderr
+          "retrieval clustering workers profile step") in r.stderr
 
 
 def test_versions_part_reports_the_cpu_lowering(tmp_path):
@@ -35,3 +36,29 @@ def test_versions_part_reports_the_cpu_lowering(tmp_path):
   assert r.returncode == 0, r.stderr[-2000:]
   assert "conv_auto on cpu -> convolution ops: 0" in r.stdout
   assert (tmp_path / "out" / "versions.txt").read_text().startswith("jax ")
+
+
+def test_profile_and_step_parts_with_a_small_step(tmp_path):
+  # the parts' own flags on a small ResNet (TP: the step's command), from the repository root
+  bin_dir = tmp_path / "bin"
+  bin_dir.mkdir()
+  (bin_dir / "python3").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+  (bin_dir / "python3").chmod(0o755)
+  out = tmp_path / "out"
+  env = {**os.environ, "OUT": str(out), "PATH": f"{bin_dir}:{os.environ['PATH']}",
+         "TP": ("python3 benchmarks/speed/train_throughput.py --arch=resnet18 --image_size=32 "
+                "--batch_size=8 --group_size=4 --num_classes=4 --per_class=8 "
+                "--source_size=48x40"),
+         "STEP_VARIANTS": "\n--set=model.embedding_dim=64\n--set=model.bogus=1",
+         "XLA_FLAGS": ""}   # one CPU device, not the test session's eight
+  r = subprocess.run(["bash", SCRIPT, "profile", "step"], cwd=ROOT, env=env,
+                     capture_output=True, text=True, timeout=600, check=False)
+  assert r.returncode == 0, r.stderr[-2000:]
+  profile = json.loads((out / "step_profile.json").read_text())
+  assert profile["ops"] and profile["kinds"] and profile["busy_ms_per_call"] > 0
+  assert (out / "profile" / "bfloat16" / "step.hlo.txt").exists()
+  step = json.loads((out / "step.json").read_text())
+  assert [row.get("set", []) for row in step["rows"]] == [[], ["model.embedding_dim=64"]]
+  assert all(row["dtype"] == "bfloat16" and row["synthetic"] > 0 for row in step["rows"])
+  assert step["stamp"]["part"] == "step"
+  assert "variant 3 (--set=model.bogus=1) failed: no result" in r.stdout
