@@ -72,28 +72,61 @@ def trace_events(trace_dir: str) -> list[dict]:
   return trace["traceEvents"] if isinstance(trace, dict) else trace
 
 
+_HLO_OP_IN_TEXT = re.compile(r"hlo_op=([^,#\s]+)")
+_NOT_OPS = ("XLA Modules", "Steps", "XLA TraceMe", "Launch Stats", "Framework Ops",
+            "Source code")   # a device plane's lines that are not kernels or ops
+
+
+def _hlo_op(event: dict) -> str:
+  """The HLO op an event names: its ``hlo_op`` argument, else ``hlo_op=NAME`` inside one of
+  its arguments (a kernel's annotation) or its name; '' if none."""
+  args = event.get("args", {})
+  if args.get("hlo_op"):
+    return str(args["hlo_op"])
+  for text in (*map(str, args.values()), event.get("name", "")):
+    found = _HLO_OP_IN_TEXT.search(text)
+    if found:
+      return found.group(1)
+  return ""
+
+
+def _leaves(events: list[dict]) -> list[dict]:
+  """The events of one line that contain no other (a loop or call op's event spans its
+  ops'), in time order."""
+  ordered = sorted(events, key=lambda e: (e.get("tid"), e["ts"], -e.get("dur", 0)))
+  return [e for e, nxt in zip(ordered, ordered[1:] + [None])
+          if nxt is None or nxt.get("tid") != e.get("tid")
+          or nxt["ts"] >= e["ts"] + e.get("dur", 0)]
+
+
 def op_events(events: list[dict]) -> list[dict]:
-  """The events of XLA's ops: on the device planes (``/device:...``) where the trace has any,
-  else on the host (XLA:CPU runs its ops there). On a device plane with an ``XLA Ops`` line,
-  that line only (the streams' kernel events repeat it); otherwise every event that names its
-  HLO op (``args.hlo_op``). On the host, an op's event carries its name as ``hlo_op`` (host
-  and runtime events do not)."""
-  names = {(e.get("pid"), e.get("tid")): e.get("args", {}).get("name", "")
+  """The events of XLA's ops, each with its op in ``args.hlo_op``: on the device planes
+  (``/device:...``) where the trace has any, else on the host (XLA:CPU runs its ops there; an
+  op's event carries its name as ``hlo_op``, host and runtime events do not).
+
+  On a device plane: its ``XLA Ops`` line when it has one (the streams' kernels repeat it; a
+  loop's event left out for the ops inside it);
+  else its kernels that name their HLO op (:func:`_hlo_op`); else, when none does, every
+  kernel under its own name (``other`` to :func:`annotate`), so that a trace of another
+  layout still says where the time went."""
+  names = {(e.get("pid"), e.get("tid")): str(e.get("args", {}).get("name", ""))
            for e in events if e.get("ph") == "M" and e.get("name") in ("process_name",
                                                                        "thread_name")}
   spans = [e for e in events if e.get("ph") == "X"]
   devices = {e["pid"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
              and str(e.get("args", {}).get("name", "")).startswith("/device:")}
-  device_ops = [e for e in spans if e.get("pid") in devices and "hlo_op" in e.get("args", {})]
-  if devices:
-    xla_ops = {k for k, v in names.items() if k[0] in devices and k[1] is not None
-               and v == "XLA Ops"}
+
+  def named(e, op):
+    return dict(e, args={**e.get("args", {}), "hlo_op": op})
+
+  on_devices = [e for e in spans if e.get("pid") in devices
+                and names.get((e["pid"], e.get("tid")), "") not in _NOT_OPS]
+  if on_devices:
+    xla_ops = [e for e in on_devices if names.get((e["pid"], e.get("tid"))) == "XLA Ops"]
     if xla_ops:
-      return [dict(e, args={**e.get("args", {}), "hlo_op": e.get("args", {}).get("hlo_op",
-                                                                                  e["name"])})
-              for e in spans if (e.get("pid"), e.get("tid")) in xla_ops]
-    if device_ops:
-      return device_ops
+      return [named(e, _hlo_op(e) or e["name"]) for e in _leaves(xla_ops)]
+    attributed = [named(e, _hlo_op(e)) for e in on_devices if _hlo_op(e)]
+    return attributed or [named(e, e["name"]) for e in on_devices]
   return [e for e in spans if e.get("args", {}).get("hlo_op") == e["name"]]
 
 

@@ -97,5 +97,20 @@ def test_op_events_prefers_the_device_planes_and_their_xla_ops_line():
              _op(2, 99, "fusion.1", 19, 2)]
   assert [e["name"] for e in bench.op_events(host + streams + xla_ops)] == [
       "cudnn-conv.3", "fusion.1"]
+  loop = [_op(2, 99, "while.4", 8, 20)]   # spans the two ops: only they count
+  assert [e["name"] for e in bench.op_events(host + streams + xla_ops + loop)] == [
+      "cudnn-conv.3", "fusion.1"]
+  # kernels that carry their op only in an annotation; the module line is not an op
+  annotated = [_meta(3, "/device:GPU:0"), _meta(3, "Stream #7(Compute)", tid=7),
+               _meta(3, "XLA Modules", tid=5),
+               {"ph": "X", "pid": 3, "tid": 5, "name": "jit_step(1)", "ts": 0, "dur": 40,
+                "args": {"hlo_op": "jit_step"}},
+               {"ph": "X", "pid": 3, "tid": 7, "name": "sm90_xmma_wgrad", "ts": 3, "dur": 6,
+                "args": {"annotation": "cudnn-conv.7:#hlo_op=cudnn-conv.7,hlo_module=jit_step#"}}]
+  assert [e["args"]["hlo_op"] for e in bench.op_events(host + annotated)] == ["cudnn-conv.7"]
+  # no op named anywhere: the kernels under their own names
+  bare = [_meta(4, "/device:GPU:0"), _meta(4, "Stream #7(Compute)", tid=7),
+          {"ph": "X", "pid": 4, "tid": 7, "name": "sm90_xmma_fprop", "ts": 1, "dur": 2}]
+  assert [e["args"]["hlo_op"] for e in bench.op_events(host + bare)] == ["sm90_xmma_fprop"]
   assert bench.busy_us(streams[2:] + [_op(2, 8, "x", 11, 10)]) == 11   # [10, 21): overlaps once
   assert bench.busy_us([]) == 0
