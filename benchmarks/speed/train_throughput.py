@@ -259,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
   if bad:
     raise ValueError(f"unknown inputs/dtypes {bad}; allowed inputs: {', '.join(INPUTS)}; "
                      "dtypes: float32, bfloat16.")
+  if dtypes:
+    make_config(args, root="", dtype=dtypes[0])   # a bad --set fails before any JPEG is written
   w, _, h = args.source_size.partition("x")
   rows = []
   with tempfile.TemporaryDirectory(prefix="train_throughput_") as tmp:
