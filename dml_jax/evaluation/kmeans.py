@@ -269,7 +269,9 @@ def lloyd(x: jax.Array, centres: jax.Array, assignment: jax.Array, d2: jax.Array
   (:func:`_lower_bounds`); both sides by :func:`rounding_margin`. The other points are
   computed in gathered blocks (:func:`refresh`). Where the bound holds, the nearest centre is
   the same under any rounding, so the assignments, and the centres, are those of computing
-  every distance (``pruning=False``), and the work falls with the points still moving (on
+  every distance (``pruning=False``; on an accelerator, whose GEMMs may round a row
+  differently in tiles of another shape, up to the points within that rounding of two
+  centres, unless ``rows = ACTIVE_ROWS``), and the work falls with the points still moving (on
   Omniglot-like embeddings, under 1 % after the third iteration). ``selection``:
   :func:`assign`'s.
 
