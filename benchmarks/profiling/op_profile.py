@@ -23,7 +23,9 @@ kernels, a fusion's kernel); ``busy`` is the time at least one of them ran. Ever
 sums the ops by kind (:func:`op_kind`: convolutions forward / input gradient / weight
 gradient, matmuls, reduction and elementwise fusions, copies, other), the first thing to read
 when a step is slower than it should be: on a GPU a ResNet's convolutions are bound by the
-tensor cores, its BatchNorm / ReLU / residual fusions by memory.
+tensor cores, its BatchNorm / ReLU / residual fusions by memory. For those, ``GB/s`` (the
+bytes of an op's operands and results per second of its time) set against the device's
+memory bandwidth says how far an op is from its floor.
 """
 
 import collections
@@ -39,6 +41,7 @@ import time
 from absl import app
 from absl import flags
 import jax
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 # pylint: disable=wrong-import-position
@@ -233,13 +236,60 @@ def kind_totals(rows: list[dict]) -> list[dict]:
   return [{"kind": k, "ms_per_call": ms[k], "ops": ops[k]} for k in KINDS if ops[k]]
 
 
+_ARRAY = re.compile(r"\b(pred|[suf]\d+|bf16|f8\w*)\[([\d,]*)\]")
+_OPERAND_LIST = re.compile(r"^\s*(?:ROOT )?%?[\w.\-]+ = (?:\(.*?\)|\S+) [\w\-]+\(([^()]*)\)")
+
+
+def shape_bytes(shape: str, *, scratch: bool = True) -> int:
+  """Bytes of the arrays in an HLO shape (``bf16[256,56,56,64]{3,2,1,0}``, tuples summed);
+  ``scratch=False`` leaves out ``u8`` arrays (a custom call's workspace)."""
+  total = 0
+  for dtype, dims in _ARRAY.findall(shape):
+    if dtype == "u8" and not scratch:
+      continue
+    if dtype == "pred" or dtype.startswith("f8"):
+      size = 1
+    elif dtype == "bf16":
+      size = 2
+    else:   # s32, u8, f16, f64, ...: the bits in the name
+      size = max(1, int(dtype[1:]) // 8)
+    total += size * int(np.prod([int(d) for d in dims.split(",") if d], dtype=np.int64))
+  return total
+
+
+def hlo_bytes(hlo_text: str) -> dict[str, int]:
+  """``{op name: bytes its operands and results hold}`` for every op defined in ``hlo_text``:
+  a lower bound on the memory an op moves (its operands read once, its results written once;
+  a custom call's ``u8`` workspace left out)."""
+  shapes, out = {}, {}
+  for line in hlo_text.splitlines():
+    definition = HLO_DEF.match(line)
+    if definition:
+      shapes.setdefault(definition.group(1), definition.group(2))
+  for line in hlo_text.splitlines():
+    definition = HLO_DEF.match(line)
+    if not definition or definition.group(1) in out:
+      continue
+    operands = _OPERAND_LIST.match(line)
+    names = re.findall(r"%([\w.\-]+)", operands.group(1)) if operands else []
+    out[definition.group(1)] = (shape_bytes(definition.group(2), scratch=False)
+                                + sum(shape_bytes(shapes.get(n, "")) for n in names))
+  return out
+
+
 def annotate(rows: list[dict], hlo_text: str) -> list[dict]:
-  """Each row with its ``shape`` and ``from`` (:func:`hlo_origins`) and ``kind``
-  (:func:`hlo_kinds`; ``other`` for an op the HLO does not define)."""
-  origins, kinds = hlo_origins(hlo_text), hlo_kinds(hlo_text)
+  """Each row with its ``shape`` and ``from`` (:func:`hlo_origins`), ``kind``
+  (:func:`hlo_kinds`; ``other`` for an op the HLO does not define) and ``gb_per_s``: the
+  bytes of its operands and results (:func:`hlo_bytes`) per second of its time, the rate a
+  memory-bound op (a fusion) reaches against the device's memory bandwidth (None when the HLO
+  does not define the op)."""
+  origins, kinds, sizes = hlo_origins(hlo_text), hlo_kinds(hlo_text), hlo_bytes(hlo_text)
   for r in rows:
     r["shape"], r["from"] = origins.get(r["op"], ("", ""))
     r["kind"] = kinds.get(r["op"], "other")
+    moved = sizes.get(r["op"])
+    r["gb_per_s"] = (moved * r["count_per_call"] / (r["ms_per_call"] * 1e6)
+                     if moved and r["ms_per_call"] > 0 else None)
   return rows
 
 
@@ -316,9 +366,10 @@ def main(argv):
   wall_ms = report["wall_ms_per_call"]
   print(f"{what}: {wall_ms:.1f} ms per call under the profiler ({FLAGS.calls} calls)\n")
   print(harness.markdown_table(
-      ["op", "shape", "from", "ms per call", "share of the call"],
+      ["op", "shape", "from", "ms per call", "share of the call", "GB/s (operands + results)"],
       [[r["op"], r["shape"], r["from"], f"{r['ms_per_call']:.2f}",
-        f"{100 * r['ms_per_call'] / wall_ms:.0f} %"] for r in report["ops"][:FLAGS.top]]))
+        f"{100 * r['ms_per_call'] / wall_ms:.0f} %", harness.fmt(r.get("gb_per_s"), ",.0f")]
+       for r in report["ops"][:FLAGS.top]]))
   report["kinds"] = kind_totals(report["ops"])
   print("\n" + harness.markdown_table(
       ["kind", "ops", "ms per call", "share of the call"],

@@ -114,3 +114,22 @@ def test_op_events_prefers_the_device_planes_and_their_xla_ops_line():
   assert [e["args"]["hlo_op"] for e in bench.op_events(host + bare)] == ["sm90_xmma_fprop"]
   assert bench.busy_us(streams[2:] + [_op(2, 8, "x", 11, 10)]) == 11   # [10, 21): overlaps once
   assert bench.busy_us([]) == 0
+
+
+def test_bytes_of_an_ops_operands_and_results():
+  assert bench.shape_bytes("bf16[256,56,56,64]{3,2,1,0}") == 2 * 256 * 56 * 56 * 64
+  assert bench.shape_bytes("(f32[64]{0}, pred[3], s8[2,2], f64[])") == 4 * 64 + 3 + 4 + 8
+  assert bench.shape_bytes("(bf16[4,4]{1,0}, u8[1024]{0})", scratch=False) == 32
+  text = """
+  %p.1 = bf16[8,16]{1,0} parameter(0)
+  %p.2 = f32[16]{0} parameter(1)
+  %fusion.3 = (f32[16]{0}, f32[16]{0}) fusion(%p.1, %p.2), kind=kInput, calls=%r
+  %cudnn-conv.4 = (bf16[8,16]{1,0}, u8[4096]{0}) custom-call(%p.1), custom_call_target="__cudnn$convForward"
+"""
+  sizes = bench.hlo_bytes(text)
+  assert sizes["fusion.3"] == 8 * 16 * 2 + 16 * 4 + 2 * 16 * 4
+  assert sizes["cudnn-conv.4"] == 2 * (8 * 16 * 2)   # the workspace is not moved data
+  rows = bench.annotate([{"op": "fusion.3", "ms_per_call": 0.001, "count_per_call": 2},
+                         {"op": "missing", "ms_per_call": 1.0, "count_per_call": 1}], text)
+  assert rows[0]["gb_per_s"] == (2 * sizes["fusion.3"]) / (0.001 * 1e6)
+  assert rows[0]["kind"] == "reduction fusion" and rows[1]["gb_per_s"] is None
