@@ -18,8 +18,9 @@
 #               clusters) -> clustering.json (a report docs/tables.py renders)
 #   workers     bf16 real input with grain worker processes (WORKERS="8:2 15:1")
 #   profile     where the bf16 ResNet-50 step's time goes: 3 synthetic steps under jax.profiler
-#               -> profile/ (the trace, step.hlo.txt: the compiled step), step_profile.json /
-#               .txt (benchmarks/profiling/op_profile.py: ops and kinds by device time)
+#               -> step_profile.json / .txt (benchmarks/profiling/op_profile.py: ops and kinds
+#               by device time) and profile.tar.gz (the trace and step.hlo.txt, the compiled
+#               step, for op_profile.py --trace_dir elsewhere)
 #   step        bf16 synthetic images/s of the step alone, once per line of STEP_VARIANTS (extra
 #               train_throughput.py arguments, e.g. "--set=model.pooling=max"; an empty line:
 #               the step as it is), each in a fresh process (the bf16 step compiled in 29 s on an
@@ -141,20 +142,24 @@ omniglot)
   stamp "$OUT/omniglot.json" omniglot "$COMMIT" ;;
 retrieval)
   timeout 160 python3 benchmarks/speed/evaluation.py --sizes=60000 --methods=dml_jax \
-    --out="$OUT/eval" --summary="$OUT/retrieval.json" 2>&1 | tee "$OUT/evaluation.log" \
+    --out=/tmp/gpu_eval --summary="$OUT/retrieval.json" 2>&1 | tee "$OUT/evaluation.log" \
     | tail -6 ;;
 clustering)
   timeout 200 python3 benchmarks/speed/clustering.py --sides=dml_jax \
     --out="$OUT/clustering.json" 2>&1 | tee "$OUT/clustering.log" | tail -10 ;;
 profile)
-  rm -rf "$OUT/profile"
+  P=${PROFILE_DIR:-/tmp/gpu_profile}; rm -rf "$P"
   timeout 240 $TP --dtypes=bfloat16 --inputs=synthetic --steps=20 --warmup=3 \
-    --trace="$OUT/profile" --trace_steps=3 --out="$OUT/profile/throughput.json" 2>&1 | tail -3
-  python3 benchmarks/profiling/op_profile.py --trace_dir="$OUT/profile/bfloat16" --calls=3 \
+    --trace="$P" --trace_steps=3 --out="$P/throughput.json" 2>&1 | tail -3
+  python3 benchmarks/profiling/op_profile.py --trace_dir="$P/bfloat16" --calls=3 \
     --top=40 --out="$OUT/step_profile.json" > "$OUT/step_profile.txt" 2>&1
   echo "op_profile exit $?"; head -60 "$OUT/step_profile.txt"
-  rm -f "$OUT/profile/bfloat16/plugins/profile/"*/*.trace.json.gz   # the Perfetto copy stays
-  du -sh "$OUT/profile" ;;
+  rm -f "$P"/bfloat16/plugins/profile/*/*.trace.json.gz   # the Perfetto copy stays
+  tar czf "$OUT/profile.tar.gz" -C "$P" . &&
+    if [ "$(stat -c %s "$OUT/profile.tar.gz")" -gt 15000000 ]; then   # without the xplane
+      tar czf "$OUT/profile.tar.gz" -C "$P" --exclude='*.xplane.pb' .
+    fi
+  ls -l "$OUT/profile.tar.gz" ;;
 step)
   rm -f "$OUT"/step_[0-9]*.json
   i=0

@@ -46,6 +46,7 @@ def test_profile_and_step_parts_with_a_small_step(tmp_path):
   (bin_dir / "python3").chmod(0o755)
   out = tmp_path / "out"
   env = {**os.environ, "OUT": str(out), "PATH": f"{bin_dir}:{os.environ['PATH']}",
+         "PROFILE_DIR": str(tmp_path / "trace"),
          "TP": ("python3 benchmarks/speed/train_throughput.py --arch=resnet18 --image_size=32 "
                 "--batch_size=8 --group_size=4 --num_classes=4 --per_class=8 "
                 "--source_size=48x40"),
@@ -56,7 +57,14 @@ def test_profile_and_step_parts_with_a_small_step(tmp_path):
   assert r.returncode == 0, r.stderr[-2000:]
   profile = json.loads((out / "step_profile.json").read_text())
   assert profile["ops"] and profile["kinds"] and profile["busy_ms_per_call"] > 0
-  assert (out / "profile" / "bfloat16" / "step.hlo.txt").exists()
+  import tarfile  # pylint: disable=import-outside-toplevel
+  with tarfile.open(out / "profile.tar.gz") as tar:
+    names = tar.getnames()
+  assert "./bfloat16/step.hlo.txt" in names
+  assert any(n.endswith("perfetto_trace.json.gz") for n in names)
+  # what a call brings back: a few files, at most two folders down
+  files = [p for p in out.rglob("*") if p.is_file()]
+  assert len(files) <= 5 and all(len(p.relative_to(out).parts) <= 3 for p in files)
   step = json.loads((out / "step.json").read_text())
   assert [row.get("set", []) for row in step["rows"]] == [[], ["model.embedding_dim=64"]]
   assert all(row["dtype"] == "bfloat16" and row["synthetic"] > 0 for row in step["rows"])
