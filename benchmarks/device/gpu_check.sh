@@ -19,7 +19,8 @@
 #   workers     bf16 real input with grain worker processes (WORKERS="8:2 15:1")
 #   profile     where the bf16 ResNet-50 step's time goes: 3 synthetic steps under jax.profiler
 #               -> step_profile.json / .txt (benchmarks/profiling/op_profile.py: ops and kinds
-#               by device time) and profile.tar.gz (the trace and step.hlo.txt, the compiled
+#               by device time, and the device's copy bandwidth and bf16 matmul rate measured
+#               in the same call, the ceilings its GB/s are read against) and profile.tar.gz (the trace and step.hlo.txt, the compiled
 #               step, for op_profile.py --trace_dir elsewhere)
 #   step        bf16 synthetic images/s of the step alone, once per line of STEP_VARIANTS (extra
 #               train_throughput.py arguments, e.g. "--set=model.pooling=max"; an empty line:
@@ -154,6 +155,29 @@ profile)
   python3 benchmarks/profiling/op_profile.py --trace_dir="$P/bfloat16" --calls=3 \
     --top=40 --out="$OUT/step_profile.json" > "$OUT/step_profile.txt" 2>&1
   echo "op_profile exit $?"; head -60 "$OUT/step_profile.txt"
+  python3 - "$OUT/step_profile.json" <<'PY'   # the device's two ceilings, in the same call
+import json, os, sys, time
+import jax, jax.numpy as jnp
+small = jax.default_backend() == "cpu"
+def median_s(f, *args):
+  jax.block_until_ready(f(*args)); times = []
+  for _ in range(10):
+    t = time.perf_counter(); jax.block_until_ready(f(*args)); times.append(time.perf_counter() - t)
+  return sorted(times)[5]
+v = jax.random.normal(jax.random.key(0), (2 ** (20 if small else 30),), jnp.bfloat16)
+copy_s = median_s(jax.jit(lambda v: v + 1), v)   # reads and writes the array once
+n = 512 if small else 8192
+a, b = (jax.random.normal(jax.random.key(i), (n, n), jnp.bfloat16) for i in (1, 2))
+matmul_s = median_s(jax.jit(lambda a, b: a @ b), a, b)
+ceilings = {"copy_gb_per_s": 2 * v.nbytes / copy_s / 1e9,
+            "bf16_matmul_tflop_per_s": 2 * n ** 3 / matmul_s / 1e12,
+            "copy_bytes": 2 * v.nbytes, "matmul_n": n}
+print(f"ceilings: copy {ceilings['copy_gb_per_s']:,.0f} GB/s (read + written), "
+      f"bf16 {n}^3 matmul {ceilings['bf16_matmul_tflop_per_s']:,.1f} TFLOP/s")
+if os.path.exists(sys.argv[1]):
+  report = json.load(open(sys.argv[1])); report["ceilings"] = ceilings
+  json.dump(report, open(sys.argv[1], "w"), indent=2)
+PY
   rm -f "$P"/bfloat16/plugins/profile/*/*.trace.json.gz   # the Perfetto copy stays
   tar czf "$OUT/profile.tar.gz" -C "$P" . &&
     if [ "$(stat -c %s "$OUT/profile.tar.gz")" -gt 15000000 ]; then   # without the xplane

@@ -57,6 +57,8 @@ def test_profile_and_step_parts_with_a_small_step(tmp_path):
   assert r.returncode == 0, r.stderr[-2000:]
   profile = json.loads((out / "step_profile.json").read_text())
   assert profile["ops"] and profile["kinds"] and profile["busy_ms_per_call"] > 0
+  assert profile["ceilings"]["copy_gb_per_s"] > 0
+  assert profile["ceilings"]["bf16_matmul_tflop_per_s"] > 0
   import tarfile  # pylint: disable=import-outside-toplevel
   with tarfile.open(out / "profile.tar.gz") as tar:
     names = tar.getnames()
