@@ -30,7 +30,7 @@ steps (compilation):
   can deliver.
 
 ``--set key=value`` (repeatable) overrides config keys as ``train.py``'s ``--config.key=value``
-would (e.g. ``--set=model.conv_impl=lax``), for comparing variants of the step; each row
+would (e.g. ``--set=model.bn_mode=frozen``), for comparing variants of the step; each row
 records its ``set``. ``--trace=DIR`` profiles ``--trace_steps`` more synthetic steps under
 ``jax.profiler`` into ``DIR/<dtype>/`` (the trace, and ``step.hlo.txt``: the compiled step),
 which ``benchmarks/profiling/op_profile.py --trace_dir`` reads.
@@ -131,9 +131,9 @@ def trace_steps(step_fn, state, halted, images, labels, keys, trace_dir: str):
 
 
 def measure(config, *, inputs: list[str], steps: int, warmup: int, trace_dir: str = "",
-            trace_steps_n: int = 3) -> dict:
+            num_trace_steps: int = 3) -> dict:
   """Images/s of each of ``inputs`` for ``config`` (module docstring); with ``trace_dir``,
-  ``trace_steps_n`` synthetic steps profiled there after the measurements."""
+  ``num_trace_steps`` synthetic steps profiled there after the measurements."""
   setup = training.build(config)
   b = config.batch_size
   step_fn = training.make_guarded_step(setup)
@@ -204,9 +204,9 @@ def measure(config, *, inputs: list[str], steps: int, warmup: int, trace_dir: st
     out["input_only"] = steps * b / (time.perf_counter() - t1)
     out["input_first_batch_s"] = t1 - t0
   if trace_dir:
-    keys = [key_fn(10 ** 6 + i) for i in range(trace_steps_n)]
+    keys = [key_fn(10 ** 6 + i) for i in range(num_trace_steps)]
     state, halted = trace_steps(step_fn, state, halted, images, labels, keys, trace_dir)
-    out["trace_dir"], out["trace_steps"] = trace_dir, trace_steps_n
+    out["trace_dir"], out["trace_steps"] = trace_dir, num_trace_steps
   return out
 
 
@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
            **({"set": list(args.set)} if args.set else {}),
            **measure(c, inputs=inputs, steps=args.steps, warmup=args.warmup,
                      trace_dir=os.path.join(args.trace, dtype) if args.trace else "",
-                     trace_steps_n=args.trace_steps)}
+                     num_trace_steps=args.trace_steps)}
       rows.append(r)
       print(json.dumps(r), flush=True)
   device = str(jax.devices()[0].device_kind)
