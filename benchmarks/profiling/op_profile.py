@@ -64,6 +64,7 @@ flags.DEFINE_string("trace_dir", "", "Read this trace (and its step.hlo.txt) ins
                     "profiling; --calls = the calls it holds.")
 flags.DEFINE_string("out", "", "JSON file of the table ('' = none).")
 
+
 def trace_events(trace_dir: str) -> list[dict]:
   """The events of the Perfetto trace under ``trace_dir`` (``jax.profiler.trace(...,
   create_perfetto_trace=True)``)."""
@@ -94,12 +95,12 @@ def _hlo_op(event: dict) -> str:
 
 
 def _leaves(events: list[dict]) -> list[dict]:
-  """The events of one line that contain no other (a loop or call op's event spans its
-  ops'), in time order."""
-  ordered = sorted(events, key=lambda e: (e.get("tid"), e["ts"], -e.get("dur", 0)))
+  """The events that contain no other event of their line (a loop or call op's event spans
+  its ops'), line by line in time order."""
+  line = lambda e: (e.get("pid"), e.get("tid"))  # noqa: E731
+  ordered = sorted(events, key=lambda e: (line(e), e["ts"], -e.get("dur", 0)))
   return [e for e, nxt in zip(ordered, ordered[1:] + [None])
-          if nxt is None or nxt.get("tid") != e.get("tid")
-          or nxt["ts"] >= e["ts"] + e.get("dur", 0)]
+          if nxt is None or line(nxt) != line(e) or nxt["ts"] >= e["ts"] + e.get("dur", 0)]
 
 
 def op_events(events: list[dict]) -> list[dict]:
@@ -108,10 +109,9 @@ def op_events(events: list[dict]) -> list[dict]:
   op's event carries its name as ``hlo_op``, host and runtime events do not).
 
   On a device plane: its ``XLA Ops`` line when it has one (the streams' kernels repeat it; a
-  loop's event left out for the ops inside it);
-  else its kernels that name their HLO op (:func:`_hlo_op`); else, when none does, every
-  kernel under its own name (``other`` to :func:`annotate`), so that a trace of another
-  layout still says where the time went."""
+  loop's event left out for the ops inside it); else its kernels that name their HLO op
+  (:func:`_hlo_op`); else, when none does, every kernel under its own name (``other`` to
+  :func:`annotate`), so that a trace of another layout still says where the time went."""
   names = {(e.get("pid"), e.get("tid")): str(e.get("args", {}).get("name", ""))
            for e in events if e.get("ph") == "M" and e.get("name") in ("process_name",
                                                                        "thread_name")}
