@@ -97,7 +97,9 @@ def _hlo_op(event: dict) -> str:
 def _leaves(events: list[dict]) -> list[dict]:
   """The events that contain no other event of their line (a loop or call op's event spans
   its ops'), line by line in time order."""
-  line = lambda e: (e.get("pid"), e.get("tid"))  # noqa: E731
+  def line(e):
+    return e.get("pid"), e.get("tid")
+
   ordered = sorted(events, key=lambda e: (line(e), e["ts"], -e.get("dur", 0)))
   return [e for e, nxt in zip(ordered, ordered[1:] + [None])
           if nxt is None or line(nxt) != line(e) or nxt["ts"] >= e["ts"] + e.get("dur", 0)]
