@@ -148,8 +148,8 @@ class BNInception(nnx.Module):
     bn_epsilon: default 1e-5.
     bn_axis_name: only for ``shard_map`` / ``pmap`` (default None).
     dtype: ``'float32'`` (default) or ``'bfloat16'`` compute; float32 params and output.
-    conv_impl: ``'auto'`` (default), ``'lax'`` or ``'matmul'``: how convolutions and pooling
-      are computed (as ``resnet.ResNet``'s).
+    conv_impl: ``'auto'`` (default), ``'lax'``, ``'matmul'`` or ``'lax_aligned'``: how
+      convolutions and pooling are computed (as ``resnet.ResNet``'s).
     rngs: ``nnx.Rngs``.
   """
 

@@ -20,6 +20,10 @@ convolution's, in another order: equal to float32 rounding.
     ``lax.platform_dependent`` (not by the default backend of the process).
   * ``'lax'``: always ``lax.conv_general_dilated``.
   * ``'matmul'``: always the matmul form.
+  * ``'lax_aligned'``: XLA's convolution with the input features zero-padded to a multiple of
+    8 (:func:`conv_lax_aligned`; the same result to the order of the sums): the alignment
+    cuDNN's tensor cores want for a stem's 3 colour channels, which XLA:GPU gives float16
+    convolutions but not bfloat16 ones.
 
 Every function here has ``lax.conv_general_dilated``'s signature, so it is passed to
 ``nnx.Conv(conv_general_dilated=...)``: parameter names, shapes and initialisation are
@@ -40,7 +44,7 @@ from jax import lax
 
 from dml_jax import kernels
 
-CONV_IMPLS = ("auto", "lax", "matmul")
+CONV_IMPLS = ("auto", "lax", "matmul", "lax_aligned")
 # Largest patch matrix made at once (bytes): larger ones are made batch chunk by batch chunk,
 # in at most MAX_CHUNKS chunks (each chunk is a loop iteration of a dozen small ops, whose
 # fixed cost outweighs the cache misses of larger chunks beyond that).
@@ -494,10 +498,48 @@ def conv_auto(lhs: jax.Array, rhs: jax.Array, window_strides: Sequence[int], pad
       default=functools.partial(lax.conv_general_dilated, **kwargs))
 
 
+FEATURE_ALIGNMENT = 8   # bf16 / f16 elements in 16 bytes: cuDNN tensor-core alignment
+
+
+def _pad_axis(x: jax.Array, axis: int, extra: int) -> jax.Array:
+  widths = [(0, 0)] * x.ndim
+  widths[axis] = (0, extra)
+  return jnp.pad(x, widths)
+
+
+def conv_lax_aligned(lhs: jax.Array, rhs: jax.Array, window_strides: Sequence[int], padding,
+                     lhs_dilation: Sequence[int] | None = None,
+                     rhs_dilation: Sequence[int] | None = None, dimension_numbers=None,
+                     feature_group_count: int = 1, batch_group_count: int = 1,
+                     precision=None, preferred_element_type=None,
+                     out_sharding=None) -> jax.Array:
+  """``lax.conv_general_dilated`` with the input features of ``lhs`` and of the kernel ``rhs``
+  zero-padded to a multiple of ``FEATURE_ALIGNMENT`` (8) where they are not (a stem's 3
+  colour channels: ``[B, H, W, 3]`` and ``[kh, kw, 3, O]`` become ``[.., 8]`` and
+  ``[kh, kw, 8, O]``); ungrouped convolutions only, others as ``lax``.
+
+  The added products are all zero, so the output is the convolution's up to the order of its
+  sums, and the kernel's gradient is that of the unpadded kernel (the padding's slice is cut
+  off). Why: cuDNN's tensor-core kernels want 16-byte aligned features, and XLA:GPU pads a
+  convolution's features for them only in float16, not in bfloat16 or float32.
+  """
+  dn = lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
+  extra = -lhs.shape[dn.lhs_spec[1]] % FEATURE_ALIGNMENT
+  if extra and feature_group_count == 1 and batch_group_count == 1:
+    lhs = _pad_axis(lhs, dn.lhs_spec[1], extra)
+    rhs = _pad_axis(rhs, dn.rhs_spec[1], extra)
+  return lax.conv_general_dilated(
+      lhs, rhs, window_strides, padding, lhs_dilation=lhs_dilation, rhs_dilation=rhs_dilation,
+      dimension_numbers=dn, feature_group_count=feature_group_count,
+      batch_group_count=batch_group_count, precision=precision,
+      preferred_element_type=preferred_element_type, out_sharding=out_sharding)
+
+
 CONV_FUNCTIONS: dict[str, Callable[..., jax.Array]] = {
     "auto": conv_auto,
     "lax": lax.conv_general_dilated,
     "matmul": conv_matmul,
+    "lax_aligned": conv_lax_aligned,
 }
 
 

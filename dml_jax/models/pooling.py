@@ -13,8 +13,8 @@ padded with ``-inf`` (max) or 0 (average):
     or the number of non-padding taps; equal to float32 rounding (another summation order).
 
 ``impl``: ``'auto'`` (slices where lowered for the CPU, ``reduce_window`` elsewhere), ``'lax'``
-(always ``reduce_window``, i.e. ``flax.nnx.max_pool`` / ``avg_pool``) or ``'matmul'`` (always
-slices; the name is the convolutions' option, ``conv.CONV_IMPLS``).
+or ``'lax_aligned'`` (always ``reduce_window``, i.e. ``flax.nnx.max_pool`` / ``avg_pool``) or
+``'matmul'`` (always slices; the name is the convolutions' option, ``conv.CONV_IMPLS``).
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def max_pool(x: jax.Array, window: Sequence[int], strides: Sequence[int] | None 
   slices = functools.partial(max_pool_slices, window=window, strides=strides, padding=padding)
   reference = functools.partial(nnx.max_pool, window_shape=window, strides=strides,
                                 padding=padding)
-  if impl == "lax":
+  if impl in ("lax", "lax_aligned"):
     return reference(x)
   if impl == "matmul":
     return slices(x)
@@ -126,7 +126,7 @@ def avg_pool(x: jax.Array, window: Sequence[int], strides: Sequence[int] | None 
                              count_include_pad=count_include_pad)
   reference = functools.partial(nnx.avg_pool, window_shape=window, strides=strides,
                                 padding=padding, count_include_pad=count_include_pad)
-  if impl == "lax":
+  if impl in ("lax", "lax_aligned"):
     return reference(x)
   if impl == "matmul":
     return slices(x)

@@ -260,8 +260,9 @@ class ResNet(nnx.Module):
     in_channels: ``C`` (default 3).
     conv_impl: how convolutions and max-pooling are computed (same parameters, same
       results to float32 rounding): ``'auto'`` (default: im2col matmuls and pooling by
-      shifted slices where lowered for the CPU, XLA's convolution elsewhere), ``'lax'`` or
-      ``'matmul'``; see ``conv`` and ``pooling``.
+      shifted slices where lowered for the CPU, XLA's convolution elsewhere), ``'lax'``,
+      ``'matmul'`` or ``'lax_aligned'`` (XLA's convolution, the stem's 3 input channels
+      zero-padded to 8 for cuDNN's tensor cores); see ``conv`` and ``pooling``.
     rngs: ``nnx.Rngs`` for the initialisation.
   """
 

@@ -34,8 +34,9 @@ class SmallCNN(nnx.Module):
     epsilon: BatchNorm variance epsilon.
     conv_impl: how the convolutions and the max-pool are computed (same parameters, same
       results to float32 rounding): ``'auto'`` (default: im2col matmuls and pooling by shifted
-      slices where lowered for the CPU, XLA's convolution elsewhere), ``'lax'`` or
-      ``'matmul'``; see ``conv`` and ``pooling``.
+      slices where lowered for the CPU, XLA's convolution elsewhere), ``'lax'``, ``'matmul'``
+      or ``'lax_aligned'`` (XLA's, the input channels zero-padded to 8); see ``conv`` and
+      ``pooling``.
     rngs: ``nnx.Rngs`` for the initialisation.
   """
 

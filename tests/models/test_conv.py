@@ -267,6 +267,44 @@ def test_auto_on_cpu_compiles_no_convolution():
   assert "dml_jax_conv_forward" in text and "dml_jax_conv_kernel_grad" in text
 
 
+@pytest.mark.parametrize("features,layout", [(3, "NHWC"), (1, "NHWC"), (3, "NCHW"),
+                                             (8, "NHWC"), (10, "NHWC")])
+def test_lax_aligned_pads_the_input_features_and_equals_lax(features, layout):
+  # a stem (7x7, stride 2, pad 3) on 3 colour channels, grey images, channels first, an
+  # aligned input (nothing to pad) and 10 features (padded to 16): values and both gradients
+  dn = (layout, "HWIO" if layout == "NHWC" else "OIHW", layout)
+  x = jax.random.normal(jax.random.key(0), (2, 20, 20, features))
+  w = jax.random.normal(jax.random.key(1), (7, 7, features, 16))
+  if layout == "NCHW":
+    x, w = x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1)
+
+  def run(fn):
+    f = lambda x, w: fn(x, w, (2, 2), ((3, 3), (3, 3)), dimension_numbers=dn,  # noqa: E731
+                        precision=lax.Precision.HIGHEST)
+    return f(x, w), jax.grad(lambda x, w: jnp.sum(jnp.sin(f(x, w))), argnums=(0, 1))(x, w)
+
+  got, want = run(conv.conv_lax_aligned), run(lax.conv_general_dilated)
+  chex.assert_trees_all_equal_shapes_and_dtypes(got, want)
+  for g, v in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    # the same sums in another order: float32 rounding of sums of 49 C terms, on their scale
+    assert np.abs(np.asarray(g) - np.asarray(v)).max() <= 2e-5 * np.abs(np.asarray(v)).max()
+  # the convolution XLA is given has the padded features
+  jaxpr = jax.make_jaxpr(lambda x, w: conv.conv_lax_aligned(x, w, (2, 2), "SAME",
+                                                            dimension_numbers=dn))(x, w)
+  (eqn,) = [e for e in jaxpr.eqns if e.primitive.name == "conv_general_dilated"]
+  feature_axis = layout.index("C")
+  assert eqn.invars[0].aval.shape[feature_axis] == -(-features // 8) * 8
+
+
+def test_lax_aligned_leaves_grouped_convolutions_alone():
+  x = jax.random.normal(jax.random.key(0), (2, 9, 9, 6))
+  w = jax.random.normal(jax.random.key(1), (3, 3, 3, 6))
+  args = ((1, 1), "SAME")
+  kwargs = dict(dimension_numbers=NHWC, feature_group_count=2)
+  chex.assert_trees_all_equal(conv.conv_lax_aligned(x, w, *args, **kwargs),
+                              lax.conv_general_dilated(x, w, *args, **kwargs))
+
+
 def test_bad_options_raise():
   with pytest.raises(ValueError, match="allowed: auto, lax, matmul"):
     conv.conv_function("cudnn")
@@ -371,10 +409,11 @@ def test_models_same_parameters_and_outputs_with_each_impl(arch):
   kwargs, shape, mode = MODEL_CASES[arch]
   built = {impl: nnx.eval_shape(lambda impl=impl: models.make(
       arch, embedding_dim=8, rngs=nnx.Rngs(0), conv_impl=impl, **kwargs))
-           for impl in ("lax", "auto")}
+           for impl in ("lax", "auto", "lax_aligned")}
   # identical parameter names, shapes and dtypes (checkpoints and pretrained weights load)
-  chex.assert_trees_all_equal_shapes_and_dtypes(nnx.state(built["lax"]),
-                                                nnx.state(built["auto"]))
+  for impl in ("auto", "lax_aligned"):
+    chex.assert_trees_all_equal_shapes_and_dtypes(nnx.state(built["lax"]),
+                                                  nnx.state(built[impl]))
   if shape is None:
     return
   values = _random_state(built["lax"])
@@ -386,6 +425,7 @@ def test_models_same_parameters_and_outputs_with_each_impl(arch):
     out[impl] = (_forward(model, x), nnx.state(model, nnx.BatchStat))
   chex.assert_tree_all_finite(out["lax"])
   chex.assert_trees_all_close(out["auto"], out["lax"], rtol=1e-4, atol=1e-4)
+  chex.assert_trees_all_close(out["lax_aligned"], out["lax"], rtol=1e-4, atol=1e-4)
 
 
 def test_small_cnn_gradients_equal_with_each_impl_and_one_trace():
