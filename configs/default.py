@@ -71,6 +71,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.pooling = ""            # '' = the model's default; 'avg' | 'max' | 'avg+max'
   c.model.bn_mode = "train"       # 'frozen': running statistics fixed, affine params trained
   c.model.embedding_hidden = ()   # extra Linear+ReLU widths in the embedding head
+  # How convolutions are computed (every model; the same parameters and results to rounding):
+  # 'auto' | 'lax' | 'matmul' | 'lax_aligned' (dml_jax.models.conv.CONV_IMPLS)
+  c.model.conv_impl = "auto"
 
   c.loss = ml_collections.ConfigDict()
   c.loss.name = "nca"

@@ -246,6 +246,11 @@ def test_validate_is_the_check_of_every_binary():
   with pytest.raises(ValueError, match="bn_mode='frozn'; allowed"):
     config_lib.validate(c)
   c = default.get_config()
+  c.model.conv_impl = "cudnn"   # every model takes it, the small CNN too
+  with pytest.raises(ValueError, match="conv_impl='cudnn'; allowed: auto, lax, matmul, "
+                                       "lax_aligned"):
+    config_lib.validate(c)
+  c = default.get_config()
   c.data.name, c.data.image_size, c.data.augmentation = "cub", 32, "crop"
   with pytest.raises(ValueError, match="Unknown augmentation 'crop'"):
     config_lib.validate(c)

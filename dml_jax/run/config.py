@@ -136,7 +136,7 @@ def validate(config: ml_collections.ConfigDict, splits: Mapping | None = None) -
   from dml_jax.data import eval_cache
   from dml_jax.data import pipeline
   from dml_jax.evaluation import protocols
-  from dml_jax.models import resnet
+  from dml_jax.models import conv, resnet
   for key in ("num_train_steps", "batch_size", "log_every_steps", "checkpoint_every_steps"):
     if not isinstance(value := config[key], int) or value <= 0:
       raise ValueError(f"config.{key} must be a positive integer, got {value!r}.")
@@ -168,6 +168,7 @@ def validate(config: ml_collections.ConfigDict, splits: Mapping | None = None) -
         f"config.data.image_size={config.data.image_size}: the in-memory dataset "
         f"{config.data.name!r} has a fixed size; use 0 (its native size).")
   model = config.model
+  conv.conv_function(model.get("conv_impl", "auto"))   # one line listing conv.CONV_IMPLS
   if model.name != "small_cnn":
     resnet.check_options(pooling=model.get("pooling", "") or "avg",
                          bn_mode=model.get("bn_mode", "train"),

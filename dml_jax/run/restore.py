@@ -32,7 +32,8 @@ from dml_jax.run import workdir as workdir_lib
 def model_options(model: ml_collections.ConfigDict) -> dict:
   """The backbone options of ``config.model`` that differ from the defaults, as keyword
   arguments of ``models.make`` (so the small CNN, which has none, gets none)."""
-  defaults = {"dtype": "float32", "pooling": "", "bn_mode": "train", "embedding_hidden": ()}
+  defaults = {"dtype": "float32", "pooling": "", "bn_mode": "train", "embedding_hidden": (),
+              "conv_impl": "auto"}
   options = {}
   for key, default in defaults.items():
     value = model.get(key, default)

@@ -43,6 +43,7 @@ METRICS_FILE = "metrics.jsonl"
 # reproduces the older behaviour; load_config fills them into older config.json files.
 ADDED_CONFIG_KEYS = {
     "num_devices": 0,
+    "model.conv_impl": "auto",
     "data.noise_seed": 0,
     "optimizer.backbone_learning_rate": 0.0,
     "optimizer.head_learning_rate": 0.0,

@@ -227,6 +227,8 @@ def test_per_part_learning_rates_reach_the_model():
 
 def test_model_options_and_pretrained_errors():
   assert restore.model_options(small_config().model) == {}
+  assert restore.model_options(small_config(**{"model.conv_impl": "lax_aligned"}).model) == {
+      "conv_impl": "lax_aligned"}
   with pytest.raises(ValueError, match="dtype"):
     training.build(small_config(**{"model.dtype": "bfloat16"}))
   with pytest.raises(FileNotFoundError, match="pretrained convert"):
@@ -237,9 +239,11 @@ def test_older_workdir_config_gets_keys_added_since(tmp_path):
   config = small_config()
   del config.data["noise_seed"]
   del config.optimizer["head_learning_rate"]
+  del config.model["conv_impl"]
   workdir_lib.write_config(config, str(tmp_path))
   loaded = workdir_lib.load_config(str(tmp_path))
   assert loaded.data.noise_seed == 0 and loaded.optimizer.head_learning_rate == 0.0
+  assert loaded.model.conv_impl == "auto"
   config_lib.validate(loaded)
 
 
