@@ -20,12 +20,12 @@
 #   profile     where the bf16 ResNet-50 step's time goes: 3 synthetic steps under jax.profiler
 #               -> step_profile.json / .txt (benchmarks/profiling/op_profile.py: ops and kinds
 #               by device time, and the device's copy bandwidth and bf16 matmul rate measured
-#               in the same call, the ceilings its GB/s are read against) and profile.tar.gz (the trace and step.hlo.txt, the compiled
-#               step, for op_profile.py --trace_dir elsewhere)
-#   step        bf16 synthetic images/s of the step alone, once per line of STEP_VARIANTS (extra
-#               train_throughput.py arguments, e.g. "--set=model.pooling=max"; an empty line:
-#               the step as it is), each in a fresh process (the bf16 step compiled in 29 s on an
-#               H200: keep to about six variants per call) -> step.json
+#               in the same call, the ceilings its GB/s are read against) and profile.tar.gz
+#               (the trace and step.hlo.txt, the compiled step, for op_profile.py --trace_dir)
+#   step        bf16 synthetic images/s of the step alone, once per line of STEP_VARIANTS
+#               (extra train_throughput.py arguments, e.g. "--set=model.conv_impl=lax_aligned";
+#               an empty line: the step as it is), each in a fresh process (the bf16 step
+#               compiled in 29 s on an H200: keep to about six variants per call) -> step.json
 # Each part ends within 8 minutes on one H100 / H200 with 16 CPU cores. Needs on the machine:
 # Python 3.12 with JAX (CUDA), Flax, optax, orbax, chex, absl, numpy, scikit-learn, pillow,
 # matplotlib, tqdm, pytest, pytest-xdist, PyTorch + torchvision (the peer); the wheels of the
