@@ -149,8 +149,13 @@ def busy_us(events: list[dict]) -> float:
 def op_times(trace_dir: str, calls: int) -> list[dict]:
   """``[{'op', 'ms_per_call', 'count_per_call'}]`` from the Perfetto trace in ``trace_dir``
   (:func:`op_events`), by decreasing time."""
+  return op_totals(op_events(trace_events(trace_dir)), calls)
+
+
+def op_totals(events: list[dict], calls: int) -> list[dict]:
+  """:func:`op_times` of the op events ``events`` (:func:`op_events`)."""
   total, count = collections.Counter(), collections.Counter()
-  for e in op_events(trace_events(trace_dir)):
+  for e in events:
     name = e["args"]["hlo_op"]
     total[name] += e.get("dur", 0)
     count[name] += 1
@@ -162,16 +167,26 @@ HLO_DEF = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = (\(.*?\)|\S+) ")
 OP_NAME = re.compile(r'op_name="([^"]*)"')
 
 
-def hlo_origins(hlo_text: str) -> dict[str, tuple[str, str]]:
-  """``{op name: (result shape, JAX operation)}`` from compiled HLO text."""
+def hlo_definitions(hlo_text: str) -> dict[str, tuple[str, str]]:
+  """``{op name: (result shape, its line)}``: each op's first definition in HLO text."""
   out = {}
   for line in hlo_text.splitlines():
     definition = HLO_DEF.match(line)
     if definition:
-      op_name = OP_NAME.search(line)
-      origin = op_name.group(1).split("/", 1)[-1] if op_name else ""   # less "jit(...)/"
-      out.setdefault(definition.group(1), (definition.group(2).replace("{1,0}", ""), origin))
+      out.setdefault(definition.group(1), (definition.group(2), line))
   return out
+
+
+def _origin(line: str) -> str:
+  """The JAX operation an HLO line comes from (its ``op_name`` less ``jit(...)/``)."""
+  op_name = OP_NAME.search(line)
+  return op_name.group(1).split("/", 1)[-1] if op_name else ""
+
+
+def hlo_origins(hlo_text: str) -> dict[str, tuple[str, str]]:
+  """``{op name: (result shape, JAX operation)}`` from compiled HLO text."""
+  return {name: (shape.replace("{1,0}", ""), _origin(line))
+          for name, (shape, line) in hlo_definitions(hlo_text).items()}
 
 
 KINDS = ("convolution (forward)", "convolution (input gradient)",
@@ -179,7 +194,8 @@ KINDS = ("convolution (forward)", "convolution (input gradient)",
          "copy / transpose", "other")
 _CUSTOM_CALL = re.compile(r'custom_call_target="([^"]+)"')
 _FUSION_KIND = re.compile(r"\bkind=(k\w+)")
-_OPCODE = re.compile(r"^\s*(?:ROOT )?%?[\w.\-]+ = (?:\(.*?\)|\S+) ([\w\-]+)\(")
+# an HLO line's opcode and operand list: "%name = shape opcode(%a, %b), attributes"
+_OPERATION = re.compile(r"^\s*(?:ROOT )?%?[\w.\-]+ = (?:\(.*?\)|\S+) ([\w\-]+)\(([^()]*)\)")
 
 
 def op_kind(line: str) -> str:
@@ -190,14 +206,13 @@ def op_kind(line: str) -> str:
   window, a custom call of another target) is ``other``."""
   target = _CUSTOM_CALL.search(line)
   target = target.group(1) if target else ""
-  opcode = _OPCODE.match(line)
-  opcode = opcode.group(1) if opcode else ""
-  text = target + " " + line if target else line
-  if "convBackwardInput" in text:
+  operation = _OPERATION.match(line)
+  opcode = operation.group(1) if operation else ""
+  if "convBackwardInput" in target:
     return "convolution (input gradient)"
-  if "convBackwardFilter" in text:
+  if "convBackwardFilter" in target:
     return "convolution (weight gradient)"
-  if "convForward" in text or "convBiasActivationForward" in text or opcode == "convolution":
+  if "convForward" in target or "convBiasActivationForward" in target or opcode == "convolution":
     return "convolution (forward)"
   if opcode == "dot" or re.search(r"gemm|matmul|cublas", target):
     return "matmul"
@@ -208,7 +223,7 @@ def op_kind(line: str) -> str:
       return "reduction fusion"
     if kind == "kLoop":
       return "elementwise fusion"
-    if kind == "kOutput" or re.search(r"triton_gemm|cudnn\$fusion|gemm|dot\(", line):
+    if kind == "kOutput" or re.search(r"gemm|cudnn\$fusion|dot\(", line):
       return "matmul"
     return "other"
   if opcode in ("copy", "transpose", "copy-start", "copy-done"):
@@ -220,12 +235,7 @@ def op_kind(line: str) -> str:
 
 def hlo_kinds(hlo_text: str) -> dict[str, str]:
   """``{op name: op_kind(its line)}`` for every op defined in ``hlo_text``."""
-  out = {}
-  for line in hlo_text.splitlines():
-    definition = HLO_DEF.match(line)
-    if definition:
-      out.setdefault(definition.group(1), op_kind(line))
-  return out
+  return {name: op_kind(line) for name, (_, line) in hlo_definitions(hlo_text).items()}
 
 
 def kind_totals(rows: list[dict]) -> list[dict]:
@@ -239,7 +249,6 @@ def kind_totals(rows: list[dict]) -> list[dict]:
 
 
 _ARRAY = re.compile(r"\b(pred|[suf]\d+|bf16|f8\w*)\[([\d,]*)\]")
-_OPERAND_LIST = re.compile(r"^\s*(?:ROOT )?%?[\w.\-]+ = (?:\(.*?\)|\S+) [\w\-]+\(([^()]*)\)")
 
 
 def shape_bytes(shape: str, *, scratch: bool = True) -> int:
@@ -263,19 +272,16 @@ def hlo_bytes(hlo_text: str) -> dict[str, int]:
   """``{op name: bytes its operands and results hold}`` for every op defined in ``hlo_text``:
   a lower bound on the memory an op moves (its operands read once, its results written once;
   a custom call's ``u8`` workspace left out)."""
-  shapes, out = {}, {}
-  for line in hlo_text.splitlines():
-    definition = HLO_DEF.match(line)
-    if definition:
-      shapes.setdefault(definition.group(1), definition.group(2))
-  for line in hlo_text.splitlines():
-    definition = HLO_DEF.match(line)
-    if not definition or definition.group(1) in out:
-      continue
-    operands = _OPERAND_LIST.match(line)
-    names = re.findall(r"%([\w.\-]+)", operands.group(1)) if operands else []
-    out[definition.group(1)] = (shape_bytes(definition.group(2), scratch=False)
-                                + sum(shape_bytes(shapes.get(n, "")) for n in names))
+  return _op_bytes(hlo_definitions(hlo_text))
+
+
+def _op_bytes(definitions: dict[str, tuple[str, str]]) -> dict[str, int]:
+  out = {}
+  for name, (shape, line) in definitions.items():
+    operation = _OPERATION.match(line)
+    operands = re.findall(r"%([\w.\-]+)", operation.group(2)) if operation else []
+    out[name] = (shape_bytes(shape, scratch=False)
+                 + sum(shape_bytes(definitions.get(n, ("", ""))[0]) for n in operands))
   return out
 
 
@@ -285,10 +291,12 @@ def annotate(rows: list[dict], hlo_text: str) -> list[dict]:
   bytes of its operands and results (:func:`hlo_bytes`) per second of its time, the rate a
   memory-bound op (a fusion) reaches against the device's memory bandwidth (None when the HLO
   does not define the op)."""
-  origins, kinds, sizes = hlo_origins(hlo_text), hlo_kinds(hlo_text), hlo_bytes(hlo_text)
+  definitions = hlo_definitions(hlo_text)
+  sizes = _op_bytes(definitions)
   for r in rows:
-    r["shape"], r["from"] = origins.get(r["op"], ("", ""))
-    r["kind"] = kinds.get(r["op"], "other")
+    shape, line = definitions.get(r["op"], ("", ""))
+    r["shape"], r["from"] = shape.replace("{1,0}", ""), _origin(line)
+    r["kind"] = op_kind(line) if line else "other"
     moved = sizes.get(r["op"])
     r["gb_per_s"] = (moved * r["count_per_call"] / (r["ms_per_call"] * 1e6)
                      if moved and r["ms_per_call"] > 0 else None)
@@ -342,7 +350,7 @@ def profile_trace(trace_dir: str, *, calls: int) -> dict:
   shapes, origins and kinds from ``trace_dir/step.hlo.txt`` when there is one;
   ``wall_ms_per_call`` is the span from the first op's start to the last op's end, and
   ``busy_ms_per_call`` the time at least one op ran, both per call."""
-  events = op_events(trace_events(trace_dir))
+  events = op_events(trace_events(trace_dir))   # the trace read once
   if not events:
     raise ValueError(f"the trace under {trace_dir} has no XLA op events")
   hlo_path = os.path.join(trace_dir, "step.hlo.txt")
@@ -350,7 +358,7 @@ def profile_trace(trace_dir: str, *, calls: int) -> dict:
   span = max(e["ts"] + e.get("dur", 0) for e in events) - min(e["ts"] for e in events)
   return {"trace_dir": trace_dir, "calls": calls, "wall_ms_per_call": span / calls / 1e3,
           "busy_ms_per_call": busy_us(events) / calls / 1e3,
-          "ops": annotate(op_times(trace_dir, calls), hlo_text)}
+          "ops": annotate(op_totals(events, calls), hlo_text)}
 
 
 def main(argv):
