@@ -25,6 +25,9 @@ convolution's, in another order: equal to float32 rounding.
     cuDNN's tensor cores want for a stem's 3 colour channels, which XLA:GPU gives float16
     convolutions but not bfloat16 ones.
 
+The models' pooling follows the same option (``pooling``): max-pooling by shifted slices
+with every ``impl`` but ``'lax'``, which keeps XLA's ``reduce_window`` throughout.
+
 Every function here has ``lax.conv_general_dilated``'s signature, so it is passed to
 ``nnx.Conv(conv_general_dilated=...)``: parameter names, shapes and initialisation are
 nnx.Conv's, whatever the implementation.

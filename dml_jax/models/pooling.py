@@ -12,9 +12,18 @@ padded with ``-inf`` (max) or 0 (average):
   * ``avg_pool``: ``y = (sum_t T_t) / n`` with ``n`` the window size (``count_include_pad``)
     or the number of non-padding taps; equal to float32 rounding (another summation order).
 
-``impl``: ``'auto'`` (slices where lowered for the CPU, ``reduce_window`` elsewhere), ``'lax'``
-or ``'lax_aligned'`` (always ``reduce_window``, i.e. ``flax.nnx.max_pool`` / ``avg_pool``) or
-``'matmul'`` (always slices; the name is the convolutions' option, ``conv.CONV_IMPLS``).
+``impl`` (the convolutions' option, ``conv.CONV_IMPLS``): ``'lax'`` is always
+``reduce_window`` (``flax.nnx.max_pool`` / ``avg_pool``). Every other ``impl`` max-pools by
+slices, on every platform. Average-pooling is by slices with ``'matmul'``, and with
+``'auto'`` where lowered for the CPU; by ``reduce_window`` otherwise.
+
+Max-pooling by slices on a GPU too: XLA:GPU lowers ``select_and_scatter_add`` to a
+``reduce_window`` that writes four int32 index arrays of the output's size, and a scatter
+into a zeroed, padded copy of the input. The slice form keeps one int8 array (the first
+maximal tap), and its backward fuses into the consumer of ``dx``. In ResNet-50's bf16
+training step (224 px, batch 256), compiled for an H100, the kernels read and write 3.9 GB
+less per step: 96.3 GB instead of 100.1 (``benchmarks/speed/train_throughput.py
+--gpu_target=h100``).
 """
 
 from __future__ import annotations
@@ -106,11 +115,7 @@ def max_pool(x: jax.Array, window: Sequence[int], strides: Sequence[int] | None 
   slices = functools.partial(max_pool_slices, window=window, strides=strides, padding=padding)
   reference = functools.partial(nnx.max_pool, window_shape=window, strides=strides,
                                 padding=padding)
-  if impl in ("lax", "lax_aligned"):
-    return reference(x)
-  if impl == "matmul":
-    return slices(x)
-  return lax.platform_dependent(x, cpu=slices, default=reference)
+  return reference(x) if impl == "lax" else slices(x)
 
 
 def avg_pool(x: jax.Array, window: Sequence[int], strides: Sequence[int] | None = None,

@@ -259,10 +259,11 @@ class ResNet(nnx.Module):
       parameters, BN statistics, pooling, head and output stay float32.
     in_channels: ``C`` (default 3).
     conv_impl: how convolutions and max-pooling are computed (same parameters, same
-      results to float32 rounding): ``'auto'`` (default: im2col matmuls and pooling by
-      shifted slices where lowered for the CPU, XLA's convolution elsewhere), ``'lax'``,
-      ``'matmul'`` or ``'lax_aligned'`` (XLA's convolution, the stem's 3 input channels
-      zero-padded to 8 for cuDNN's tensor cores); see ``conv`` and ``pooling``.
+      results to float32 rounding): ``'auto'`` (default: im2col matmuls where lowered for the
+      CPU, XLA's convolution elsewhere; max-pooling by shifted slices), ``'lax'`` (XLA's
+      convolution and ``reduce_window``), ``'matmul'`` or ``'lax_aligned'`` (XLA's
+      convolution, the stem's 3 input channels zero-padded to 8 for cuDNN's tensor cores);
+      see ``conv`` and ``pooling``.
     rngs: ``nnx.Rngs`` for the initialisation.
   """
 

@@ -33,10 +33,10 @@ class SmallCNN(nnx.Module):
     momentum: BatchNorm running-average momentum: ``m <- momentum m + (1 - momentum) batch``.
     epsilon: BatchNorm variance epsilon.
     conv_impl: how the convolutions and the max-pool are computed (same parameters, same
-      results to float32 rounding): ``'auto'`` (default: im2col matmuls and pooling by shifted
-      slices where lowered for the CPU, XLA's convolution elsewhere), ``'lax'``, ``'matmul'``
-      or ``'lax_aligned'`` (XLA's, the input channels zero-padded to 8); see ``conv`` and
-      ``pooling``.
+      results to float32 rounding): ``'auto'`` (default: im2col matmuls where lowered for the
+      CPU, XLA's convolution elsewhere; max-pooling by shifted slices), ``'lax'`` (XLA's
+      convolution and ``reduce_window``), ``'matmul'`` or ``'lax_aligned'`` (XLA's
+      convolution, the input channels zero-padded to 8); see ``conv`` and ``pooling``.
     rngs: ``nnx.Rngs`` for the initialisation.
   """
 

@@ -352,6 +352,17 @@ def test_max_pool_equals_reduce_window_values_and_gradients_with_ties(name):
       np.testing.assert_array_equal(got[impl][1], got["lax"][1], err_msg=f"{kind} {impl} dx")
 
 
+def test_max_pool_is_by_slices_on_every_platform_but_with_lax():
+  # XLA:GPU's select_and_scatter writes int32 indices and a padded gradient (pooling's
+  # docstring): every impl but 'lax' max-pools by slices, whatever the lowering platform.
+  x = jnp.ones((2, 8, 8, 3), jnp.bfloat16)
+  for impl in conv.CONV_IMPLS:
+    pool = lambda x, impl=impl: pooling.max_pool(x, (3, 3), (2, 2), ((1, 1), (1, 1)), impl=impl)
+    text = str(jax.make_jaxpr(jax.grad(lambda x: jnp.sum(pool(x).astype(jnp.float32))))(x))
+    assert ("reduce_window_max" in text) == (impl == "lax"), impl
+    assert ("platform_index" in text) is False, impl
+
+
 @pytest.mark.parametrize("count_include_pad", [True, False])
 def test_avg_pool_matches_reduce_window(count_include_pad):
   rng = np.random.default_rng(0)
