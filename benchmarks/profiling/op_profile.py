@@ -20,7 +20,7 @@ reads a trace written elsewhere instead (``benchmarks/speed/train_throughput.py 
 training step, with its compiled HLO in ``step.hlo.txt``). On a GPU the ops are the kernels
 of the device's streams, grouped by the HLO op that launched them (a convolution's cuDNN
 kernels, a fusion's kernel); ``busy`` is the time at least one of them ran. Every table also
-sums the ops by kind (:func:`op_kind`: convolutions forward / input gradient / weight
+sums the ops by kind (``benchmarks/hlo.py``: convolutions forward / input gradient / weight
 gradient, matmuls, reduction and elementwise fusions, copies, other), the first thing to read
 when a step is slower than it should be: on a GPU a ResNet's convolutions are bound by the
 tensor cores, its BatchNorm / ReLU / residual fusions by memory. For those, ``GB/s`` (the
@@ -41,12 +41,12 @@ import time
 from absl import app
 from absl import flags
 import jax
-import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 # pylint: disable=wrong-import-position
 from benchmarks import backbone_step
 from benchmarks import harness
+from benchmarks import hlo
 from benchmarks import inputs
 from dml_jax import objectives
 # pylint: enable=wrong-import-position
@@ -163,140 +163,28 @@ def op_totals(events: list[dict], calls: int) -> list[dict]:
           for name, us in total.most_common()]
 
 
-HLO_DEF = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = (\(.*?\)|\S+) ")
-OP_NAME = re.compile(r'op_name="([^"]*)"')
-
-
-def hlo_definitions(hlo_text: str) -> dict[str, tuple[str, str]]:
-  """``{op name: (result shape, its line)}``: each op's first definition in HLO text."""
-  out = {}
-  for line in hlo_text.splitlines():
-    definition = HLO_DEF.match(line)
-    if definition:
-      out.setdefault(definition.group(1), (definition.group(2), line))
-  return out
-
-
-def _origin(line: str) -> str:
-  """The JAX operation an HLO line comes from (its ``op_name`` less ``jit(...)/``)."""
-  op_name = OP_NAME.search(line)
-  return op_name.group(1).split("/", 1)[-1] if op_name else ""
-
-
-def hlo_origins(hlo_text: str) -> dict[str, tuple[str, str]]:
-  """``{op name: (result shape, JAX operation)}`` from compiled HLO text."""
-  return {name: (shape.replace("{1,0}", ""), _origin(line))
-          for name, (shape, line) in hlo_definitions(hlo_text).items()}
-
-
-KINDS = ("convolution (forward)", "convolution (input gradient)",
-         "convolution (weight gradient)", "matmul", "reduction fusion", "elementwise fusion",
-         "copy / transpose", "other")
-_CUSTOM_CALL = re.compile(r'custom_call_target="([^"]+)"')
-_FUSION_KIND = re.compile(r"\bkind=(k\w+)")
-# an HLO line's opcode and operand list: "%name = shape opcode(%a, %b), attributes"
-_OPERATION = re.compile(r"^\s*(?:ROOT )?%?[\w.\-]+ = (?:\(.*?\)|\S+) ([\w\-]+)\(([^()]*)\)")
-
-
-def op_kind(line: str) -> str:
-  """The kind (one of ``KINDS``) of the op an HLO line defines: cuDNN's convolution custom
-  calls by direction (a plain ``convolution``: forward), cuBLAS / Triton GEMMs and ``dot`` as
-  matmuls, fusions by XLA's fusion kind (``kInput``: a reduction; ``kLoop``: elementwise;
-  ``kOutput`` or a GEMM inside: a matmul), copies and transposes; anything else (a pooling
-  window, a custom call of another target) is ``other``."""
-  target = _CUSTOM_CALL.search(line)
-  target = target.group(1) if target else ""
-  operation = _OPERATION.match(line)
-  opcode = operation.group(1) if operation else ""
-  if "convBackwardInput" in target:
-    return "convolution (input gradient)"
-  if "convBackwardFilter" in target:
-    return "convolution (weight gradient)"
-  if "convForward" in target or "convBiasActivationForward" in target or opcode == "convolution":
-    return "convolution (forward)"
-  if opcode == "dot" or re.search(r"gemm|matmul|cublas", target):
-    return "matmul"
-  if opcode == "fusion":
-    kind = _FUSION_KIND.search(line)
-    kind = kind.group(1) if kind else ""
-    if kind == "kInput":
-      return "reduction fusion"
-    if kind == "kLoop":
-      return "elementwise fusion"
-    if kind == "kOutput" or re.search(r"gemm|cudnn\$fusion|dot\(", line):
-      return "matmul"
-    return "other"
-  if opcode in ("copy", "transpose", "copy-start", "copy-done"):
-    return "copy / transpose"
-  if opcode == "reduce":
-    return "reduction fusion"
-  return "other"
-
-
-def hlo_kinds(hlo_text: str) -> dict[str, str]:
-  """``{op name: op_kind(its line)}`` for every op defined in ``hlo_text``."""
-  return {name: op_kind(line) for name, (_, line) in hlo_definitions(hlo_text).items()}
-
-
 def kind_totals(rows: list[dict]) -> list[dict]:
-  """``[{'kind', 'ms_per_call', 'ops'}]``: the rows' time summed by ``kind``, in ``KINDS``
+  """``[{'kind', 'ms_per_call', 'ops'}]``: the rows' time summed by ``kind``, in ``hlo.KINDS``
   order (kinds with no op left out)."""
   ms, ops = collections.Counter(), collections.Counter()
   for r in rows:
     ms[r["kind"]] += r["ms_per_call"]
     ops[r["kind"]] += 1
-  return [{"kind": k, "ms_per_call": ms[k], "ops": ops[k]} for k in KINDS if ops[k]]
-
-
-_ARRAY = re.compile(r"\b(pred|[suf]\d+|bf16|f8\w*)\[([\d,]*)\]")
-
-
-def shape_bytes(shape: str, *, scratch: bool = True) -> int:
-  """Bytes of the arrays in an HLO shape (``bf16[256,56,56,64]{3,2,1,0}``, tuples summed);
-  ``scratch=False`` leaves out ``u8`` arrays (a custom call's workspace)."""
-  total = 0
-  for dtype, dims in _ARRAY.findall(shape):
-    if dtype == "u8" and not scratch:
-      continue
-    if dtype == "pred" or dtype.startswith("f8"):
-      size = 1
-    elif dtype == "bf16":
-      size = 2
-    else:   # s32, u8, f16, f64, ...: the bits in the name
-      size = max(1, int(dtype[1:]) // 8)
-    total += size * int(np.prod([int(d) for d in dims.split(",") if d], dtype=np.int64))
-  return total
-
-
-def hlo_bytes(hlo_text: str) -> dict[str, int]:
-  """``{op name: bytes its operands and results hold}`` for every op defined in ``hlo_text``:
-  a lower bound on the memory an op moves (its operands read once, its results written once;
-  a custom call's ``u8`` workspace left out)."""
-  return _op_bytes(hlo_definitions(hlo_text))
-
-
-def _op_bytes(definitions: dict[str, tuple[str, str]]) -> dict[str, int]:
-  out = {}
-  for name, (shape, line) in definitions.items():
-    operation = _OPERATION.match(line)
-    operands = re.findall(r"%([\w.\-]+)", operation.group(2)) if operation else []
-    out[name] = (shape_bytes(shape, scratch=False)
-                 + sum(shape_bytes(definitions.get(n, ("", ""))[0]) for n in operands))
-  return out
+  return [{"kind": k, "ms_per_call": ms[k], "ops": ops[k]} for k in hlo.KINDS if ops[k]]
 
 
 def annotate(rows: list[dict], hlo_text: str) -> list[dict]:
-  """Each row with its ``shape`` and ``from`` (:func:`hlo_origins`), ``kind``
-  (:func:`hlo_kinds`; ``other`` for an op the HLO does not define) and ``gb_per_s``: the
-  bytes of its operands and results (:func:`hlo_bytes`) per second of its time, the rate a
+  """Each row with its ``shape`` and ``from`` (``benchmarks/hlo.py``), ``kind``
+  (``hlo.op_kind``; ``other`` for an op the HLO does not define) and ``gb_per_s``: the
+  bytes of its operands and results (``hlo.hlo_bytes``) per second of its time, the rate a
   memory-bound op (a fusion) reaches against the device's memory bandwidth (None when the HLO
   does not define the op)."""
-  definitions = hlo_definitions(hlo_text)
-  sizes = _op_bytes(definitions)
+  definitions = hlo.hlo_definitions(hlo_text)
+  sizes = hlo.op_bytes(definitions)
   for r in rows:
     shape, line = definitions.get(r["op"], ("", ""))
-    r["shape"], r["from"] = shape.replace("{1,0}", ""), _origin(line)
-    r["kind"] = op_kind(line) if line else "other"
+    r["shape"], r["from"] = shape.replace("{1,0}", ""), hlo.origin(line)
+    r["kind"] = hlo.op_kind(line) if line else "other"
     moved = sizes.get(r["op"])
     r["gb_per_s"] = (moved * r["count_per_call"] / (r["ms_per_call"] * 1e6)
                      if moved and r["ms_per_call"] > 0 else None)

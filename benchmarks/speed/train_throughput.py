@@ -35,6 +35,20 @@ records its ``set``. ``--trace=DIR`` profiles ``--trace_steps`` more synthetic s
 ``jax.profiler`` into ``DIR/<dtype>/`` (the trace, and ``step.hlo.txt``: the compiled step),
 which ``benchmarks/profiling/op_profile.py --trace_dir`` reads.
 
+``--gpu_target=h100`` (or ``h200``) measures nothing: it compiles the same step for that GPU on
+a machine without one (``jax.experimental.topologies``; it needs JAX's CUDA plugin and its
+CUDA libraries, no GPU and no driver, run with ``JAX_PLATFORMS=cpu``) and reports what XLA:GPU
+makes of it (``benchmarks/hlo.py``'s ``program_summary``): its kernels, those that move under
+1 MB, and the bytes its kernels read and write, by kind. XLA compiles there as on the device
+but for autotuning (which needs the device), so the fusions, cuDNN's convolutions and the
+buffers are the device's. ``--trace=DIR`` keeps the compiled program
+(``DIR/<dtype>/step.hlo.txt``). A variant's ``--set`` that moves fewer bytes or launches fewer
+kernels is worth a ``step`` run on a GPU (``benchmarks/device/gpu_check.sh``)::
+
+  pip install --target=/opt/jax-cuda "jax-cuda12-plugin[with-cuda]==$JAX_VERSION"
+  JAX_PLATFORMS=cpu PYTHONPATH=/opt/jax-cuda python benchmarks/speed/train_throughput.py \
+    --gpu_target=h100 --dtypes=bfloat16 --batch_size=256 --num_classes=80 --set=...
+
 Images/s = steps x global batch / seconds. If ``real`` is well below ``synthetic`` while
 ``input only`` is near ``real``, the input pipeline limits (raise ``data.num_threads`` /
 ``data.num_workers``, or use the cache: ``cached``); if ``real`` ≈ ``synthetic``, the devices
@@ -45,6 +59,7 @@ writes JSON (``--out``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import os
@@ -60,6 +75,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from benchmarks import harness  # noqa: E402
+from benchmarks import hlo  # noqa: E402
 from dml_jax import parallel  # noqa: E402
 from dml_jax.run import train_input  # noqa: E402
 from dml_jax.run import training  # noqa: E402
@@ -128,6 +144,76 @@ def trace_steps(step_fn, state, halted, images, labels, keys, trace_dir: str):
       state, halted, metrics = step_fn(state, halted, images, labels, key)
     jax.block_until_ready((state, halted, metrics))
   return state, halted
+
+
+# GPUs the step can be compiled for without one: XLA's GpuTargetConfig of each (the SXM
+# parts' datasheet figures; compute capability 9.0, 132 multiprocessors for both).
+GPU_TARGETS = {
+    "h100": {"device_description_str": "NVIDIA H100 80GB HBM3", "memory_bandwidth": 3.35e12,
+             "device_memory_size": 80 * 2 ** 30},
+    "h200": {"device_description_str": "NVIDIA H200", "memory_bandwidth": 4.8e12,
+             "device_memory_size": 141 * 10 ** 9},
+}
+_HOPPER = """gpu_device_info {{
+  threads_per_block_limit: 1024 threads_per_warp: 32 shared_memory_per_block: 49152
+  shared_memory_per_core: 233472 threads_per_core_limit: 2048 core_count: 132
+  fpus_per_core: 128 block_dim_limit_x: 2147483647 block_dim_limit_y: 65535
+  block_dim_limit_z: 65535 memory_bandwidth: {memory_bandwidth:.0f} l2_cache_size: 52428800
+  clock_rate_ghz: 1.98 device_memory_size: {device_memory_size}
+  shared_memory_per_block_optin: 232448 cuda_compute_capability {{ major: 9 minor: 0 }}
+  registers_per_core_limit: 65536 registers_per_block_limit: 65536
+}}
+platform_name: "CUDA"
+dnn_version_info {{ major: 9 minor: 8 }}
+runtime_version {{ major: 12 minor: 8 }}
+device_description_str: "{device_description_str}"
+"""
+
+
+def gpu_mesh(target: str):
+  """A one-GPU ``('data',)`` mesh of ``target`` (a key of ``GPU_TARGETS``) to compile for, on a
+  machine without that GPU; ``RuntimeError`` naming what is missing when JAX cannot."""
+  from jax.experimental import topologies  # pylint: disable=import-outside-toplevel
+  if target not in GPU_TARGETS:
+    raise ValueError(f"--gpu_target={target!r}; allowed: {', '.join(GPU_TARGETS)}.")
+  try:
+    topology = topologies.get_topology_desc(
+        platform="cuda", topology="1x1x1",
+        target_config=_HOPPER.format(**GPU_TARGETS[target]))
+  except Exception as e:  # pylint: disable=broad-except
+    raise RuntimeError(
+        f"--gpu_target={target} needs JAX's CUDA plugin (pip install "
+        f"'jax-cuda12-plugin[with-cuda]=={jax.__version__}', then JAX_PLATFORMS=cpu): "
+        f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+  return topologies.make_mesh(topology, (1,), (parallel.AXIS,))
+
+
+def step_program(setup: training.Setup, mesh) -> str:
+  """The compiled HLO text of the training loop's step (``training.make_guarded_step``) of
+  ``setup`` with its state and batch on ``mesh``, from shapes alone (no array is made there)."""
+  setup = dataclasses.replace(setup, mesh=mesh)
+  rep, batch = parallel.replicated(mesh), parallel.batch_sharded(mesh)
+  on = lambda x, sharding: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
+  b, s = setup.config.batch_size, setup.config.data.image_size
+  args = (jax.tree.map(lambda x: on(x, rep), setup.init_state),
+          jax.ShapeDtypeStruct((), jnp.int32, sharding=rep),
+          jax.ShapeDtypeStruct((b, s, s, setup.config.data.channels), jnp.float32,
+                               sharding=batch),
+          jax.ShapeDtypeStruct((b,), jnp.int32, sharding=batch),
+          on(training.step_key(setup.config.seed, 1), rep))
+  return training.make_guarded_step(setup).lower(*args).compile().as_text()
+
+
+def gpu_program(config, target: str, trace_dir: str = "") -> dict:
+  """``hlo.program_summary`` of ``config``'s step compiled for ``target``; with
+  ``trace_dir``, the program written to ``trace_dir/step.hlo.txt``."""
+  mesh = gpu_mesh(target)
+  text = step_program(training.build(config), mesh)
+  if trace_dir:
+    os.makedirs(trace_dir, exist_ok=True)
+    with open(os.path.join(trace_dir, "step.hlo.txt"), "w") as f:
+      f.write(text)
+  return {"batch_size": config.batch_size, "gpu_target": target, **hlo.program_summary(text)}
 
 
 def measure(config, *, inputs: list[str], steps: int, warmup: int, trace_dir: str = "",
@@ -222,6 +308,19 @@ def table(report: dict) -> str:
                for r in report["results"]]))
 
 
+def program_table(report: dict) -> str:
+  """Kernels and bytes of each row's compiled step (``--gpu_target``), and the bytes by kind."""
+  rows = report["results"]
+  kinds = [k for k in hlo.KINDS if any(k == x["kind"] for r in rows for x in r["kinds"])]
+  gb = lambda r, kind: next((x["gb"] for x in r["kinds"] if x["kind"] == kind), 0.0)
+  return (f"the step compiled for {report['device']} ({report['compiled_with']}):\n\n"
+          + harness.markdown_table(
+              ["dtype", "set", "kernels", "under 1 MB", "GB moved", *(f"GB: {k}" for k in kinds)],
+              [[r["dtype"], " ".join(r.get("set", [])) or "(as is)", r["kernels"],
+                r["small_kernels"], f"{r['gb']:.2f}", *(f"{gb(r, k):.2f}" for k in kinds)]
+               for r in rows]))
+
+
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--config", default="configs/cub_ephn_2nd.py", help="path[:arg]")
@@ -240,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
                       help="config override, as train.py's --config.KEY=VALUE (repeatable)")
   parser.add_argument("--trace", default="", help="profile synthetic steps into DIR/<dtype>/")
   parser.add_argument("--trace_steps", type=int, default=3)
+  parser.add_argument("--gpu_target", default="",
+                      help=f"compile for a GPU instead of measuring: {', '.join(GPU_TARGETS)}")
   parser.add_argument("--images", default="", help="a class-folder dataset (default: generated)")
   parser.add_argument("--num_classes", type=int, default=40)
   parser.add_argument("--per_class", type=int, default=16)
@@ -261,6 +362,12 @@ def main(argv: list[str] | None = None) -> int:
                      "dtypes: float32, bfloat16.")
   if dtypes:
     make_config(args, root="", dtype=dtypes[0])   # a bad --set fails before any JPEG is written
+  if args.gpu_target:
+    try:
+      gpu_mesh(args.gpu_target)
+    except (ValueError, RuntimeError) as e:
+      print(e, file=sys.stderr)
+      return 2
   w, _, h = args.source_size.partition("x")
   rows = []
   with tempfile.TemporaryDirectory(prefix="train_throughput_") as tmp:
@@ -272,13 +379,22 @@ def main(argv: list[str] | None = None) -> int:
       print(f"wrote {n} JPEG files of {args.source_size} to {root}", flush=True)
     for dtype in dtypes:
       c = make_config(args, root=root, dtype=dtype)
+      trace_dir = os.path.join(args.trace, dtype) if args.trace else ""
       r = {"model": c.model.name, "image_size": c.data.image_size, "dtype": dtype,
            **({"set": list(args.set)} if args.set else {}),
-           **measure(c, inputs=inputs, steps=args.steps, warmup=args.warmup,
-                     trace_dir=os.path.join(args.trace, dtype) if args.trace else "",
-                     num_trace_steps=args.trace_steps)}
+           **(gpu_program(c, args.gpu_target, trace_dir) if args.gpu_target else
+              measure(c, inputs=inputs, steps=args.steps, warmup=args.warmup,
+                      trace_dir=trace_dir, num_trace_steps=args.trace_steps))}
       rows.append(r)
       print(json.dumps(r), flush=True)
+  if args.gpu_target:
+    report = {"script": SCRIPT, "gpu_target": args.gpu_target,
+              "device": GPU_TARGETS[args.gpu_target]["device_description_str"],
+              "compiled_with": f"jax {jax.__version__}, no device", "results": rows,
+              "stamp": harness.stamp()}
+    print(program_table(report))
+    harness.write_json(report, args.out, indent=1)
+    return 0
   device = str(jax.devices()[0].device_kind)
   print(f"\n{jax.device_count()} × {device} ({jax.default_backend()})")
   report = {"script": SCRIPT, "device": device, "backend": jax.default_backend(),

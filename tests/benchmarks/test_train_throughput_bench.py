@@ -50,10 +50,42 @@ def test_set_and_trace_profile_the_step(tmp_path):
   profiler = load_benchmark("profiling.op_profile")
   report = profiler.profile_trace(str(trace / "float32"), calls=2)
   assert 0 < report["busy_ms_per_call"] <= report["wall_ms_per_call"] + 1e-9
-  assert report["ops"] and all(r["kind"] in profiler.KINDS for r in report["ops"])
+  assert report["ops"] and all(r["kind"] in load_benchmark("hlo").KINDS for r in report["ops"])
   assert sum(bool(r["shape"]) for r in report["ops"]) == len(report["ops"])
 
 
 def test_an_unknown_config_key_is_named():
   with pytest.raises(ValueError, match="unknown config key model.bogus"):
     bench.main(["--smoke", "--inputs=synthetic", "--set=model.bogus=1"])
+
+
+def test_gpu_target_without_the_cuda_plugin_is_one_line(monkeypatch, capsys):
+  from jax.experimental import topologies  # pylint: disable=import-outside-toplevel
+
+  def no_plugin(*args, **kwargs):
+    raise NotImplementedError("topology not implemented for cuda\nmore detail")
+  monkeypatch.setattr(topologies, "get_topology_desc", no_plugin)
+  assert bench.main(["--smoke", "--gpu_target=h100"]) == 2
+  err = capsys.readouterr().err.strip()
+  assert len(err.splitlines()) == 1 and "jax-cuda12-plugin" in err
+  assert "topology not implemented for cuda" in err and "more detail" not in err
+  assert bench.main(["--smoke", "--gpu_target=a100"]) == 2
+  assert "--gpu_target='a100'; allowed: h100, h200" in capsys.readouterr().err
+
+
+def test_gpu_target_summarises_the_compiled_step(monkeypatch, tmp_path):
+  # the GPU's mesh replaced by the test session's CPU devices: the same path, another compiler
+  mesh = jax.sharding.Mesh(jax.devices()[:1], ("data",))
+  monkeypatch.setattr(bench, "gpu_mesh", lambda target: mesh)
+  out, trace = tmp_path / "program.json", tmp_path / "programs"
+  assert bench.main(["--smoke", "--arch=small_cnn", "--gpu_target=h200", f"--out={out}",
+                     "--set=model.embedding_dim=64", f"--trace={trace}"]) == 0
+  report = json.loads(out.read_text())
+  assert report["device"] == "NVIDIA H200" and report["gpu_target"] == "h200"
+  (row,) = report["results"]
+  assert row["set"] == ["model.embedding_dim=64"] and row["batch_size"] == 8
+  assert row["kernels"] >= row["small_kernels"] and row["kernels"] > 0 and row["gb"] > 0
+  assert row["kernels"] == sum(k["kernels"] for k in row["kinds"])
+  text = (trace / "float32" / "step.hlo.txt").read_text()
+  assert "f32[8,32,32,3]" in text and "f32[8,64]" in text   # the batch, the override
+  assert bench.program_table(report).count("\n") == 4   # title, blank, header, rule, row
