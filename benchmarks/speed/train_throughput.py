@@ -102,7 +102,7 @@ def write_jpegs(root: str, *, num_classes: int, per_class: int, size: tuple[int,
   return num_classes * per_class
 
 
-def make_config(args, *, root: str, dtype: str):
+def make_config(args, *, root: str, dtype: str, variant: str = ""):
   module, _, arg = args.config.partition(":")
   name = os.path.splitext(os.path.relpath(module, REPO))[0].replace(os.sep, ".")
   c = importlib.import_module(name).get_config(arg)
@@ -127,8 +127,9 @@ def make_config(args, *, root: str, dtype: str):
   if args.num_workers is not None:
     c.data.num_workers = args.num_workers
   c.num_train_steps = 10 ** 9
-  if args.set:
-    c = overrides.apply(c, overrides.parse_assignments(args.set), from_strings=True)
+  assignments = [*args.set, *variant.split()]
+  if assignments:
+    c = overrides.apply(c, overrides.parse_assignments(assignments), from_strings=True)
   return c
 
 
@@ -297,15 +298,26 @@ def measure(config, *, inputs: list[str], steps: int, warmup: int, trace_dir: st
 
 
 def table(report: dict) -> str:
-  """images/s of the step with each input, of the input alone, and the warm-up's seconds."""
+  """images/s of the step with each input, of the input alone, and the warm-up's seconds (a
+  ``--gpu_target`` report: :func:`program_table`)."""
+  if "gpu_target" in report:
+    return program_table(report)
+  rows = report["results"]
+  sets = any("set" in r for r in rows)
   return (f"{report['device_count']} × {report['device']} ({report['backend']}):\n\n"
           + harness.markdown_table(
-              ["model", "px", "dtype", "global batch", "real input (img/s)",
-               "cached input (img/s)", "synthetic (img/s)", "input only (img/s)",
-               "warm-up incl. compile (s)"],
-              [[r["model"], r["image_size"], r["dtype"], r["batch_size"],
+              ["model", "px", "dtype", *(["set"] if sets else []), "global batch",
+               "real input (img/s)", "cached input (img/s)", "synthetic (img/s)",
+               "input only (img/s)", "warm-up incl. compile (s)"],
+              [[r["model"], r["image_size"], r["dtype"],
+                *([" ".join(r.get("set", [])) or "(as is)"] if sets else []), r["batch_size"],
                 *(f"{r[k]:,.1f}" if k in r else "—" for k in INPUTS), f"{r['warmup_s']:.1f}"]
-               for r in report["results"]]))
+               for r in rows]))
+
+
+def _slug(variant: str) -> str:
+  """A folder name for a ``--variant``'s trace: ``model.conv_impl=lax`` -> ``model.conv_impl-lax``."""
+  return "_".join(variant.split()).replace("=", "-").replace("/", "-")
 
 
 def program_table(report: dict) -> str:
@@ -337,6 +349,9 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--warmup", type=int, default=2)
   parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                       help="config override, as train.py's --config.KEY=VALUE (repeatable)")
+  parser.add_argument("--variant", action="append", default=[], metavar="'KEY=VALUE ...'",
+                      help="a row per dtype with these overrides beside --set's (repeatable; "
+                      "'' = none)")
   parser.add_argument("--trace", default="", help="profile synthetic steps into DIR/<dtype>/")
   parser.add_argument("--trace_steps", type=int, default=3)
   parser.add_argument("--gpu_target", default="",
@@ -360,8 +375,8 @@ def main(argv: list[str] | None = None) -> int:
   if bad:
     raise ValueError(f"unknown inputs/dtypes {bad}; allowed inputs: {', '.join(INPUTS)}; "
                      "dtypes: float32, bfloat16.")
-  if dtypes:
-    make_config(args, root="", dtype=dtypes[0])   # a bad --set fails before any JPEG is written
+  for variant in args.variant or [""]:   # a bad --set fails before any JPEG is written
+    make_config(args, root="", dtype=dtypes[0] if dtypes else "float32", variant=variant)
   if args.gpu_target:
     try:
       gpu_mesh(args.gpu_target)
@@ -378,21 +393,24 @@ def main(argv: list[str] | None = None) -> int:
                       size=(int(w), int(h)))
       print(f"wrote {n} JPEG files of {args.source_size} to {root}", flush=True)
     for dtype in dtypes:
-      c = make_config(args, root=root, dtype=dtype)
-      trace_dir = os.path.join(args.trace, dtype) if args.trace else ""
-      r = {"model": c.model.name, "image_size": c.data.image_size, "dtype": dtype,
-           **({"set": list(args.set)} if args.set else {}),
-           **(gpu_program(c, args.gpu_target, trace_dir) if args.gpu_target else
-              measure(c, inputs=inputs, steps=args.steps, warmup=args.warmup,
-                      trace_dir=trace_dir, num_trace_steps=args.trace_steps))}
-      rows.append(r)
-      print(json.dumps(r), flush=True)
+      for variant in args.variant or [""]:
+        c = make_config(args, root=root, dtype=dtype, variant=variant)
+        sets = [*args.set, *variant.split()]
+        trace_dir = (os.path.join(args.trace, dtype, *([_slug(variant)] if variant else []))
+                     if args.trace else "")
+        r = {"model": c.model.name, "image_size": c.data.image_size, "dtype": dtype,
+             **({"set": sets} if sets else {}),
+             **(gpu_program(c, args.gpu_target, trace_dir) if args.gpu_target else
+                measure(c, inputs=inputs, steps=args.steps, warmup=args.warmup,
+                        trace_dir=trace_dir, num_trace_steps=args.trace_steps))}
+        rows.append(r)
+        print(json.dumps(r), flush=True)
   if args.gpu_target:
     report = {"script": SCRIPT, "gpu_target": args.gpu_target,
               "device": GPU_TARGETS[args.gpu_target]["device_description_str"],
               "compiled_with": f"jax {jax.__version__}, no device", "results": rows,
               "stamp": harness.stamp()}
-    print(program_table(report))
+    print(table(report))
     harness.write_json(report, args.out, indent=1)
     return 0
   device = str(jax.devices()[0].device_kind)

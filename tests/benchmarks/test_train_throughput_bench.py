@@ -79,13 +79,20 @@ def test_gpu_target_summarises_the_compiled_step(monkeypatch, tmp_path):
   monkeypatch.setattr(bench, "gpu_mesh", lambda target: mesh)
   out, trace = tmp_path / "program.json", tmp_path / "programs"
   assert bench.main(["--smoke", "--arch=small_cnn", "--gpu_target=h200", f"--out={out}",
-                     "--set=model.embedding_dim=64", f"--trace={trace}"]) == 0
+                     "--set=model.embedding_dim=64", f"--trace={trace}", "--variant=",
+                     "--variant=model.conv_impl=lax loss.temperature=0.2"]) == 0
   report = json.loads(out.read_text())
   assert report["device"] == "NVIDIA H200" and report["gpu_target"] == "h200"
-  (row,) = report["results"]
-  assert row["set"] == ["model.embedding_dim=64"] and row["batch_size"] == 8
-  assert row["kernels"] >= row["small_kernels"] and row["kernels"] > 0 and row["gb"] > 0
-  assert row["kernels"] == sum(k["kernels"] for k in row["kinds"])
-  text = (trace / "float32" / "step.hlo.txt").read_text()
-  assert "f32[8,32,32,3]" in text and "f32[8,64]" in text   # the batch, the override
-  assert bench.program_table(report).count("\n") == 4   # title, blank, header, rule, row
+  rows = report["results"]
+  assert [r["set"] for r in rows] == [
+      ["model.embedding_dim=64"],
+      ["model.embedding_dim=64", "model.conv_impl=lax", "loss.temperature=0.2"]]
+  for row in rows:
+    assert row["batch_size"] == 8 and row["kernels"] > 0 and row["gb"] > 0
+    assert row["kernels"] >= row["small_kernels"]
+    assert row["kernels"] == sum(k["kernels"] for k in row["kinds"])
+  as_is = (trace / "float32" / "step.hlo.txt").read_text()
+  lax = (trace / "float32" / "model.conv_impl-lax_loss.temperature-0.2" / "step.hlo.txt")
+  assert "f32[8,32,32,3]" in as_is and "f32[8,64]" in as_is   # the batch, the override
+  assert "f32[8,64]" in lax.read_text() and lax.read_text() != as_is   # its own program
+  assert bench.table(report).count("\n") == 5   # title, blank, header, rule, two rows
