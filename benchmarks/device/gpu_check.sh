@@ -23,9 +23,10 @@
 #               in the same call, the ceilings its GB/s are read against) and profile.tar.gz
 #               (the trace and step.hlo.txt, the compiled step, for op_profile.py --trace_dir)
 #   step        bf16 synthetic images/s of the step alone, once per line of STEP_VARIANTS
-#               (extra train_throughput.py arguments, e.g. "--set=model.conv_impl=lax_aligned";
-#               an empty line: the step as it is), each in a fresh process (the bf16 step
-#               compiled in 29 s on an H200: keep to about six variants per call) -> step.json
+#               (extra train_throughput.py arguments, e.g. "--set=model.conv_impl=lax_aligned",
+#               and XLA_FLAGS=--flag words, added to the environment's XLA_FLAGS; an empty
+#               line: the step as it is), each in a fresh process (the bf16 step compiled in
+#               29 s on an H200: keep to about six variants per call) -> step.json
 # Each part ends within 8 minutes on one H100 / H200 with 16 CPU cores. Needs on the machine:
 # Python 3.12 with JAX (CUDA), Flax, optax, orbax, chex, absl, numpy, scikit-learn, pillow,
 # matplotlib, tqdm, pytest, pytest-xdist, PyTorch + torchvision (the peer); the wheels of the
@@ -188,9 +189,12 @@ step)
   rm -f "$OUT"/step_[0-9]*.json
   i=0
   while IFS= read -r variant; do
-    i=$((i + 1))
-    timeout 150 $TP --dtypes=bfloat16 --inputs=synthetic --steps=30 --warmup=3 $variant \
-      --out="$OUT/step_$i.json" 2>&1 | tail -1
+    i=$((i + 1)); flags=${XLA_FLAGS:-}; args=()
+    for word in $variant; do   # XLA_FLAGS=--flag words add to the environment's XLA_FLAGS
+      case $word in XLA_FLAGS=*) flags="$flags ${word#XLA_FLAGS=}" ;; *) args+=("$word") ;; esac
+    done
+    XLA_FLAGS=$flags timeout 150 $TP --dtypes=bfloat16 --inputs=synthetic --steps=30 \
+      --warmup=3 "${args[@]}" --out="$OUT/step_$i.json" 2>&1 | tail -1
   done <<< "${STEP_VARIANTS:-}"
   python3 - "$OUT" <<'PY'
 import json, os, sys
@@ -200,12 +204,14 @@ for i, variant in enumerate(os.environ.get("STEP_VARIANTS", "").split("\n"), 1):
   if not os.path.exists(path):
     print(f"variant {i} ({variant.strip() or 'as is'}) failed: no result")
     continue
-  rows += [{**row, "xla_flags": os.environ.get("XLA_FLAGS", "")}
-           for row in json.load(open(path))["results"]]
+  flags = " ".join([os.environ.get("XLA_FLAGS", "")] + [
+      w[len("XLA_FLAGS="):] for w in variant.split() if w.startswith("XLA_FLAGS=")]).strip()
+  rows += [{**row, "xla_flags": flags} for row in json.load(open(path))["results"]]
   os.remove(path)
 json.dump({"rows": rows}, open(os.path.join(out, "step.json"), "w"), indent=1)
 for row in rows:
-  print(f"{row['synthetic']:9.1f} images/s  {' '.join(row.get('set', [])) or '(as is)'}")
+  what = " ".join(row.get("set", []) + ([row["xla_flags"]] if row["xla_flags"] else []))
+  print(f"{row['synthetic']:9.1f} images/s  {what or '(as is)'}")
 PY
   stamp "$OUT/step.json" step "$COMMIT" ;;
 workers)

@@ -50,7 +50,9 @@ def test_profile_and_step_parts_with_a_small_step(tmp_path):
          "TP": ("python3 benchmarks/speed/train_throughput.py --arch=resnet18 --image_size=32 "
                 "--batch_size=8 --group_size=4 --num_classes=4 --per_class=8 "
                 "--source_size=48x40"),
-         "STEP_VARIANTS": "\n--set=model.embedding_dim=64\n--set=model.bogus=1",
+         "STEP_VARIANTS": ("\n--set=model.embedding_dim=64 XLA_FLAGS=--xla_backend_optimization_level=2"
+                           " XLA_FLAGS=--xla_dump_hlo_as_text=false\n--set=model.bogus=1"
+                           "\nXLA_FLAGS=--xla_no_such_flag"),   # reaches XLA: fails
          "XLA_FLAGS": ""}   # one CPU device, not the test session's eight
   r = subprocess.run(["bash", SCRIPT, "profile", "step"], cwd=ROOT, env=env,
                      capture_output=True, text=True, timeout=600, check=False)
@@ -69,6 +71,9 @@ def test_profile_and_step_parts_with_a_small_step(tmp_path):
   assert len(files) <= 5 and all(len(p.relative_to(out).parts) <= 3 for p in files)
   step = json.loads((out / "step.json").read_text())
   assert [row.get("set", []) for row in step["rows"]] == [[], ["model.embedding_dim=64"]]
+  assert [row["xla_flags"] for row in step["rows"]] == [
+      "", "--xla_backend_optimization_level=2 --xla_dump_hlo_as_text=false"]
   assert all(row["dtype"] == "bfloat16" and row["synthetic"] > 0 for row in step["rows"])
   assert step["stamp"]["part"] == "step"
   assert "variant 3 (--set=model.bogus=1) failed: no result" in r.stdout
+  assert "variant 4 (XLA_FLAGS=--xla_no_such_flag) failed: no result" in r.stdout
