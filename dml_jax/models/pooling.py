@@ -21,9 +21,9 @@ Max-pooling by slices on a GPU too: XLA:GPU lowers ``select_and_scatter_add`` to
 ``reduce_window`` that writes four int32 index arrays of the output's size, and a scatter
 into a zeroed, padded copy of the input. The slice form keeps one int8 array (the first
 maximal tap), and its backward fuses into the consumer of ``dx``. In ResNet-50's bf16
-training step (224 px, batch 256), compiled for an H100, the kernels read and write 3.9 GB
+training step (224 px, batch 256), compiled for an H200, the kernels read and write 3.9 GB
 less per step: 96.3 GB instead of 100.1 (``benchmarks/speed/train_throughput.py
---gpu_target=h100``).
+--gpu_target=h200``).
 """
 
 from __future__ import annotations
