@@ -2,7 +2,8 @@
 # Checks on a GPU machine, part by part: bash benchmarks/device/gpu_check.sh PART [PART ...]
 #   versions    JAX / Flax / PyTorch versions, the device, what the models' convolutions lower to
 #   tests       the numerics test files at the platform's default precision (objectives, mining,
-#               losses, evaluation, precision, kernels, memory) -> tests.json (+ tests.log)
+#               losses, evaluation, precision, kernels, memory; max-pooling by slices against
+#               reduce_window) -> tests.json (+ tests.log)
 #   cross       every objective's loss and gradient and the exact kNN / retrieval metrics on the
 #               GPU against the CPU of the same process (benchmarks/device/cross_platform.py)
 #   main        the main job: train.py digits_evenodd_eps, then eval.py on its workdir -> main.log
@@ -86,6 +87,7 @@ tests)
   timeout -s INT -k 30 ${TESTS_TIMEOUT:-420} python3 -m pytest -q -n ${TEST_WORKERS:-8} -p no:cacheprovider \
     --junitxml="$OUT/tests.xml" tests/objectives tests/mining tests/test_losses.py \
     tests/evaluation tests/test_precision.py tests/kernels tests/test_memory.py \
+    tests/models/test_conv.py::test_max_pool_equals_reduce_window_values_and_gradients_with_ties \
     > "$OUT/tests.log" 2>&1
   echo "pytest exit $? after $(( $(date +%s) - t0 )) s"; tail -25 "$OUT/tests.log"
   python3 - "$OUT/tests.xml" "$OUT/tests.json" $(( $(date +%s) - t0 )) <<'PY'
