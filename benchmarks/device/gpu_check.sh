@@ -26,9 +26,11 @@
 #   step        bf16 synthetic images/s of the step alone, once per line of STEP_VARIANTS
 #               (extra train_throughput.py arguments, e.g. "--set=model.conv_impl=lax_aligned",
 #               and XLA_FLAGS=--flag words, added to the environment's XLA_FLAGS; an empty
-#               line: the step as it is; unset: as it is, conv_impl=lax, conv_impl=lax_aligned),
-#               each in a fresh process (the bf16 step compiled in 29 s on an H200: keep to
-#               about six variants per call) -> step.json
+#               line: the step as it is; unset: as it is, conv_impl=lax, conv_impl=lax_aligned,
+#               and with the convolutions in XLA's CUDA graphs, XLA_FLAGS=
+#               --xla_gpu_enable_command_buffer=+CONVOLUTION), each in a fresh process (the
+#               bf16 step compiled in 29 s on an H200: keep to about six variants per call)
+#               -> step.json
 # Each part ends within 8 minutes on one H100 / H200 with 16 CPU cores. Needs on the machine:
 # Python 3.12 with JAX (CUDA), Flax, optax, orbax, chex, absl, numpy, scikit-learn, pillow,
 # matplotlib, tqdm, pytest, pytest-xdist, PyTorch + torchvision (the peer); the wheels of the
@@ -190,7 +192,8 @@ PY
   ls -l "$OUT/profile.tar.gz" ;;
 step)
   rm -f "$OUT"/step_[0-9]*.json
-  i=0; variants=${STEP_VARIANTS-$'\n--set=model.conv_impl=lax\n--set=model.conv_impl=lax_aligned'}
+  i=0; variants=${STEP_VARIANTS-$'\n--set=model.conv_impl=lax\n--set=model.conv_impl=lax_aligned'\
+$'\nXLA_FLAGS=--xla_gpu_enable_command_buffer=+CONVOLUTION'}
   while IFS= read -r variant; do
     i=$((i + 1)); flags=${XLA_FLAGS:-}; args=()
     for word in $variant; do   # XLA_FLAGS=--flag words add to the environment's XLA_FLAGS
