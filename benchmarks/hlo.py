@@ -34,12 +34,6 @@ def origin(line: str) -> str:
   return op_name.group(1).split("/", 1)[-1] if op_name else ""
 
 
-def hlo_origins(hlo_text: str) -> dict[str, tuple[str, str]]:
-  """``{op name: (result shape, JAX operation)}`` from compiled HLO text."""
-  return {name: (shape.replace("{1,0}", ""), origin(line))
-          for name, (shape, line) in hlo_definitions(hlo_text).items()}
-
-
 KINDS = ("convolution (forward)", "convolution (input gradient)",
          "convolution (weight gradient)", "matmul", "reduction fusion", "elementwise fusion",
          "copy / transpose", "other")
@@ -82,11 +76,6 @@ def op_kind(line: str) -> str:
   if opcode == "reduce":
     return "reduction fusion"
   return "other"
-
-
-def hlo_kinds(hlo_text: str) -> dict[str, str]:
-  """``{op name: op_kind(its line)}`` for every op defined in ``hlo_text``."""
-  return {name: op_kind(line) for name, (_, line) in hlo_definitions(hlo_text).items()}
 
 
 _ARRAY = re.compile(r"\b(pred|[suf]\d+|bf16|f8\w*)\[([\d,]*)\]")

@@ -210,13 +210,11 @@ for i, variant in enumerate(os.environ.get("STEP_VARIANTS", "").split("\n"), 1):
   if not os.path.exists(path):
     print(f"variant {i} ({variant.strip() or 'as is'}) failed: no result")
     continue
-  flags = " ".join([os.environ.get("XLA_FLAGS", "")] + [
-      w[len("XLA_FLAGS="):] for w in variant.split() if w.startswith("XLA_FLAGS=")]).strip()
-  rows += [{**row, "xla_flags": flags} for row in json.load(open(path))["results"]]
+  rows += json.load(open(path))["results"]   # each row records its set and XLA_FLAGS
   os.remove(path)
 json.dump({"rows": rows}, open(os.path.join(out, "step.json"), "w"), indent=1)
 for row in rows:
-  what = " ".join(row.get("set", []) + ([row["xla_flags"]] if row["xla_flags"] else []))
+  what = " ".join(row.get("set", []) + [row["xla_flags"]]).strip()
   print(f"{row['synthetic']:9.1f} images/s  {what or '(as is)'}")
 PY
   stamp "$OUT/step.json" step "$COMMIT" ;;

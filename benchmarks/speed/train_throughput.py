@@ -102,6 +102,11 @@ def write_jpegs(root: str, *, num_classes: int, per_class: int, size: tuple[int,
   return num_classes * per_class
 
 
+def assignments(args, variant: str = "") -> list[str]:
+  """The ``KEY=VALUE`` overrides of a row: ``--set``'s, then its ``--variant``'s."""
+  return [*args.set, *variant.split()]
+
+
 def make_config(args, *, root: str, dtype: str, variant: str = ""):
   module, _, arg = args.config.partition(":")
   name = os.path.splitext(os.path.relpath(module, REPO))[0].replace(os.sep, ".")
@@ -127,9 +132,9 @@ def make_config(args, *, root: str, dtype: str, variant: str = ""):
   if args.num_workers is not None:
     c.data.num_workers = args.num_workers
   c.num_train_steps = 10 ** 9
-  assignments = [*args.set, *variant.split()]
-  if assignments:
-    c = overrides.apply(c, overrides.parse_assignments(assignments), from_strings=True)
+  if assignments(args, variant):
+    c = overrides.apply(c, overrides.parse_assignments(assignments(args, variant)),
+                        from_strings=True)
   return c
 
 
@@ -205,16 +210,15 @@ def step_program(setup: training.Setup, mesh) -> str:
   return training.make_guarded_step(setup).lower(*args).compile().as_text()
 
 
-def gpu_program(config, target: str, trace_dir: str = "") -> dict:
-  """``hlo.program_summary`` of ``config``'s step compiled for ``target``; with
-  ``trace_dir``, the program written to ``trace_dir/step.hlo.txt``."""
-  mesh = gpu_mesh(target)
+def gpu_program(config, mesh, trace_dir: str = "") -> dict:
+  """``hlo.program_summary`` of ``config``'s step compiled for ``mesh`` (:func:`gpu_mesh`);
+  with ``trace_dir``, the program written to ``trace_dir/step.hlo.txt``."""
   text = step_program(training.build(config), mesh)
   if trace_dir:
     os.makedirs(trace_dir, exist_ok=True)
     with open(os.path.join(trace_dir, "step.hlo.txt"), "w") as f:
       f.write(text)
-  return {"batch_size": config.batch_size, "gpu_target": target, **hlo.program_summary(text)}
+  return {"batch_size": config.batch_size, **hlo.program_summary(text)}
 
 
 def measure(config, *, inputs: list[str], steps: int, warmup: int, trace_dir: str = "",
@@ -377,9 +381,10 @@ def main(argv: list[str] | None = None) -> int:
                      "dtypes: float32, bfloat16.")
   for variant in args.variant or [""]:   # a bad --set fails before any JPEG is written
     make_config(args, root="", dtype=dtypes[0] if dtypes else "float32", variant=variant)
+  mesh = None
   if args.gpu_target:
     try:
-      gpu_mesh(args.gpu_target)
+      mesh = gpu_mesh(args.gpu_target)
     except (ValueError, RuntimeError) as e:
       print(e, file=sys.stderr)
       return 2
@@ -395,29 +400,26 @@ def main(argv: list[str] | None = None) -> int:
     for dtype in dtypes:
       for variant in args.variant or [""]:
         c = make_config(args, root=root, dtype=dtype, variant=variant)
-        sets = [*args.set, *variant.split()]
+        sets = assignments(args, variant)
         trace_dir = (os.path.join(args.trace, dtype, *([_slug(variant)] if variant else []))
                      if args.trace else "")
         r = {"model": c.model.name, "image_size": c.data.image_size, "dtype": dtype,
              **({"set": sets} if sets else {}),
-             **(gpu_program(c, args.gpu_target, trace_dir) if args.gpu_target else
+             "xla_flags": os.environ.get("XLA_FLAGS", "").strip(),
+             **(gpu_program(c, mesh, trace_dir) if mesh is not None else
                 measure(c, inputs=inputs, steps=args.steps, warmup=args.warmup,
                         trace_dir=trace_dir, num_trace_steps=args.trace_steps))}
         rows.append(r)
         print(json.dumps(r), flush=True)
   if args.gpu_target:
-    report = {"script": SCRIPT, "gpu_target": args.gpu_target,
-              "device": GPU_TARGETS[args.gpu_target]["device_description_str"],
-              "compiled_with": f"jax {jax.__version__}, no device", "results": rows,
-              "stamp": harness.stamp()}
-    print(table(report))
-    harness.write_json(report, args.out, indent=1)
-    return 0
-  device = str(jax.devices()[0].device_kind)
-  print(f"\n{jax.device_count()} × {device} ({jax.default_backend()})")
-  report = {"script": SCRIPT, "device": device, "backend": jax.default_backend(),
-            "device_count": jax.device_count(), "results": rows, "stamp": harness.stamp()}
-  print(table(report))
+    where = {"gpu_target": args.gpu_target,
+             "device": GPU_TARGETS[args.gpu_target]["device_description_str"],
+             "compiled_with": f"jax {jax.__version__}, no device"}
+  else:
+    where = {"device": str(jax.devices()[0].device_kind), "backend": jax.default_backend(),
+             "device_count": jax.device_count()}
+  report = {"script": SCRIPT, **where, "results": rows, "stamp": harness.stamp()}
+  print("\n" + table(report))
   harness.write_json(report, args.out, indent=1)
   return 0
 

@@ -9,15 +9,17 @@ from dml_test_support import load_benchmark
 hlo = load_benchmark("hlo")
 
 
-def test_hlo_origins_parses_shapes_tuples_and_metadata():
+def test_definitions_and_origins_parse_shapes_tuples_and_metadata():
   text = """
   %dot.1 = f32[8,4]{1,0} dot(%a, %b), metadata={op_name="jit(f)/jvp()/dot_general" x=1}
   ROOT %ffi_call.5 = (f32[2,3]{1,0}, f32[2]{0}) custom-call(%c), metadata={op_name="jit(f)/ffi_call"}
   %p = f32[3]{0} parameter(0)
 """
-  assert hlo.hlo_origins(text) == {"dot.1": ("f32[8,4]", "jvp()/dot_general"),
-                                     "ffi_call.5": ("(f32[2,3], f32[2]{0})", "ffi_call"),
-                                     "p": ("f32[3]{0}", "")}
+  definitions = hlo.hlo_definitions(text)
+  assert {name: (shape, hlo.origin(line)) for name, (shape, line) in definitions.items()} == {
+      "dot.1": ("f32[8,4]{1,0}", "jvp()/dot_general"),
+      "ffi_call.5": ("(f32[2,3]{1,0}, f32[2]{0})", "ffi_call"),
+      "p": ("f32[3]{0}", "")}
 
 
 def test_op_kind_reads_gpu_and_cpu_hlo_lines():
@@ -52,7 +54,7 @@ def test_op_kind_reads_gpu_and_cpu_hlo_lines():
     assert hlo.op_kind(line) == kind, line
   assert set(lines.values()) <= set(hlo.KINDS)
   text = "\n".join("  " + line for line in lines)
-  kinds = hlo.hlo_kinds(text)
+  kinds = {name: hlo.op_kind(line) for name, (_, line) in hlo.hlo_definitions(text).items()}
   assert kinds["cudnn-conv.3"] == "convolution (forward)" and kinds["copy.5"] == "copy / transpose"
 
 
