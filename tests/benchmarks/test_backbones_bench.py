@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from dml_test_support import load_benchmark
+from dml_test_support import load_benchmark, require_kernel
 
 
 bench = load_benchmark("speed.backbones")
@@ -77,6 +77,7 @@ def test_conv_parts_weight_grads_cover_resnet50_and_write_json(tmp_path):
   assert sum(s["count"] for s in shapes if s["window"] == 3) == 16
   assert {(s["size"], s["cin"], s["cout"], s["stride"]) for s in shapes if s["window"] == 3
           and s["stride"] == 2} == {(56, 128, 128, 2), (28, 256, 256, 2), (14, 512, 512, 2)}
+  require_kernel("conv.cc")
   out = tmp_path / "weight_grads.json"
   assert parts.main(["--weight_grads", "--batch=1", "--size=32", "--shapes=2", "--reps=1",
                      f"--out={out}"]) == 0
@@ -84,6 +85,19 @@ def test_conv_parts_weight_grads_cover_resnet50_and_write_json(tmp_path):
   assert len(rows) == 2 and rows[0]["window"] == 1
   assert set(rows[0]["ms"]) == {"kernel_unpacked", "kernel_packed", "xla_matmul"}
   assert all(v > 0 for r in rows for v in r["ms"].values())
+
+
+def test_conv_parts_weight_grads_say_in_one_line_when_the_kernel_is_missing(
+    tmp_path, monkeypatch, capsys):
+  parts = load_benchmark("speed.conv_parts")
+  monkeypatch.setenv("DML_JAX_CPU_KERNELS", "0")
+  out = tmp_path / "weight_grads.json"
+  assert parts.main(["--weight_grads", "--batch=1", "--size=32", "--shapes=1", "--reps=1",
+                     f"--out={out}"]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err == ("conv_parts.py: --weight_grads times the C++ kernel conv.cc, which is not "
+                 "available here: DML_JAX_CPU_KERNELS=0."), err
+  assert not out.exists()
 
 
 def test_conv_parts_batch_norm_covers_resnet50_and_writes_json(tmp_path):
