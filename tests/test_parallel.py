@@ -75,6 +75,24 @@ STABLE = {"loss.similarity": "cosine", "model.normalize": True, "model.embedding
           "eval.similarity": "cosine"}
 
 
+def assert_same_run(ref, state, fraction=1e-3, tol=1e-5):
+  """The final states of two runs of the STABLE config that differ only in summation order
+  (the device count, the process count, a resume on another device count): each leaf equal to
+  ``tol`` (absolute + relative) in all but ``fraction`` of its elements, and no element a whole
+  Adam step (the learning rate) apart. Adam moves an element whose gradient is float32 noise
+  by up to the learning rate per step whatever the noise's size, so the odd element differs by
+  more than the noise (1.1e-4 measured with XLA's convolutions, 3.5e-5 with the CPU kernels,
+  in weights of scale 0.1; the 99.9th percentile 1e-6)."""
+  step = small_config().optimizer.learning_rate
+  for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(ref)[0], jax.tree.leaves(state)):
+    a, b = np.asarray(a), np.asarray(b)
+    where = jax.tree_util.keystr(path)
+    assert a.shape == b.shape, (where, a.shape, b.shape)
+    off = np.abs(a - b) > tol + tol * np.abs(a)
+    assert off.mean() <= fraction, (where, f"{off.sum()} of {off.size} elements differ")
+    assert np.abs(a - b).max() < step, (where, float(np.abs(a - b).max()))
+
+
 @functools.lru_cache(maxsize=None)
 def trained(num_devices, steps=20):
   import tempfile  # pylint: disable=import-outside-toplevel
@@ -99,8 +117,7 @@ def test_training_on_8_devices_equals_1_device():
   w8, r8 = trained(8)
   _, s1, _ = final_state(w1)
   _, s8, _ = final_state(w8)
-  for a, b in zip(jax.tree.leaves(s1), jax.tree.leaves(s8)):
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-4, rtol=1e-4)
+  assert_same_run(s1, s8)
   for protocol in r1:
     assert r8[protocol] == pytest.approx(r1[protocol], abs=1e-4)
 
@@ -113,8 +130,7 @@ def test_checkpoint_saved_on_8_devices_resumes_on_1(tmp_path):
                                         show_progress=False)
   _, ref, _ = final_state(trained(1)[0])
   _, state, _ = final_state(workdir)
-  for a, b in zip(jax.tree.leaves(ref), jax.tree.leaves(state)):
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-4, rtol=1e-4)
+  assert_same_run(ref, state)
   for protocol in results:
     assert results[protocol] == pytest.approx(trained(1)[1][protocol], abs=1e-4)
 
@@ -157,8 +173,7 @@ def test_two_processes_with_4_devices_equal_one_process_with_8(tmp_path):
 
   _, multi, _ = final_state(workdir)
   _, single, _ = final_state(trained(8)[0])
-  for a, b in zip(jax.tree.leaves(single), jax.tree.leaves(multi)):
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-4, rtol=1e-4)
+  assert_same_run(single, multi)
 
 
 def test_checkpoint_saved_on_1_device_resumes_on_8(tmp_path):
@@ -169,5 +184,4 @@ def test_checkpoint_saved_on_1_device_resumes_on_8(tmp_path):
                               show_progress=False)
   _, ref, _ = final_state(trained(8)[0])
   _, state, _ = final_state(workdir)
-  for a, b in zip(jax.tree.leaves(ref), jax.tree.leaves(state)):
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-4, rtol=1e-4)
+  assert_same_run(ref, state)
