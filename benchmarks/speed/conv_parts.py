@@ -232,10 +232,10 @@ def main(argv=None) -> int:
     harness.write_json(report, args.out, indent=1)
     return 0
   if args.weight_grads:
-    if kernels.load("conv.cc") is None:
-      why = kernels.unavailable() or "its build failed (no C++ compiler?)"
-      print(f"conv_parts.py: --weight_grads times the C++ kernel conv.cc, which is not "
-            f"available here: {why}.", file=sys.stderr)
+    try:
+      kernels.require("conv.cc")
+    except RuntimeError as e:   # the kernel's own one-line reason
+      print(f"conv_parts.py: --weight_grads times the C++ kernel; {e}", file=sys.stderr)
       return 2
     shapes = resnet50_weight_grads(args.size)
     rows = weight_grad_rows(shapes[:args.shapes or None], batch=args.batch, reps=args.reps)
