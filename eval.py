@@ -69,8 +69,11 @@ def check_flags() -> None:
     raise ValueError("--output is for --all_steps or --workdirs results.")
   if FLAGS.workdirs is not None and (FLAGS.retrieval_grid or FLAGS.export_embeddings):
     raise ValueError("--retrieval_grid and --export_embeddings take one --workdir.")
-  if FLAGS.retrieval_grid < 0 or FLAGS.grid_k < 1:
-    raise ValueError("--retrieval_grid must be >= 0 and --grid_k >= 1.")
+  if FLAGS.retrieval_grid < 0:
+    raise ValueError(f"--retrieval_grid={FLAGS.retrieval_grid}: the number of queries must be "
+                     ">= 0 (0: no grid).")
+  if FLAGS.grid_k < 1:
+    raise ValueError(f"--grid_k={FLAGS.grid_k}: the gallery images per query must be >= 1.")
   if FLAGS.worst and not FLAGS.retrieval_grid:
     raise ValueError("--worst chooses the queries of --retrieval_grid=N; give N.")
 

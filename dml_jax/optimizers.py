@@ -4,6 +4,8 @@ the objective's parameters, the backbone and the embedding head (``optax.multi_t
 
 from __future__ import annotations
 
+import math
+
 import ml_collections
 import optax
 
@@ -37,7 +39,7 @@ WEIGHT_DECAY_MODES = ("coupled", "decoupled")
 SCHEDULES = ("constant", "step", "cosine")
 # The numeric keys of ``config.optimizer``: (test, what is allowed). A per-part rate of 0
 # means ``learning_rate``.
-_RATE = (lambda v: v >= 0, ">= 0")
+_RATE = (lambda v: 0 <= v < math.inf, "finite and >= 0")
 NUMERIC_KEYS = {
     "learning_rate": _RATE,
     "objective_learning_rate": _RATE,

@@ -169,7 +169,9 @@ def test_eval_py_errors_exit_nonzero_without_traceback(runs):
   workdir = next(iter(runs))
   for args, message in ((["--all_steps", "--best_by=test/map@r"], "is a test split"),
                         (["--all_steps", "--step=7"], "takes neither --step"),
-                        ([f"--workdirs={workdir}"], "exactly one of --workdir")):
+                        ([f"--workdirs={workdir}"], "exactly one of --workdir"),
+                        (["--retrieval_grid=2", "--grid_k=0"],
+                         "eval.py: --grid_k=0: the gallery images per query must be >= 1.")):
     out = eval_py(f"--workdir={workdir}", *args)
     assert out.returncode == 1, args
     assert message in out.stderr and "Traceback" not in out.stderr, out.stderr[-2000:]

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 from dml_jax.data import augment, official, split_protocols, tfds_datasets
 from dml_jax.data.splits import Split
-from dml_jax.data.images import ImageOptions, LazyImages
+from dml_jax.data.images import DatasetNotPreparedError, ImageOptions, LazyImages
+from dml_jax.data.official import files as official_files
 
 NAMES = tuple(split_protocols.PROTOCOLS)
 
@@ -52,7 +53,14 @@ def load_benchmark(name: str, *, root: str = "", data_dir: str = "", image_size:
   if root:
     parts = official.read_parts(name, root)
   else:
-    parts = tfds_datasets.read_parts(name, data_dir=data_dir)
+    try:
+      parts = tfds_datasets.read_parts(name, data_dir=data_dir)
+    except DatasetNotPreparedError as e:
+      if name not in official.READERS:
+        raise
+      raise DatasetNotPreparedError(
+          f"{e}\nOr read its official files instead, with the option root=ROOT (config key "
+          f"data.options.root): {official_files.how_to_get(name)}") from e
   return split_protocols.make_splits(name, parts,
                                      lazy_images(name, options, num_threads=num_threads),
                                      train_digits=train_digits, test_digits=test_digits)

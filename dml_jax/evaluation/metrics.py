@@ -160,7 +160,7 @@ def retrieval_metrics(query, query_labels, gallery=None, gallery_labels=None, *,
     raise ValueError("the gallery is empty (0 items)." if not exclude_self else
                      "the query set has a single item, so its gallery (the other items) is "
                      "empty.")
-  ks = _as_ks(ks, available)
+  ks = check_ks(ks, available)
   num_relevant = positive_counts(query_labels, gallery_labels, exclude_self=exclude_self)
   valid = num_relevant > 0
   if not valid.any():
@@ -403,8 +403,9 @@ def _as_labels(name: str, labels, num_rows: int) -> np.ndarray:
   return labels
 
 
-def _as_ks(ks, available: int) -> tuple[int, ...]:
-  """``ks`` as a non-empty tuple of ints in ``[1, available]``."""
+def check_ks(ks, available: int) -> tuple[int, ...]:
+  """``ks`` (Recall@K cut-offs) as a non-empty tuple of ints in ``[1, available]``, where
+  ``available`` is the gallery's size (self excluded); ``ValueError`` naming a bad K."""
   ks = (ks,) if isinstance(ks, (int, np.integer)) else tuple(ks)
   if not ks:
     raise ValueError("ks must name at least one cut-off K.")

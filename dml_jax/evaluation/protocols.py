@@ -43,8 +43,10 @@ import jax
 import ml_collections
 import numpy as np
 
+from dml_jax import similarity as similarity_lib
 from dml_jax.data import pipeline
 from dml_jax.data import splits as splits_lib
+from dml_jax.evaluation import metrics
 from dml_jax.evaluation import report
 
 
@@ -226,13 +228,23 @@ def eval_workers(config: ml_collections.ConfigDict) -> dict:
 
 def validate_eval_config(config: ml_collections.ConfigDict, splits: dict) -> None:
   """Checks ``config.eval`` against the dataset before any work (protocol names, label sets,
-  metric groups, the K list); raises ``ValueError`` naming the bad value."""
+  metric groups, the similarity, the K list against each protocol's gallery); raises
+  ``ValueError`` naming the bad value."""
   options = eval_options(config)
-  for protocol in options["protocols"]:
-    parse_protocol(protocol, splits)
+  parsed = {protocol: parse_protocol(protocol, splits) for protocol in options["protocols"]}
   groups = check_metrics(options["metrics_groups"])
-  if not options["ks"] and "retrieval" in groups:
-    default_ks(options["dataset"])
+  try:
+    similarity_lib.check_kind(options["similarity"])
+  except ValueError as e:
+    raise ValueError(f"eval.similarity: {e}") from None
+  if "retrieval" in groups:
+    ks = options["ks"] or default_ks(options["dataset"])
+    for protocol, (split, _, gallery) in parsed.items():
+      available = len(splits[gallery or split].labels) - (gallery is None)
+      try:
+        metrics.check_ks(ks, available)
+      except ValueError as e:
+        raise ValueError(f"eval.ks={ks} (protocol {protocol!r}): {e}") from None
   if options["kmeans"] not in ("jax", "sklearn"):
     raise ValueError(f"eval.kmeans={options['kmeans']!r}: allowed: 'jax' (k-means on the "
                      "device) or 'sklearn' (scikit-learn's KMeans).")

@@ -134,6 +134,7 @@ def validate(config: ml_collections.ConfigDict, splits: Mapping | None = None) -
   from dml_jax.data import augment
   from dml_jax.data import cache as cache_lib
   from dml_jax.data import eval_cache
+  from dml_jax.data import noise
   from dml_jax.data import pipeline
   from dml_jax.evaluation import protocols
   from dml_jax.models import conv, resnet
@@ -151,6 +152,8 @@ def validate(config: ml_collections.ConfigDict, splits: Mapping | None = None) -
   if not 1 <= config.data.group_size <= config.batch_size:
     raise ValueError(f"data.group_size={config.data.group_size} must be between 1 and "
                      f"batch_size={config.batch_size} (examples per class in a batch).")
+  noise.check_options(label_noise=config.data.label_noise,
+                      clean_fraction=config.data.clean_fraction, prefix="config.data.")
   if config.data.label_noise and config.data.clean_fraction != 1.0:
     raise ValueError(
         f"config.data.label_noise={config.data.label_noise} and config.data.clean_fraction="

@@ -132,6 +132,10 @@ def test_unprepared_dataset_names_the_prepare_command(tmp_path):
   assert "tfds build caltech_birds2011 --file_format=array_record" in message
   assert f"--data_dir={tmp_path}" in message
   assert not (tmp_path / "downloads").exists()  # nothing was downloaded
+  # the other route: the official files, and how to get them
+  assert ("Or read its official files instead, with the option root=ROOT (config key "
+          "data.options.root): CUB-200-2011 comes from") in message
+  assert "python -m dml_jax.data.prepare cub --root=ROOT --download" in message
 
 
 def test_cars_error_mentions_the_manual_route(tmp_path):

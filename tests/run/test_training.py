@@ -142,6 +142,9 @@ def test_train_step_keeps_state_on_nan():
     ("data.image_size", 32, "image_size"),
     ("model.pretrained", "w.msgpack", "pretrained"),
     ("data.num_workers", -2, r"num_workers=-2; allowed: -1 \(auto\)"),
+    ("data.label_noise", 1.5, r"^config.data.label_noise must be in \[0, 1\], got 1.5.$"),
+    ("data.clean_fraction", 0.0, r"^config.data.clean_fraction must be in \(0, 1\], got 0.0"),
+    ("data.clean_fraction", -0.2, r"^config.data.clean_fraction must be in \(0, 1\]"),
 ])
 def test_bad_config_values(key, value, match):
   with pytest.raises((ValueError, NotImplementedError, FileNotFoundError), match=match):
@@ -149,10 +152,12 @@ def test_bad_config_values(key, value, match):
 
 
 @pytest.mark.parametrize("key,value,allowed", [
-    ("learning_rate", -1.0, ">= 0"),
-    ("objective_learning_rate", -0.1, ">= 0"),
-    ("backbone_learning_rate", -1e-3, ">= 0"),
-    ("head_learning_rate", -1e-3, ">= 0"),
+    ("learning_rate", -1.0, "finite and >= 0"),
+    ("learning_rate", float("inf"), "finite and >= 0"),
+    ("learning_rate", float("nan"), "finite and >= 0"),
+    ("objective_learning_rate", -0.1, "finite and >= 0"),
+    ("backbone_learning_rate", -1e-3, "finite and >= 0"),
+    ("head_learning_rate", float("inf"), "finite and >= 0"),
     ("momentum", 1.0, "in [0, 1)"),
     ("momentum", -0.5, "in [0, 1)"),
     ("weight_decay", -1e-4, ">= 0"),
@@ -233,6 +238,21 @@ def test_model_options_and_pretrained_errors():
     training.build(small_config(**{"model.dtype": "bfloat16"}))
   with pytest.raises(FileNotFoundError, match="pretrained convert"):
     config_lib.validate(small_config(**{"model.pretrained": "missing.npz"}))
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("eval.ks", (1, 0), r"^eval.ks=\(1, 0\) \(protocol 'test'\): ks must be positive integers, "
+     r"got 0 in \(1, 0\).$"),
+    ("eval.ks", (1, 100_000), r"^eval.ks=\(1, 100000\) \(protocol 'test'\): Recall@100000 asks "
+     r"for more neighbours than the \d+ gallery items available \(self excluded\)"),
+    ("eval.similarity", "cosine2", r"^eval.similarity: Unknown similarity kind 'cosine2'; "
+     r"allowed: cosine, dot, neg_sq_euclidean.$"),
+])
+def test_bad_eval_values_are_refused_with_the_data_before_any_step(key, value, message):
+  # the data are loaded before the model is built: a K the gallery cannot give is found there,
+  # not by the evaluation after training
+  with pytest.raises(ValueError, match=message):
+    restore.load_splits(small_config(**{key: value}))
 
 
 def test_older_workdir_config_gets_keys_added_since(tmp_path):
