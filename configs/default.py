@@ -19,7 +19,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.checkpoint_every_steps = 500
   c.eval_every_steps = 0          # 0: evaluate only at the end
   c.scatter_every_steps = 0       # > 0: triplet scatter diagram PNG of the eval split
-  c.max_checkpoints_to_keep = 3
+  c.max_checkpoints_to_keep = 3   # newest checkpoints kept on disk (0: all of them)
   c.user_modules = ()             # modules imported first (own objectives; train.py --module)
   # Keep freed host memory in the process (dml_jax/run/host_memory.py): a machine setting that
   # experiment configs leave off. train.py's --keep_host_memory (or DML_JAX_KEEP_HOST_MEMORY)

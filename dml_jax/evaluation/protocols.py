@@ -197,6 +197,15 @@ EVAL_DEFAULTS = {
 }
 
 
+# The integer keys of ``config.eval``: (key, smallest value, what the number counts).
+EVAL_INTEGERS = (
+    ("batch_size", 1, "the embedding batch"),
+    ("kmeans_n_init", 1, "the k-means restarts"),
+    ("rho_skip", 0, "the largest singular values left out of rho"),
+    ("retrieval_grid", 0, "the retrieval grid's queries (0: no grid)"),
+)
+
+
 def eval_options(config: ml_collections.ConfigDict) -> dict:
   """The keyword arguments of ``evaluate_splits`` that ``config.eval`` sets.
 
@@ -231,6 +240,15 @@ def validate_eval_config(config: ml_collections.ConfigDict, splits: dict) -> Non
   metric groups, the similarity, the K list against each protocol's gallery); raises
   ``ValueError`` naming the bad value."""
   options = eval_options(config)
+  for key, minimum, meaning in EVAL_INTEGERS:
+    value = config.eval.get(key, EVAL_DEFAULTS.get(key, minimum))
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+      raise ValueError(f"eval.{key}={value!r}: {meaning} must be an integer >= {minimum}.")
+  overcluster = config.eval.overcluster
+  if isinstance(overcluster, bool) or not isinstance(overcluster, (int, float)) \
+      or not 0 <= overcluster < float("inf"):
+    raise ValueError(f"eval.overcluster={overcluster!r}: allowed: 0 (no NMI+) or a factor > 0 "
+                     "of the number of classes.")
   parsed = {protocol: parse_protocol(protocol, splits) for protocol in options["protocols"]}
   groups = check_metrics(options["metrics_groups"])
   try:

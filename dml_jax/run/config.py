@@ -141,9 +141,13 @@ def validate(config: ml_collections.ConfigDict, splits: Mapping | None = None) -
   for key in ("num_train_steps", "batch_size", "log_every_steps", "checkpoint_every_steps"):
     if not isinstance(value := config[key], int) or value <= 0:
       raise ValueError(f"config.{key} must be a positive integer, got {value!r}.")
-  for key in ("eval_every_steps", "num_epochs"):
-    if config[key] < 0:
-      raise ValueError(f"config.{key} must be >= 0, got {config[key]}.")
+  for key in ("eval_every_steps", "num_epochs", "scatter_every_steps",
+              "max_checkpoints_to_keep"):
+    if not isinstance(value := config[key], int) or value < 0:
+      raise ValueError(f"config.{key} must be an integer >= 0, got {value!r}.")
+  if not isinstance(value := config.data.prefetch, int) or value < 0:
+    raise ValueError(f"config.data.prefetch must be an integer >= 0 (batches decoded ahead), "
+                     f"got {value!r}.")
   optimizers.check(config.optimizer)
   pipeline.resolve_workers(config.data.num_workers, config.data.num_threads, platform="cpu",
                            cpus=1)   # only checks the value

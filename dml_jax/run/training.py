@@ -357,7 +357,8 @@ def start_run(config: ml_collections.ConfigDict, workdir: str, *,
     removed = workdir_lib.clear(workdir)
     if removed:
       logging.info("--overwrite: deleted %d earlier outputs of %s.", len(removed), workdir)
-  manager = checkpointing.make_manager(workdir, max_to_keep=config.max_checkpoints_to_keep)
+  manager = checkpointing.make_manager(
+      workdir, max_to_keep=config.max_checkpoints_to_keep or None)   # 0: all
   try:
     restored = checkpointing.restore(manager, setup.init_state)
   except Exception:

@@ -44,14 +44,16 @@ def test_run_writes_everything(run20):
   assert config.loss.positive == "easy" and config.num_train_steps == 20
 
 
-def test_loss_goes_down(tmp_path):
+def test_loss_goes_down_and_max_checkpoints_to_keep_0_keeps_all(tmp_path):
   workdir = str(tmp_path)
   training.train_and_evaluate(
-      small_config(60, log_every_steps=20, checkpoint_every_steps=60), workdir,
-      show_progress=False)
+      small_config(60, log_every_steps=20, checkpoint_every_steps=10, max_checkpoints_to_keep=0),
+      workdir, show_progress=False)
   losses = [r["train/loss"] for r in read_rows(workdir) if "train/loss" in r]
   assert len(losses) == 3
   assert losses[-1] < losses[0]
+  manager = checkpointing.make_manager(workdir, read_only=True)
+  assert sorted(checkpointing.steps(manager)) == [10, 20, 30, 40, 50, 60]
 
 
 def test_resume_continues_and_matches_uninterrupted(run20, tmp_path):
@@ -145,6 +147,9 @@ def test_train_step_keeps_state_on_nan():
     ("data.label_noise", 1.5, r"^config.data.label_noise must be in \[0, 1\], got 1.5.$"),
     ("data.clean_fraction", 0.0, r"^config.data.clean_fraction must be in \(0, 1\], got 0.0"),
     ("data.clean_fraction", -0.2, r"^config.data.clean_fraction must be in \(0, 1\]"),
+    ("data.prefetch", -1, r"^config.data.prefetch must be an integer >= 0 \(batches decoded "),
+    ("scatter_every_steps", -1, r"^config.scatter_every_steps must be an integer >= 0, got -1.$"),
+    ("max_checkpoints_to_keep", -1, r"^config.max_checkpoints_to_keep must be an integer >= 0"),
 ])
 def test_bad_config_values(key, value, match):
   with pytest.raises((ValueError, NotImplementedError, FileNotFoundError), match=match):
@@ -247,6 +252,11 @@ def test_model_options_and_pretrained_errors():
      r"for more neighbours than the \d+ gallery items available \(self excluded\)"),
     ("eval.similarity", "cosine2", r"^eval.similarity: Unknown similarity kind 'cosine2'; "
      r"allowed: cosine, dot, neg_sq_euclidean.$"),
+    ("eval.batch_size", 0, r"^eval.batch_size=0: the embedding batch must be an integer >= 1.$"),
+    ("eval.kmeans_n_init", 0, r"^eval.kmeans_n_init=0: the k-means restarts must be an integer"),
+    ("eval.rho_skip", -1, r"^eval.rho_skip=-1: the largest singular values left out of rho must"),
+    ("eval.retrieval_grid", -1, r"^eval.retrieval_grid=-1: the retrieval grid's queries \(0: no "),
+    ("eval.overcluster", -2, r"^eval.overcluster=-2: allowed: 0 \(no NMI\+\) or a factor > 0"),
 ])
 def test_bad_eval_values_are_refused_with_the_data_before_any_step(key, value, message):
   # the data are loaded before the model is built: a K the gallery cannot give is found there,
