@@ -50,13 +50,17 @@ def mode(what: str, value, allowed) -> str:
 
 
 def number(name: str, value, *, positive: bool) -> float:
-  """``float(value)`` for a real number ``> 0`` (``positive``) or ``>= 0``.
+  """``float(value)`` for a finite real number ``> 0`` (``positive``) or ``>= 0``.
 
   Raises:
-    ValueError: ``"{name} must be a number > 0, got {value!r}."`` (or ``>= 0``).
+    ValueError: ``"{name} must be a number > 0, got {value!r}."`` (or ``>= 0``);
+      ``"{name} must be a finite number > 0, got inf."`` for an infinity.
   """
+  bound = "> 0" if positive else ">= 0"
   if not is_real(value) or not (value > 0 if positive else value >= 0):
-    raise ValueError(f"{name} must be a number {'> 0' if positive else '>= 0'}, got {value!r}.")
+    raise ValueError(f"{name} must be a number {bound}, got {value!r}.")
+  if value == float("inf"):
+    raise ValueError(f"{name} must be a finite number {bound}, got {value!r}.")
   return float(value)
 
 

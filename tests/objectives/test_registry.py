@@ -87,6 +87,18 @@ def test_apply_rejects_bad_inputs():
     obj.apply({}, e, labels[:5])
 
 
+@pytest.mark.parametrize("name", objectives.names())
+def test_every_numeric_hyperparameter_refuses_infinities_and_nan(name):
+  # an infinite margin or scale passed the ">= 0" / "> 0" checks and made the loss NaN or inf
+  numeric = {k: v for k, v in objectives.hparam_defaults(name).items()
+             if isinstance(v, (int, float)) and not isinstance(v, bool)}
+  for key, value in ((k, v) for k in numeric for v in (float("inf"), -float("inf"), float("nan"))):
+    with pytest.raises(ValueError) as error:   # one line naming the key and the value
+      objectives.make(name, **{key: value})
+    message = str(error.value)
+    assert "\n" not in message and key in message and repr(value) in message, message
+
+
 @pytest.mark.filterwarnings("ignore:objective 'dro_topk.*exceeds")   # k at its default 160
 @pytest.mark.parametrize("name", objectives.names())
 def test_the_registered_support_is_what_the_objective_does(name):
