@@ -130,7 +130,7 @@ def main(argv):
       for path in eval_checkpoints.extra_outputs(FLAGS.workdir, step, grid=grid_flags(),
                                             export_embeddings=FLAGS.export_embeddings):
         print(f"Written {path}")
-  except (FileNotFoundError, ValueError, NotImplementedError) as e:
+  except cli.USER_ERRORS as e:
     cli.fail(PROGRAM, str(e))
 
 

@@ -14,7 +14,6 @@ from absl import logging
 import jax
 from ml_collections import config_flags
 
-from dml_jax.run import checkpointing
 from dml_jax.run import cli
 from dml_jax.run import signals
 from dml_jax.run import training
@@ -44,12 +43,6 @@ flags.DEFINE_integer("num_processes", None, "Multi-host: number of processes.")
 flags.DEFINE_integer("process_id", None, "Multi-host: this process's index.")
 flags.mark_flags_as_required(["config", "workdir"])
 
-# User errors: the message is the whole story (bad config, missing data or weights with the
-# command that gets them, a workdir trained with another config, a NaN loss).
-USER_ERRORS = (FileNotFoundError, ValueError, NotImplementedError, training.NonFiniteLossError,
-               checkpointing.CheckpointMismatchError)
-
-
 def main(argv):
   if len(argv) > 1:
     cli.fail(PROGRAM, f"unexpected arguments: {' '.join(argv[1:])}")
@@ -73,7 +66,7 @@ def main(argv):
                                             overwrite=FLAGS.overwrite, stop=stop)
   except training.TrainingInterrupted as e:
     cli.fail(PROGRAM, str(e), code=128 + e.signum)
-  except USER_ERRORS as e:
+  except cli.USER_ERRORS as e:
     cli.fail(PROGRAM, str(e))
   if workdir_lib.is_main_process():
     print(report.format_table(results))

@@ -26,6 +26,7 @@ keys are optional for every architecture.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -236,6 +237,8 @@ def param_labels(params) -> Any:
 def load_torch_state_dict(path: str) -> dict[str, Any]:
   """``torch.load(path, map_location='cpu', weights_only=True)``; unwraps ``{'state_dict':
   ...}`` / ``{'model': ...}`` and a ``module.`` prefix (DataParallel). Needs torch."""
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"the PyTorch checkpoint {path!r} does not exist.")
   try:
     import torch
   except ImportError as e:
@@ -347,7 +350,17 @@ def main(argv: list[str] | None = None) -> int:
   tab = sub.add_parser("table", help="print the expected PyTorch keys and shapes")
   tab.add_argument("--arch", required=True, choices=ARCHS)
   args = parser.parse_args(argv)
+  try:
+    return _run(args)
+  except ImportError as e:   # torch / torchvision / pretrainedmodels: the PyTorch side
+    need = f" ({args.command} needs it: pip install {e.name})" if e.name else ""
+    parser.exit(1, f"{parser.prog}: {e}{need}\n")
+  except (FileNotFoundError, ValueError) as e:   # one line, no traceback
+    parser.exit(1, f"{parser.prog}: {e}\n")
 
+
+def _run(args) -> int:
+  """The subcommand ``args.command`` of :func:`main`."""
   if args.command == "table":
     for key, shape, path, kind in conversion_plan(args.arch):
       print(f"{key:50s} {str(shape):22s} {kind:5s} {path or '-'}")

@@ -28,6 +28,14 @@ FLAGS = flags.FLAGS
 _NOISE = ("Unable to initialize backend", "read_only=True", "is read only")
 
 
+# The errors a binary reports as one line (``program: message``, exit code 1): a bad config or
+# flag value (``ValueError``, among them a workdir's checkpoint of another config), missing
+# data, weights or workdir files (``FileNotFoundError``, with the command that gets them), an
+# unsupported combination (``NotImplementedError``) and a loss that became NaN or inf
+# (``FloatingPointError``: training stopped, the last good checkpoint kept).
+USER_ERRORS = (ValueError, FileNotFoundError, NotImplementedError, FloatingPointError)
+
+
 def fail(program: str, message: str, code: int = 1) -> None:
   """Prints ``program: message`` on stderr and exits with ``code``."""
   print(f"{program}: {message}", file=sys.stderr)

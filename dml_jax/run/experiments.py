@@ -227,7 +227,9 @@ def sweep(config: ml_collections.ConfigDict, *, grid: Sequence[str] = (), seeds:
   """
   if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
     raise ValueError(f"seeds must be a positive integer, got {seeds!r}.")
-  from dml_jax.run import training  # pylint: disable=import-outside-toplevel
+  # pylint: disable=import-outside-toplevel  (JAX and the training stack, when a sweep runs)
+  from dml_jax import objectives
+  from dml_jax.run import training
   if train_fn is None:
 
     def train_fn(cfg, wd):
@@ -240,6 +242,7 @@ def sweep(config: ml_collections.ConfigDict, *, grid: Sequence[str] = (), seeds:
              for point in points]
   for _, cfg in configs:   # every point checked before the first run starts
     config_lib.validate(cfg)
+    objectives.make(**cfg.loss.to_dict())
   runs = []
   total, done = len(points) * seeds, 0
   for point, cfg in configs:
@@ -283,9 +286,11 @@ def sweep(config: ml_collections.ConfigDict, *, grid: Sequence[str] = (), seeds:
 
 # ------------------------------------------------------------------------------- CLI
 
+PROGRAM = "python -m dml_jax.run.experiments"
+
 
 def main(argv: Sequence[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m dml_jax.run.experiments",
+  parser = argparse.ArgumentParser(prog=PROGRAM,
                                    description=__doc__.split("\n\n")[0])
   sub = parser.add_subparsers(dest="command", required=True)
   p = sub.add_parser("sweep", help="run a grid of overrides x seeds and aggregate")
@@ -306,15 +311,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     overrides = overrides_lib.parse_assignments(args.overrides)
   except ValueError as e:
     parser.error(str(e))
-  from dml_jax.run import training  # pylint: disable=import-outside-toplevel
+  # pylint: disable=import-outside-toplevel  (the training stack, once the flags are read)
+  from dml_jax.run import signals
+  from dml_jax.run import training
   cli.quiet_logs()
-  modules = tuple(overrides_lib.module_spec(m) for m in args.module)
-  overrides_lib.import_user_modules(modules)
-  config = overrides_lib.load_config_file(args.config)
-  config.user_modules = tuple(config.get("user_modules", ())) + modules
-  out = sweep(config, grid=args.grid, seeds=args.seeds,
-              workdir=args.workdir, seed_offset=args.seed_offset, overrides=overrides,
-              metric=args.metric, protocol=args.protocol, x=args.x)
+  try:
+    modules = tuple(overrides_lib.module_spec(m) for m in args.module)
+    overrides_lib.import_user_modules(modules)
+    config = overrides_lib.load_config_file(args.config)
+    config.user_modules = tuple(config.get("user_modules", ())) + modules
+    # Ctrl-C / SIGTERM: the running point saves a checkpoint of its step and the sweep stops;
+    # the same command resumes it
+    with signals.stop_on_signals() as stop:
+      out = sweep(config, grid=args.grid, seeds=args.seeds,
+                  workdir=args.workdir, seed_offset=args.seed_offset, overrides=overrides,
+                  metric=args.metric, protocol=args.protocol, x=args.x,
+                  train_fn=lambda cfg, wd: training.train_and_evaluate(
+                      cfg, wd, show_progress=False, stop=stop))
+  except training.TrainingInterrupted as e:
+    cli.fail(PROGRAM, str(e), code=128 + e.signum)   # "... rerun the same command to resume"
+  except cli.USER_ERRORS as e:
+    cli.fail(PROGRAM, str(e))
   print(out["table"])
   print(f"Written: {out['json']}, {out['md']}, {out['png']}")
   return 0

@@ -97,6 +97,7 @@ def build(config: ml_collections.ConfigDict) -> Setup:
   """
   overrides.import_user_modules(config.get("user_modules", ()))
   config_lib.validate(config)
+  objective = objectives.make(**config.loss.to_dict())   # its values checked before the data
   mesh = parallel.make_mesh(config.num_devices)
   parallel.check_batch_size(config.batch_size, mesh)
   splits = restore.load_splits(config)
@@ -104,7 +105,6 @@ def build(config: ml_collections.ConfigDict) -> Setup:
   sampler = data_lib.NPerClassSampler(
       train.labels, batch_size=config.batch_size, group_size=config.data.group_size,
       seed=config.seed, small_class=config.data.small_class)
-  objective = objectives.make(**config.loss.to_dict())
   if config.memory.size and not objective.support.references:
     raise ValueError(f"memory.size={config.memory.size}: objective {objective.name!r} takes no "
                      "reference set (registered without references=True); set memory.size=0.")

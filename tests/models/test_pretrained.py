@@ -99,6 +99,13 @@ def test_cli_table_and_convert(tmp_path, capsys):
   assert pretrained.main(["table", "--arch", "resnet18"]) == 0
   out = capsys.readouterr().out
   assert "layer4.1.bn2.running_var" in out and "fc.weight" in out
+  missing = str(tmp_path / "missing.pth")
+  with pytest.raises(SystemExit) as exit_:   # checked before torch is needed
+    pretrained.main(["convert", "--arch", "resnet18", "--torch_checkpoint", missing,
+                     "--output", str(tmp_path / "w.npz")])
+  assert exit_.value.code == 1
+  assert capsys.readouterr().err == (f"python -m dml_jax.models.pretrained: the PyTorch "
+                                     f"checkpoint {missing!r} does not exist.\n")
   torch = pytest.importorskip("torch", reason="convert reads .pth files with torch.load")
   sd = {k: torch.from_numpy(v) for k, v in _fake_state_dict("resnet18").items()}
   ckpt, out_path = str(tmp_path / "r18.pth"), str(tmp_path / "r18.npz")

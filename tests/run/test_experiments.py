@@ -110,7 +110,7 @@ def test_cli(tmp_path, monkeypatch):
   from dml_jax.run import training
   train_fn, calls = fake_train({("easy", 3): 0.9, ("easy", 4): 0.7})
   monkeypatch.setattr(training, "train_and_evaluate",
-                      lambda config, workdir, show_progress: train_fn(config, workdir))
+                      lambda config, workdir, show_progress, stop: train_fn(config, workdir))
   wd = str(tmp_path / "cli")
   rc = experiments.main(["sweep", f"--config={ROOT}/configs/digits_ephn_groupsize.py:smoke",
                          "--grid=loss.positive=easy", "--seeds=2", "--seed_offset=3",
@@ -126,6 +126,24 @@ def test_cli(tmp_path, monkeypatch):
     overrides.load_config_file("configs/nope.py")
 
 
+
+@pytest.mark.parametrize("args,message", [
+    (["--grid=loss.margin=0.1,-1"], "margin must be a number >= 0, got -1.0."),
+    (["--grid=loss.margn=0.1"], "unknown config key loss.margn (did you mean loss.margin?)"),
+    (["--seeds=0"], "seeds must be a positive integer, got 0."),
+    (["--config=configs/nope.py"], "config file configs/nope.py does not exist"),
+])
+def test_cli_errors_are_one_line_before_any_run(tmp_path, capsys, args, message):
+  base = {"config": f"{ROOT}/configs/digits_evenodd_eps.py:smoke", "workdir": str(tmp_path)}
+  base.update(a[2:].split("=", 1) for a in args)
+  with pytest.raises(SystemExit) as exit_:
+    experiments.main(["sweep", *(f"--{k}={v}" for k, v in base.items())])
+  assert exit_.value.code == 1
+  err = capsys.readouterr().err
+  assert err.startswith(f"python -m dml_jax.run.experiments: {message}") and err.count("\n") == 1
+  assert not os.listdir(tmp_path)   # no run started
+
+
 def test_summary_table_leaves_a_metric_empty_where_a_protocol_lacks_it():
   """NMI+ is reported only for some protocols (Omniglot's languages, not its letters)."""
   cell = lambda m, s: {"mean": m, "std": s, "values": [m - s, m + s]}
@@ -137,3 +155,22 @@ def test_summary_table_leaves_a_metric_empty_where_a_protocol_lacks_it():
   rows = table.splitlines()
   assert rows[-2] == "| data.group_size=8 | test | 35.0 ± 1.0 | 62.0 ± 0.0 |  |"
   assert rows[-1] == "| data.group_size=8 | test:alphabet | 60.0 ± 2.0 | 30.0 ± 0.0 | 31.0 ± 1.0 |"
+
+
+def test_cli_stops_on_a_signal_like_train_py(tmp_path, monkeypatch, capsys):
+  """The running point gets the stop flag of SIGINT / SIGTERM; its interruption ends the sweep
+  with train.py's line and exit code."""
+  from dml_jax.run import signals, training
+  seen = []
+
+  def interrupted(config, workdir, show_progress, stop):
+    seen.append(isinstance(stop, signals.StopFlag) and not show_progress)
+    raise training.TrainingInterrupted(7, 15)
+
+  monkeypatch.setattr(training, "train_and_evaluate", interrupted)
+  with pytest.raises(SystemExit) as exit_:
+    experiments.main(["sweep", f"--config={ROOT}/configs/digits_evenodd_eps.py:smoke",
+                      f"--workdir={tmp_path}", "--grid=loss.positive=easy,random"])
+  assert exit_.value.code == 128 + 15 and seen == [True]
+  assert capsys.readouterr().err == ("python -m dml_jax.run.experiments: interrupted at step 7; "
+                                     "rerun the same command to resume\n")
