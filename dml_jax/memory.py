@@ -49,6 +49,19 @@ def init(size: int, dim: int) -> dict:
           "next": jnp.zeros((), jnp.int32)}
 
 
+def _check_batch(memory: dict, embeddings: jax.Array, labels: jax.Array) -> int:
+  """``B``, after checking ``embeddings [B, D]`` (the memory's ``D``) and ``labels [B]``."""
+  m, d = memory["embeddings"].shape
+  if embeddings.ndim != 2 or embeddings.shape[1] != d:
+    raise ValueError(f"embeddings must have shape [B, {d}] (the memory's dimension), got "
+                     f"{tuple(embeddings.shape)}.")
+  b = embeddings.shape[0]
+  if tuple(labels.shape) != (b,):
+    raise ValueError(f"labels must have shape [{b}] (one per embedding), got "
+                     f"{tuple(labels.shape)}.")
+  return b
+
+
 def references(memory: dict, embeddings: jax.Array, labels: jax.Array, *,
                active: jax.Array | bool = True, reference_gradient: bool = True) -> References:
   """The batch followed by the memory, as ``objectives.References`` (``N = B + M``).
@@ -63,7 +76,7 @@ def references(memory: dict, embeddings: jax.Array, labels: jax.Array, *,
   Returns:
     ``References`` with ``embeddings [B + M, D]``, ``labels [B + M]``, ``mask [B, B + M]``.
   """
-  b = embeddings.shape[0]
+  b = _check_batch(memory, embeddings, labels)
   batch_refs = embeddings if reference_gradient else jax.lax.stop_gradient(embeddings)
   ref = jnp.concatenate([batch_refs.astype(jnp.float32),
                          jax.lax.stop_gradient(memory["embeddings"])], axis=0)
@@ -77,7 +90,9 @@ def enqueue(memory: dict, embeddings: jax.Array, labels: jax.Array, *,
             active: jax.Array | bool = True) -> dict:
   """Writes the batch (without gradient) over the oldest ``B`` rows; unchanged when not
   ``active``. ``B <= M`` (see :func:`check`)."""
-  b, m = embeddings.shape[0], memory["labels"].shape[0]
+  b, m = _check_batch(memory, embeddings, labels), memory["labels"].shape[0]
+  if b > m:
+    raise ValueError(f"a batch of {b} does not fit a memory of {m} rows (B <= M; see check).")
   rows = (memory["next"] + jnp.arange(b)) % m
   new = {"embeddings": memory["embeddings"].at[rows].set(
              jax.lax.stop_gradient(embeddings).astype(jnp.float32)),

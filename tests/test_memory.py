@@ -68,6 +68,15 @@ def test_bad_memory_config_is_a_clear_error():
     memory_lib.check(16, 0, batch_size=32)
   with pytest.raises(ValueError, match="memory.size"):
     memory_lib.check(-1, 0, batch_size=32)
+  mem, y = memory_lib.init(4, 3), jnp.arange(4)
+  with pytest.raises(ValueError, match=r"^embeddings must have shape \[B, 3\] \(the memory's "
+                     r"dimension\), got \(4, 2\).$"):
+    memory_lib.enqueue(mem, jnp.ones((4, 2)), y)
+  with pytest.raises(ValueError, match=r"^labels must have shape \[4\] \(one per embedding\), "
+                     r"got \(3,\).$"):
+    memory_lib.references(mem, jnp.ones((4, 3)), y[:3])
+  with pytest.raises(ValueError, match=r"^a batch of 8 does not fit a memory of 4 rows"):
+    memory_lib.enqueue(mem, jnp.ones((8, 3)), jnp.arange(8))
   config = small_config(2, **{"memory.size": 64})
   config.loss = ml_collections.ConfigDict({"name": "proxy_anchor"})
   with pytest.raises(ValueError, match="proxy_anchor.*memory.size=0"):
