@@ -351,6 +351,7 @@ def start_run(config: ml_collections.ConfigDict, workdir: str, *,
     workdir.WorkdirConflictError: ``workdir`` was trained with a different config (named keys).
     checkpointing.CheckpointMismatchError: the checkpoint's shapes differ from the config's.
   """
+  workdir_lib.check_path(workdir)
   changes = [] if overwrite else workdir_lib.check_rerun(config, workdir)
   setup = build(config)
   if overwrite and workdir_lib.is_main_process():

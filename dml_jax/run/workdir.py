@@ -229,6 +229,13 @@ def format_change(key: str, old: Any, new: Any) -> str:
   return f"{key} {old!r} -> {new!r}"
 
 
+def check_path(workdir: str) -> None:
+  """``ValueError`` when ``workdir`` exists but is not a directory (before any work)."""
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise ValueError(f"the workdir {workdir!r} is a file, not a directory; give a new directory "
+                     "or an earlier run's.")
+
+
 def check_rerun(config: ml_collections.ConfigDict, workdir: str) -> list[tuple[str, Any, Any]]:
   """Compares ``config`` with the ``config.json`` already in ``workdir``, writing nothing.
 

@@ -145,3 +145,11 @@ def test_the_training_page_lists_the_keys_a_rerun_may_change():
   keys = {k.replace(".*", ".") for k in re.findall(r"`([a-z_.]+(?:\.\*)?)`", paragraph)}
   keys.discard("workdir.RESUMABLE_KEYS")
   assert keys == set(workdir_lib.RESUMABLE_KEYS)
+
+
+def test_a_file_as_workdir_is_refused_before_any_work(tmp_path):
+  path = tmp_path / "notes.txt"
+  path.write_text("mine")
+  with pytest.raises(ValueError, match=r"^the workdir '.*notes.txt' is a file, not a directory"):
+    training.train_and_evaluate(small_config(2), str(path), show_progress=False)
+  assert path.read_text() == "mine"
