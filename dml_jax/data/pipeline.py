@@ -83,8 +83,11 @@ def resolve_workers(num_workers: int, num_threads: int, *, platform: str,
   threads 3,000 (README, "On a GPU"). Any other value is returned as it is.
 
   Raises:
-    ValueError: ``num_workers < -1``.
+    ValueError: ``num_workers < -1`` or ``num_threads < 1``.
   """
+  if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
+    raise ValueError(f"data.num_threads={num_threads!r}; allowed: an integer >= 1 (decoding "
+                     "threads per process).")
   if num_workers != AUTO_WORKERS:
     if num_workers < 0:
       raise ValueError(f"data.num_workers={num_workers}; allowed: -1 (auto), 0 (threads of "

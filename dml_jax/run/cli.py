@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging as py_logging
 import os
+import re
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
@@ -73,13 +74,28 @@ def flags_parser(program: str, *, groups: Sequence[tuple[str, Sequence[str]]] = 
         sys.exit(0)
       raise
     except flags.Error as e:
-      fail(program, str(e).splitlines()[0])
+      fail(program, flag_error(str(e)))
     except (AttributeError, KeyError, OSError, ValueError, TypeError) as e:
       # ml_collections: an override of a section the config does not have.
       fail(program, override_error(argv, e))
     return []
 
   return parse
+
+
+_EXCEPTION_PREFIX = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ")   # "ValueError: "
+
+
+def flag_error(text: str) -> str:
+  """One line for absl's flag error ``text``. A config file that raised while it was read
+  (e.g. an unknown ``:variant``) comes as a traceback's text: its last line, the error's own
+  message, replaces the traceback."""
+  lines = [line for line in text.splitlines() if line.strip()]
+  if len(lines) > 1 and any(line.startswith("Traceback (most recent call last)")
+                            for line in lines):
+    head = lines[0].removesuffix("Error whilst parsing config file:").rstrip()
+    return f"{head} {_EXCEPTION_PREFIX.sub('', lines[-1])}"
+  return lines[0] if lines else text
 
 
 def override_error(argv: Sequence[str], error: Exception) -> str:
@@ -175,12 +191,21 @@ def describe_cache(path: str | None) -> str:
 
 def enable_compilation_cache(path: str) -> str | None:
   """Points JAX's persistent compilation cache at ``path`` (every program, however quick to
-  compile, is cached); ``''`` leaves it off. Returns the absolute path or ``None``."""
+  compile, is cached); ``''`` leaves it off. Returns the absolute path, or ``None`` when it is
+  off: asked for, or ``path`` cannot be a writable folder (a warning says why; the run goes on
+  without the cache, compiling as it would without one)."""
   if not path:
     return None
   import jax  # pylint: disable=import-outside-toplevel
   path = os.path.abspath(os.path.expanduser(path))
-  os.makedirs(path, exist_ok=True)
+  try:
+    os.makedirs(path, exist_ok=True)
+    if not os.access(path, os.W_OK | os.X_OK):
+      raise PermissionError(f"{path} is not writable")
+  except OSError as e:
+    logging.warning("JAX compilation cache off: %s cannot be its folder (%s); "
+                    "--compilation_cache=DIR chooses another.", path, e.strerror or e)
+    return None
   jax.config.update("jax_compilation_cache_dir", path)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)

@@ -51,6 +51,14 @@ def test_a_misspelt_section_is_one_clean_line(capsys):
                  "--config.optimizer.learning_rate.x\n")
 
 
+def test_an_error_raised_by_the_config_file_is_its_own_line(capsys):
+  # ml_collections hands on the config file's exception as a traceback's text
+  err = error_line(capsys, ["train.py", f"--config={CONFIG}:smoke,smok"])
+  assert err.startswith(f"train.py: flag --config={CONFIG}:smoke,smok: unknown variant 'smok' "
+                        "in --config=") and err.endswith(":smoke,smok; allowed: smoke\n")
+  assert err.count("\n") == 1 and "Traceback" not in err
+
+
 def test_help_exits_0_with_the_grouped_flags_and_where_config_keys_are(capsys):
   groups = (("multi-host flags", ("distributed",)),)
   with pytest.raises(SystemExit) as exit_info:
@@ -77,3 +85,11 @@ def test_machine_flags_take_their_defaults_from_the_environment(monkeypatch):
   assert cli.env_bool("DML_JAX_KEEP_HOST_MEMORY", None) is False
   monkeypatch.setenv("DML_JAX_KEEP_HOST_MEMORY", "")
   assert cli.env_bool("DML_JAX_KEEP_HOST_MEMORY", None) is None
+
+
+def test_a_compilation_cache_that_cannot_be_a_folder_is_off_with_a_warning(tmp_path, caplog):
+  blocker = tmp_path / "file"
+  blocker.write_text("")
+  assert cli.enable_compilation_cache(str(blocker / "cache")) is None   # under a file
+  assert "JAX compilation cache off: " in caplog.text and "cannot be its folder" in caplog.text
+  assert cli.describe_cache(None).startswith("JAX compilation cache: off")
