@@ -171,7 +171,9 @@ def test_eval_py_errors_exit_nonzero_without_traceback(runs):
                         (["--all_steps", "--step=7"], "takes neither --step"),
                         ([f"--workdirs={workdir}"], "exactly one of --workdir"),
                         (["--retrieval_grid=2", "--grid_k=0"],
-                         "eval.py: --grid_k=0: the gallery images per query must be >= 1.")):
+                         "eval.py: --grid_k=0: the gallery images per query must be >= 1."),
+                        (["--all_steps", f"--output={workdir}"],   # checked before evaluating
+                         f"eval.py: --output={workdir} cannot be written (Is a directory).")):
     out = eval_py(f"--workdir={workdir}", *args)
     assert out.returncode == 1, args
     assert message in out.stderr and "Traceback" not in out.stderr, out.stderr[-2000:]
