@@ -94,6 +94,6 @@ def run(main, program: str) -> int:
   """Runs a tool's ``main()``; a user error (no workdir, bad split, ...) is one line, exit 1."""
   try:
     return main()
-  except (FileNotFoundError, ValueError, NotImplementedError) as e:
+  except cli.USER_ERRORS as e:
     print(f"{program}: {e}", file=sys.stderr)
     return 1
