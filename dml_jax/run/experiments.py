@@ -36,6 +36,7 @@ import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
+from absl import logging
 import ml_collections
 import numpy as np
 
@@ -315,6 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   from dml_jax.run import signals
   from dml_jax.run import training
   cli.quiet_logs()
+  logging.set_verbosity(logging.INFO)   # each run's log line per log step: the sweep's progress
   try:
     modules = tuple(overrides_lib.module_spec(m) for m in args.module)
     overrides_lib.import_user_modules(modules)
