@@ -174,3 +174,24 @@ def test_cli_stops_on_a_signal_like_train_py(tmp_path, monkeypatch, capsys):
   assert exit_.value.code == 128 + 15 and seen == [True]
   assert capsys.readouterr().err == ("python -m dml_jax.run.experiments: interrupted at step 7; "
                                      "rerun the same command to resume\n")
+
+
+def test_cli_shows_each_runs_log_lines(tmp_path, monkeypatch, caplog):
+  """A point's per-log-step lines (absl INFO, off by default outside app.run) reach the user."""
+  from absl import logging as absl_logging
+  from dml_jax.run import training
+  train_fn, _ = fake_train({("easy", 0): 0.9})
+
+  def logging_train(config, workdir, show_progress, stop):
+    absl_logging.info("step 2/4: loss 0.5")
+    return train_fn(config, workdir)
+
+  monkeypatch.setattr(training, "train_and_evaluate", logging_train)
+  before = absl_logging.get_verbosity()
+  absl_logging.set_verbosity(absl_logging.WARNING)
+  try:
+    assert experiments.main(["sweep", f"--config={ROOT}/configs/digits_ephn_groupsize.py:smoke",
+                             "--grid=loss.positive=easy", f"--workdir={tmp_path}"]) == 0
+  finally:
+    absl_logging.set_verbosity(before)
+  assert "step 2/4: loss 0.5" in caplog.text
