@@ -50,7 +50,7 @@ def last_line(out):
      "train.py: unknown config key data.group_sise (did you mean data.group_size?)"),
     (["--config.num_train_steps=many"], "train.py: flag --config.num_train_steps=many"),
     (["--config.data.group_size=256", "--config.batch_size=128"],
-     "train.py: data.group_size=256 must be between 1 and batch_size=128"),
+     "train.py: data.group_size=256 must be between 2 and batch_size=128"),
     (["--config.num_epochs=2", "--config.num_train_steps=30"],
      "train.py: num_train_steps=30 has no effect: this config trains num_epochs=2 epochs"),
 ])

@@ -153,9 +153,10 @@ def validate(config: ml_collections.ConfigDict, splits: Mapping | None = None) -
                            cpus=1)   # only checks the value
   cache_lib.check_mode(config.data.cache, config.data.cache_max_gb)
   eval_cache.check_mode(config.eval.cache)
-  if not 1 <= config.data.group_size <= config.batch_size:
-    raise ValueError(f"data.group_size={config.data.group_size} must be between 1 and "
-                     f"batch_size={config.batch_size} (examples per class in a batch).")
+  if not 2 <= config.data.group_size <= config.batch_size:
+    raise ValueError(f"data.group_size={config.data.group_size} must be between 2 and "
+                     f"batch_size={config.batch_size} (examples per class in a batch; an anchor "
+                     "needs a positive).")
   noise.check_options(label_noise=config.data.label_noise,
                       clean_fraction=config.data.clean_fraction, prefix="config.data.")
   if config.data.label_noise and config.data.clean_fraction != 1.0:

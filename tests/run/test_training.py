@@ -147,6 +147,7 @@ def test_train_step_keeps_state_on_nan():
     ("data.label_noise", 1.5, r"^config.data.label_noise must be in \[0, 1\], got 1.5.$"),
     ("data.clean_fraction", 0.0, r"^config.data.clean_fraction must be in \(0, 1\], got 0.0"),
     ("data.clean_fraction", -0.2, r"^config.data.clean_fraction must be in \(0, 1\]"),
+    ("data.group_size", 1, r"^data.group_size=1 must be between 2 and batch_size=32 \(examples "),
     ("data.num_threads", 0, r"^data.num_threads=0; allowed: an integer >= 1 \(decoding "),
     ("data.prefetch", -1, r"^config.data.prefetch must be an integer >= 0 \(batches decoded "),
     ("scatter_every_steps", -1, r"^config.scatter_every_steps must be an integer >= 0, got -1.$"),
