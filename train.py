@@ -43,6 +43,7 @@ flags.DEFINE_integer("num_processes", None, "Multi-host: number of processes.")
 flags.DEFINE_integer("process_id", None, "Multi-host: this process's index.")
 flags.mark_flags_as_required(["config", "workdir"])
 
+
 def main(argv):
   if len(argv) > 1:
     cli.fail(PROGRAM, f"unexpected arguments: {' '.join(argv[1:])}")

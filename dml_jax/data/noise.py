@@ -16,6 +16,7 @@ from __future__ import annotations
 from absl import logging
 import numpy as np
 
+from dml_jax import hparams
 from dml_jax.data.splits import Split
 from dml_jax.data.images import take
 
@@ -42,10 +43,7 @@ def check_options(*, label_noise, clean_fraction, prefix: str = "") -> None:
   """``label_noise`` in [0, 1] and ``clean_fraction`` in (0, 1] (``prepare_train_split``'s
   options); ``ValueError`` naming ``prefix + key``, the value and what is allowed."""
   _check_rate(f"{prefix}label_noise", label_noise)
-  if isinstance(clean_fraction, bool) or not isinstance(clean_fraction, (int, float)) \
-      or not 0 < clean_fraction <= 1:
-    raise ValueError(f"{prefix}clean_fraction must be in (0, 1], got {clean_fraction!r} (the "
-                     "share of the training set kept).")
+  hparams.fraction(f"{prefix}clean_fraction", clean_fraction)
 
 
 def uniform_label_noise(labels, *, rate: float, num_classes: int, seed: int) -> np.ndarray:

@@ -43,6 +43,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from dml_jax import hparams
 from dml_jax import similarity as similarity_lib
 from dml_jax.data import pipeline
 from dml_jax.data import splits as splits_lib
@@ -197,13 +198,8 @@ EVAL_DEFAULTS = {
 }
 
 
-# The integer keys of ``config.eval``: (key, smallest value, what the number counts).
-EVAL_INTEGERS = (
-    ("batch_size", 1, "the embedding batch"),
-    ("kmeans_n_init", 1, "the k-means restarts"),
-    ("rho_skip", 0, "the largest singular values left out of rho"),
-    ("retrieval_grid", 0, "the retrieval grid's queries (0: no grid)"),
-)
+# The integer keys of ``config.eval`` and their smallest values (retrieval_grid 0: no grid).
+EVAL_INTEGERS = {"batch_size": 1, "kmeans_n_init": 1, "rho_skip": 0, "retrieval_grid": 0}
 
 
 def eval_options(config: ml_collections.ConfigDict) -> dict:
@@ -240,15 +236,10 @@ def validate_eval_config(config: ml_collections.ConfigDict, splits: dict) -> Non
   metric groups, the similarity, the K list against each protocol's gallery); raises
   ``ValueError`` naming the bad value."""
   options = eval_options(config)
-  for key, minimum, meaning in EVAL_INTEGERS:
-    value = config.eval.get(key, EVAL_DEFAULTS.get(key, minimum))
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-      raise ValueError(f"eval.{key}={value!r}: {meaning} must be an integer >= {minimum}.")
-  overcluster = config.eval.overcluster
-  if isinstance(overcluster, bool) or not isinstance(overcluster, (int, float)) \
-      or not 0 <= overcluster < float("inf"):
-    raise ValueError(f"eval.overcluster={overcluster!r}: allowed: 0 (no NMI+) or a factor > 0 "
-                     "of the number of classes.")
+  for key, minimum in EVAL_INTEGERS.items():
+    hparams.integer(f"eval.{key}", config.eval.get(key, EVAL_DEFAULTS.get(key, minimum)),
+                    minimum=minimum)
+  hparams.number("eval.overcluster", config.eval.overcluster, positive=False)   # 0: no NMI+
   parsed = {protocol: parse_protocol(protocol, splits) for protocol in options["protocols"]}
   groups = check_metrics(options["metrics_groups"])
   try:

@@ -200,11 +200,12 @@ def enable_compilation_cache(path: str) -> str | None:
   path = os.path.abspath(os.path.expanduser(path))
   try:
     os.makedirs(path, exist_ok=True)
-    if not os.access(path, os.W_OK | os.X_OK):
-      raise PermissionError(f"{path} is not writable")
+    problem = "" if os.access(path, os.W_OK | os.X_OK) else "not writable"
   except OSError as e:
+    problem = e.strerror or str(e)
+  if problem:
     logging.warning("JAX compilation cache off: %s cannot be its folder (%s); "
-                    "--compilation_cache=DIR chooses another.", path, e.strerror or e)
+                    "--compilation_cache=DIR chooses another.", path, problem)
     return None
   jax.config.update("jax_compilation_cache_dir", path)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)

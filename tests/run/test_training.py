@@ -145,8 +145,9 @@ def test_train_step_keeps_state_on_nan():
     ("model.pretrained", "w.msgpack", "pretrained"),
     ("data.num_workers", -2, r"num_workers=-2; allowed: -1 \(auto\)"),
     ("data.label_noise", 1.5, r"^config.data.label_noise must be in \[0, 1\], got 1.5.$"),
-    ("data.clean_fraction", 0.0, r"^config.data.clean_fraction must be in \(0, 1\], got 0.0"),
-    ("data.clean_fraction", -0.2, r"^config.data.clean_fraction must be in \(0, 1\]"),
+    ("data.clean_fraction", 0.0,
+     r"^config.data.clean_fraction must be a number in \(0, 1\], got 0.0.$"),
+    ("data.clean_fraction", -0.2, r"^config.data.clean_fraction must be a number in \(0, 1\]"),
     ("data.group_size", 1, r"^data.group_size=1 must be between 2 and batch_size=32 \(examples "),
     ("data.num_threads", 0, r"^data.num_threads=0; allowed: an integer >= 1 \(decoding "),
     ("data.prefetch", -1, r"^config.data.prefetch must be an integer >= 0 \(batches decoded "),
@@ -254,11 +255,11 @@ def test_model_options_and_pretrained_errors():
      r"for more neighbours than the \d+ gallery items available \(self excluded\)"),
     ("eval.similarity", "cosine2", r"^eval.similarity: Unknown similarity kind 'cosine2'; "
      r"allowed: cosine, dot, neg_sq_euclidean.$"),
-    ("eval.batch_size", 0, r"^eval.batch_size=0: the embedding batch must be an integer >= 1.$"),
-    ("eval.kmeans_n_init", 0, r"^eval.kmeans_n_init=0: the k-means restarts must be an integer"),
-    ("eval.rho_skip", -1, r"^eval.rho_skip=-1: the largest singular values left out of rho must"),
-    ("eval.retrieval_grid", -1, r"^eval.retrieval_grid=-1: the retrieval grid's queries \(0: no "),
-    ("eval.overcluster", -2, r"^eval.overcluster=-2: allowed: 0 \(no NMI\+\) or a factor > 0"),
+    ("eval.batch_size", 0, r"^eval.batch_size must be an int >= 1, got 0.$"),
+    ("eval.kmeans_n_init", 0, r"^eval.kmeans_n_init must be an int >= 1, got 0.$"),
+    ("eval.rho_skip", -1, r"^eval.rho_skip must be an int >= 0, got -1.$"),
+    ("eval.retrieval_grid", -1, r"^eval.retrieval_grid must be an int >= 0, got -1.$"),
+    ("eval.overcluster", -2, r"^eval.overcluster must be a number >= 0, got -2.$"),
 ])
 def test_bad_eval_values_are_refused_with_the_data_before_any_step(key, value, message):
   # the data are loaded before the model is built: a K the gallery cannot give is found there,
