@@ -194,7 +194,7 @@ def _kl_counts(e, labels, rng, hp):
   else:
     values = losses.binomial(s, pos, alpha=hp["alpha"], beta=hp["beta"], base=hp["base"])
   cand = (pos | neg) & ((values > 0) if hp["remove_zero_loss"] else True)
-  return mining.kl_sample_pairs(rng, values, cand, gamma=hp["gamma"], num=hp["k"])
+  return mining.kl_sample_pairs(rng, values, cand, gamma=hp["gamma"], num=2 * hp["k"])
 
 
 def library_kl_counts(e, labels, hp, rng):

@@ -422,13 +422,16 @@ def plan(name, hp, e, labels, kl_counts=None):
   def top(cands, k):   # largest loss first, ties by the lower flat index (lax.top_k)
     return sorted(cands, key=lambda ij: (-loss0[ij], ij[0] * n + ij[1]))[:k]
 
+  # The DRO paper's K counts distinct pairs: the released code takes 2K ordered pairs.
   if name == "dro_topk":
-    k = min(hp["k"], len(pairs))
+    k = min(2 * hp["k"], len(pairs))
     return weighted({ij: 1.0 for ij in top(list(loss0), k)}, k)
   if name == "dro_topk_pn":
-    kp, kn = hp["k"] // 2, hp["k"] - hp["k"] // 2
-    sel = (top([ij for ij in loss0 if is_pos[ij]], kp)
-           + top([ij for ij in loss0 if not is_pos[ij]], kn))
+    kp, kn = 2 * (hp["k"] // 2), 2 * (hp["k"] - hp["k"] // 2)
+    sel_pos = top([ij for ij in loss0 if is_pos[ij]], kp)
+    if hp["balanced"] and len(sel_pos) < kp:   # short of positives: as many negatives
+      kn = len(sel_pos)
+    sel = sel_pos + top([ij for ij in loss0 if not is_pos[ij]], kn)
     return weighted({ij: 1.0 for ij in sel}, max(len(sel), 1))
   if name == "dro_kl":
     cand = [ij for ij in loss0 if loss0[ij] > 0 or not hp["remove_zero_loss"]]
@@ -437,9 +440,9 @@ def plan(name, hp, e, labels, kl_counts=None):
       p = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
       return weighted(dict(zip(cand, p)), 1.0)
     counts = kl_counts
-    assert counts.sum() == hp["k"]
+    assert counts.sum() == 2 * hp["k"]
     assert all(counts[ij] == 0 for ij in np.ndindex(counts.shape) if ij not in cand)
-    return weighted({ij: float(counts[ij]) for ij in cand}, hp["k"])
+    return weighted({ij: float(counts[ij]) for ij in cand}, 2 * hp["k"])
   if name == "dro_kl_grouped":
     weights = {}
     for i, (ps, ns) in anchor_sets(labels).items():

@@ -86,7 +86,8 @@ def multi_similarity_pairs(s: jax.Array, pos_mask: jax.Array, neg_mask: jax.Arra
   return pos_kept, neg_kept
 
 
-def topk_pairs(values: jax.Array, mask: jax.Array, *, k: int) -> jax.Array:
+def topk_pairs(values: jax.Array, mask: jax.Array, *, k: int,
+               count: jax.Array | int | None = None) -> jax.Array:
   """The ``k`` masked entries of largest value, over the whole matrix (DRO-TopK, §3.2).
 
   ``jax.lax.top_k`` over the flattened ``where(mask, values, -inf)``; ties are broken by the
@@ -96,9 +97,11 @@ def topk_pairs(values: jax.Array, mask: jax.Array, *, k: int) -> jax.Array:
     values: float ``[B, N]``, e.g. pair losses (stop-gradient is applied).
     mask: bool ``[B, N]`` candidate pairs.
     k: static int, ``0 <= k <= B N`` (the objectives clamp ``k`` with a warning first).
+    count: optional int scalar (may be traced), at most ``k``: only the ``count`` largest of
+      the ``k`` are selected (a data-dependent number under one static shape).
 
   Returns:
-    bool ``[B, N]``, at most ``k`` entries True, a subset of ``mask``.
+    bool ``[B, N]``, at most ``k`` (``count``) entries True, a subset of ``mask``.
   """
   if not hparams.is_integer(k) or not 0 <= k <= values.size:
     raise ValueError(f"k must be an int in [0, {values.size}] (the number of entries), "
@@ -107,7 +110,8 @@ def topk_pairs(values: jax.Array, mask: jax.Array, *, k: int) -> jax.Array:
   if k == 0:
     return jnp.zeros(v.shape, bool)
   _, idx = jax.lax.top_k(jnp.where(mask, v, -jnp.inf).ravel(), k)
-  picked = jnp.zeros(v.size, bool).at[idx].set(True).reshape(v.shape)
+  keep = True if count is None else jnp.arange(k) < count
+  picked = jnp.zeros(v.size, bool).at[idx].set(keep).reshape(v.shape)
   return picked & mask
 
 

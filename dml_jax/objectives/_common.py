@@ -6,7 +6,6 @@ the ``aux`` diagnostics and differentiable gathers of selected terms."""
 
 from __future__ import annotations
 
-import warnings
 from typing import Callable, NamedTuple
 
 import jax
@@ -340,12 +339,3 @@ def num_pairs(s: jax.Array) -> int:
   ``B (B - 1)`` for the batch against itself, ``B (N - 1)`` with a reference set that holds the
   batch (an upper bound otherwise)."""
   return s.shape[0] * (s.shape[1] - 1)
-
-
-def clamp_k(k: int, available: int, *, name: str, what: str = "k") -> int:
-  """``min(k, available)``, with a warning (at trace time) when ``k`` is clamped."""
-  if k > available:
-    warnings.warn(f"objective {name!r}: {what}={k} exceeds the {available} ordered pairs of "
-                  f"the batch; using {what}={available}.", stacklevel=5)
-    return available
-  return k

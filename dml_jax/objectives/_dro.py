@@ -5,10 +5,17 @@ A distributionally robust loss over the ordered pairs ``(i, j)``, ``i != j``, of
 pair loss (``'margin'`` or ``'binomial'``, ``_dro_pair_fn``) weighted by a distribution over the
 pairs that ``mining`` computes under stop-gradient (top-K masks, KL weights or samples). Their
 ``aux`` is the pair objectives' (``pairs`` module docstring).
+
+``k`` is the paper's ``K``, a number of distinct pairs: the paper counts pairs once (§4.2.3:
+``B = 640`` in classes of 5 has ``|P| = 1280`` positive pairs) and its released code selects
+``2K`` ordered pairs for it. A distinct pair ``{i, j}`` is the two ordered pairs ``(i, j)`` and
+``(j, i)`` of equal loss, so the objectives select (or draw) ``2K`` ordered pairs; with a
+reference set (cross-batch memory) they select ``2K`` (anchor, reference) pairs.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Callable
 
 import jax
@@ -22,6 +29,18 @@ from dml_jax.objectives._registry import register
 
 DRO_PAIR_LOSSES = ("margin", "binomial")
 DRO_KL_MODES = ("weight", "sample")
+
+
+def _ordered(k: int, s: jax.Array, *, name: str, what: str = "k") -> int:
+  """``2 k``, the ordered pairs of ``k`` distinct ones, clamped to the ordered pairs of ``S``
+  with a warning (at trace time)."""
+  available = _common.num_pairs(s)
+  if 2 * k > available:
+    warnings.warn(f"objective {name!r}: {what}={k} ({2 * k} ordered pairs) exceeds the "
+                  f"{available} ordered pairs of the batch; using all {available}.",
+                  stacklevel=5)
+    return available
+  return 2 * k
 
 
 def _dro_pair_fn(*, pair_loss: str, margin: float, base: float, alpha: float,
@@ -42,12 +61,14 @@ def dro_topk(*, k: int = 160, pair_loss: str = "margin", margin: float = 0.2, ba
              alpha: float = 40.0, beta: float = 2.0, similarity: str = "cosine"):
   """DRO-TopK (DRO paper §3.2): the mean of the ``K`` largest pair losses of the batch.
 
-  ``F = (1/K) sum_{top-K (i, j)} l_ij`` over all ordered pairs ``(i, j)``, ``i != j``, positive
-  and negative together (global over the batch, released code); the selection is made under
-  stop-gradient (``mining.topk_pairs``, ties by the lower flat index). ``K`` larger than the
-  ``B (B - 1)`` pairs of the batch is clamped to ``B (B - 1)`` with a ``warnings.warn`` when
-  ``apply`` is traced. Default ``K = 160``: the paper's ``K = 2B`` at its batch size ``B = 80``
-  (§4.2.2; tuned in {160, ..., 280} on CUB / Cars).
+  ``F = (1/K) sum_{top-K {i, j}} l_ij`` over the distinct pairs ``{i, j}``, ``i != j``,
+  positive and negative together (global over the batch), computed as the mean of the ``2K``
+  largest losses of the ordered pairs (the released code; module docstring); the selection is
+  made under stop-gradient (``mining.topk_pairs``, ties by the lower flat index). ``2K`` larger
+  than the ``B (B - 1)`` ordered pairs of the batch is clamped to ``B (B - 1)`` (the mean of
+  every pair) with a ``warnings.warn`` when ``apply`` is traced. Default ``K = 160``: the
+  paper's ``K = 2B`` at its batch size ``B = 80`` (§4.2.2; tuned in {160, ..., 280} on CUB /
+  Cars).
 
   Pair losses (``pair_loss``; the DRO released scripts): ``'margin'`` (default)
   ``l_ij = [m + y_ij (lambda - S_ij)]_+``, i.e. positives ``[m + lambda - S]_+`` and negatives
@@ -57,7 +78,7 @@ def dro_topk(*, k: int = 160, pair_loss: str = "margin", margin: float = 0.2, ba
   is used only by ``'margin'``, ``alpha`` / ``beta`` only by ``'binomial'``.
 
   Args:
-    k: ``K``, an int ``>= 1``, default 160.
+    k: ``K``, distinct pairs, an int ``>= 1``, default 160.
     pair_loss: ``'margin'`` (default) or ``'binomial'``.
     margin: ``m >= 0``, default 0.2.
     base: ``lambda``, default 0.5.
@@ -73,9 +94,8 @@ def dro_topk(*, k: int = 160, pair_loss: str = "margin", margin: float = 0.2, ba
 
   def terms(b):
     values = pair_fn(b.s, b.pos)
-    k_eff = _common.clamp_k(k, _common.num_pairs(b.s), name="dro_topk")
-    sel = mining.topk_pairs(values, b.pos | b.neg, k=k_eff)
-    # the mean over the K pairs (fewer if fewer can enter)
+    sel = mining.topk_pairs(values, b.pos | b.neg, k=_ordered(k, b.s, name="dro_topk"))
+    # the mean over the 2K ordered pairs (fewer if fewer can enter)
     return _common.PairTerms(lambda x: pair_fn(x, b.pos), sel,
                              loss=losses.reduce(values, sel, "mean"))
 
@@ -83,36 +103,47 @@ def dro_topk(*, k: int = 160, pair_loss: str = "margin", margin: float = 0.2, ba
 
 
 @register("dro_topk_pn", references=True)
-def dro_topk_pn(*, k: int = 160, pair_loss: str = "margin", margin: float = 0.2,
-                base: float = 0.5, alpha: float = 40.0, beta: float = 2.0,
+def dro_topk_pn(*, k: int = 160, balanced: bool = False, pair_loss: str = "margin",
+                margin: float = 0.2, base: float = 0.5, alpha: float = 40.0, beta: float = 2.0,
                 similarity: str = "cosine"):
   """DRO-TopK-PN (DRO paper §3.2): the top ``K/2`` positive and top ``K/2`` negative pairs.
 
-  Selects (under stop-gradient) the ``floor(K/2)`` positive pairs and the ``K - floor(K/2)``
-  negative pairs of largest loss and returns the mean loss of the selected pairs (the paper's
-  "averaged gradient of the pairwise losses of the selected pairs"). The constraints are
+  Selects (under stop-gradient) the ``floor(K/2)`` distinct positive pairs and the
+  ``K - floor(K/2)`` distinct negative pairs of largest loss (twice as many ordered pairs, as
+  :func:`dro_topk`) and returns the mean loss of the selected pairs (the paper's "averaged
+  gradient of the pairwise losses of the selected pairs"). The paper's constraints are
   ``<= K/2``: with fewer positive (negative) pairs in the batch, all of them are taken and the
-  mean is over what was selected. A per-group count above the ``B (B - 1)`` pairs of the batch
-  is clamped with a ``warnings.warn`` at trace time. Default ``K = 160`` as ``dro_topk``.
+  mean is over what was selected. ``balanced=True`` follows the released code instead: with
+  fewer positive pairs than ``floor(K/2)``, all of them and as many negative pairs are taken
+  (small groups, e.g. 2 per class, or a large ``K``). A per-group count above the
+  ``B (B - 1)`` ordered pairs of the batch is clamped with a ``warnings.warn`` at trace time.
+  Default ``K = 160`` as ``dro_topk``.
 
   Pair losses (``pair_loss``, ``margin``, ``base``, ``alpha``, ``beta``) as :func:`dro_topk`.
 
   Args:
-    k: ``K``, an int ``>= 2``, default 160.
+    k: ``K``, distinct pairs, an int ``>= 2``, default 160.
+    balanced: default False (the paper's constraints); True: as many negative as positive
+      pairs when the batch has fewer than ``K/2`` positive pairs (the released code).
     pair_loss, margin, base, alpha, beta, similarity: as :func:`dro_topk`.
 
   Returns:
     ``(init, apply)``; use ``make('dro_topk_pn', ...)``.
   """
   k = hparams.integer("k", k, minimum=2)
+  hparams.flag("balanced", balanced)
   pair_fn = _dro_pair_fn(pair_loss=pair_loss, margin=margin, base=base, alpha=alpha, beta=beta)
 
   def terms(b):
     values = pair_fn(b.s, b.pos)
-    k_pos = _common.clamp_k(k // 2, _common.num_pairs(b.s), name="dro_topk_pn", what="k//2")
-    k_neg = _common.clamp_k(k - k // 2, _common.num_pairs(b.s), name="dro_topk_pn",
-                            what="k - k//2")
-    sel = mining.topk_pairs(values, b.pos, k=k_pos) | mining.topk_pairs(values, b.neg, k=k_neg)
+    k_pos = _ordered(k // 2, b.s, name="dro_topk_pn", what="k//2")
+    k_neg = _ordered(k - k // 2, b.s, name="dro_topk_pn", what="k - k//2")
+    sel_pos = mining.topk_pairs(values, b.pos, k=k_pos)
+    count = None
+    if balanced:   # short of positives: as many negatives as positives (released code)
+      n_pos = jnp.sum(sel_pos)
+      count = jnp.where(n_pos < k_pos, n_pos, k_neg)
+    sel = sel_pos | mining.topk_pairs(values, b.neg, k=k_neg, count=count)
     return _common.PairTerms(lambda x: pair_fn(x, b.pos), sel,
                              loss=losses.reduce(values, sel, "mean"))
 
@@ -134,11 +165,13 @@ def dro_kl(*, gamma: float = 0.1, mode: str = "sample", k: int = 160,
   computed.
 
   * ``mode='weight'``: ``L = sum_ij p*_ij l_ij`` (exact gradient of the robust loss, Lemma 1);
-  * ``mode='sample'`` (default, the paper's p-sampling, DRO-KL_M of Table 1): ``k`` pairs drawn
-    i.i.d. with replacement from ``p*`` (``mining.kl_sample_pairs``; needs ``rng``),
-    ``L = (1/k) sum_draws l``; its expectation is the ``'weight'`` loss. The paper does not
-    state the number of draws; the default ``k = 160`` is the top-K default. ``k`` is unused
-    by ``'weight'``; ``k`` above the number of pairs is allowed (draws with replacement).
+  * ``mode='sample'`` (default, the paper's p-sampling, DRO-KL_M of Table 1): ``2k`` ordered
+    pairs drawn i.i.d. with replacement from ``p*`` (``mining.kl_sample_pairs``; needs
+    ``rng``), ``L = (1/2k) sum_draws l``; its expectation is the ``'weight'`` loss. The paper
+    does not state the number of draws; ``k`` counts distinct pairs as in :func:`dro_topk`
+    (the released code draws ``2K`` ordered pairs) and its default ``k = 160`` is the top-K
+    default. ``k`` is unused by ``'weight'``; ``2k`` above the number of pairs is allowed
+    (draws with replacement).
 
   No candidate pair (e.g. every loss 0 with ``remove_zero_loss``, or ``B = 1``) gives 0.
   Default ``gamma = 0.1`` (§4.2.4; tuned in {0.1, 0.3, ..., 0.9}).
@@ -148,7 +181,7 @@ def dro_kl(*, gamma: float = 0.1, mode: str = "sample", k: int = 160,
   Args:
     gamma: ``> 0``, default 0.1.
     mode: ``'sample'`` (default) or ``'weight'``.
-    k: number of sampled pairs, an int ``>= 1``, default 160.
+    k: ``K``, distinct pairs (``2k`` ordered pairs are drawn), an int ``>= 1``, default 160.
     remove_zero_loss: default True.
     pair_loss: ``'margin'`` (default) or ``'binomial'``.
     margin: ``m >= 0``, default 0.2.
@@ -176,9 +209,9 @@ def dro_kl(*, gamma: float = 0.1, mode: str = "sample", k: int = 160,
       loss = losses.reduce(p * values, None, "sum")              # p = 0 outside cand
       entering = cand
     else:
-      counts = mining.kl_sample_pairs(b.rng, values, cand, gamma=gamma, num=k)
+      counts = mining.kl_sample_pairs(b.rng, values, cand, gamma=gamma, num=2 * k)
       entering = counts > 0
-      loss = losses.reduce(counts.astype(jnp.float32) * values, None, "sum") / k
+      loss = losses.reduce(counts.astype(jnp.float32) * values, None, "sum") / (2 * k)
     return _common.PairTerms(lambda x: pair_fn(x, b.pos), entering, loss=loss)
 
   why = "with mode='sample' draws random pairs (or use mode='weight')" if mode == "sample" \

@@ -31,6 +31,13 @@ def test_topk_pairs_is_the_global_top_k_of_the_masked_entries():
     np.testing.assert_array_equal(got, want, err_msg=f"k={k}")
 
 
+def test_topk_pairs_with_a_traced_count_keeps_the_count_largest():
+  f = jax.jit(lambda c: mining.topk_pairs(S_RAND, MASK_RAND, k=12, count=c))
+  for count in (0, 3, 12):
+    want = np.asarray(mining.topk_pairs(S_RAND, MASK_RAND, k=count))
+    np.testing.assert_array_equal(np.asarray(f(count)), want, err_msg=f"count={count}")
+
+
 def test_multi_similarity_pairs_match_loops():
   e = batch(5)
   s = np_similarity(e)

@@ -30,7 +30,7 @@ import pytest
 
 import objective_support as support
 from objective_support import B, D
-from oracles import LABELS, negatives_of, plan, positives_of
+from oracles import LABELS, fd_grad, negatives_of, np_similarity, plan, positives_of
 from oracles import random_batch as batch
 from dml_jax import losses
 from dml_jax import mining
@@ -48,8 +48,9 @@ run = functools.partial(support.run, rng=RNG_KEY)
 CASES = [
     ("dro_topk", dict(k=40)),
     ("dro_topk", dict(k=40, pair_loss="binomial")),
-    ("dro_topk_pn", dict(k=30)),
-    ("dro_topk_pn", dict(k=40, pair_loss="binomial")),              # K/2 > 16 positive pairs
+    ("dro_topk_pn", dict(k=12)),                                      # 2 (K/2) < 16 positives
+    ("dro_topk_pn", dict(k=40, pair_loss="binomial")),              # 2 (K/2) > 16 positives
+    ("dro_topk_pn", dict(k=40, balanced=True)),                     # and 16 negatives
     ("dro_kl", dict(mode="weight")),
     ("dro_kl", dict(mode="weight", pair_loss="binomial", gamma=0.5, remove_zero_loss=False)),
     ("dro_kl", dict(mode="sample", k=50)),
@@ -68,6 +69,41 @@ def test_objective_matches_oracle(name, kw):
                                                         **kw)
   assert loss > 0
   assert 0 < len(active) <= len(entering)
+
+
+def distinct_pair_oracle(e, labels, *, k, split):
+  """The paper's DRO-TopK (``split=False``) / TopK-PN (``split=True``) over the distinct pairs
+  ``{i, j}``, ``i < j``, with the default margin pair loss; the selection frozen at ``e``."""
+  loss = lambda s, i, j: max(0.0, 0.2 + (0.5 - s[i, j] if labels[i] == labels[j]
+                                         else s[i, j] - 0.5))
+  s0 = np_similarity(e)
+  pairs = [(i, j) for i in range(len(labels)) for j in range(i + 1, len(labels))]
+  top = lambda ps, n: sorted(ps, key=lambda ij: -loss(s0, *ij))[:n]
+  if split:
+    sel = (top([p for p in pairs if labels[p[0]] == labels[p[1]]], k // 2)
+           + top([p for p in pairs if labels[p[0]] != labels[p[1]]], k - k // 2))
+  else:
+    sel = top(pairs, k)
+  return lambda e1: np.mean([loss(np_similarity(e1), *ij) for ij in sel])
+
+
+@pytest.mark.parametrize("name,k", [("dro_topk", 5), ("dro_topk", 30), ("dro_topk_pn", 6),
+                                    ("dro_topk_pn", 12)])
+def test_k_counts_distinct_pairs_as_the_paper(name, k):
+  """``k`` is the paper's K: the mean over the top K distinct pairs (§4.2.3 counts pairs once;
+  the released code takes 2K ordered pairs), value and gradient."""
+  e = batch(3)
+  f = distinct_pair_oracle(e, LABELS, k=k, split=name == "dro_topk_pn")
+  loss, _, grad = run(name, e, LABELS, k=k)
+  np.testing.assert_allclose(loss, f(e), rtol=1e-5)
+  np.testing.assert_allclose(grad, fd_grad(f, e), rtol=2e-3, atol=2e-5)
+
+
+def test_topk_pn_balanced_takes_as_many_negatives_as_positives_when_short():
+  e = batch(3)
+  for k, short in ((12, False), (40, True)):     # 8 distinct positive pairs in LABELS
+    paper, released = (run("dro_topk_pn", e, LABELS, k=k, balanced=b)[0] for b in (False, True))
+    assert (paper != released) == short, k
 
 
 def test_kl_sample_draws_follow_the_key():
@@ -123,13 +159,15 @@ def test_loss_and_gradient_are_invariant_to_batch_permutation(name, kw):
 
 def test_k_above_the_number_of_pairs_is_clamped_with_a_warning():
   e, labels = batch(22), LABELS
-  with pytest.warns(UserWarning, match=f"k=500 exceeds the {NUM_PAIRS} ordered pairs"):
+  with pytest.warns(UserWarning, match=rf"k=500 \(1000 ordered pairs\) exceeds the {NUM_PAIRS} "
+                    "ordered pairs"):
     big = run("dro_topk", e, labels, k=500)[0]
-  hp = objectives.make("dro_topk", k=NUM_PAIRS).hparams
+  hp = objectives.make("dro_topk", k=NUM_PAIRS // 2).hparams
   f, entering, _ = plan("dro_topk", hp, e, labels)
   assert len(entering) == NUM_PAIRS
   np.testing.assert_allclose(big, f(e), rtol=1e-4)         # the mean over all 132 pairs
-  with pytest.warns(UserWarning, match="k//2=400 exceeds"):   # both halves are clamped
+  # both halves are clamped
+  with pytest.warns(UserWarning, match=r"k//2=400 \(800 ordered pairs\) exceeds"):
     run("dro_topk_pn", e, labels, k=800)
   with warnings.catch_warnings():
     warnings.simplefilter("error")          # sampling draws with replacement: no clamp
