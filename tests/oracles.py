@@ -233,6 +233,8 @@ def oracle_term_losses(e, terms, name, hp):
 
 def oracle_loss(e, terms, name, hp):
   vals = oracle_term_losses(e, terms, name, hp)
+  if name in ("nca", "nca_2nd") and hp["reduction"] == "sum":
+    return float(vals.sum())
   return float(vals.mean()) if len(vals) else 0.0
 
 

@@ -2,7 +2,8 @@
 NCA loss.
 
 Every term is a selected (anchor, positive) pair with its negative(s) (``mining.select``); the
-loss is ``losses.reduce(..., 'mean')`` over the valid terms. A term is *active* when the
+loss is ``losses.reduce(..., reduction)`` over the valid terms (their mean, or their sum as
+the EPHN paper's released code). A term is *active* when the
 softmax weight of its negatives ``q = 1 - exp(-L)`` exceeds ``NCA_ACTIVE_WEIGHT``: ``q`` scales
 the term's whole gradient (``dL/dS_ap = -q/T`` for 1st order).
 """
@@ -21,11 +22,12 @@ from dml_jax.objectives._registry import register
 DUPLICATE_SIMILARITY = 0.9999   # released EPHN code: positives above this are duplicates
 NCA_ACTIVE_WEIGHT = 1e-3        # an NCA term is active when its negative weight q exceeds this
 NCA_NEGATIVE_MODES = ("hard", "semihard", "easy", "random", "all")   # no margin: no semihard_*
+NCA_REDUCTIONS = ("mean", "sum")
 
 
 def _nca_family(*, name: str, order: int, positive: str, negative: str, temperature: float,
                 similarity: str, skip_duplicate_positives: bool,
-                positive_similarity_only: bool):
+                positive_similarity_only: bool, reduction: str):
   """``(init, apply)`` of the 1st (``order=1``) or 2nd (``order=2``) order NCA objective."""
   hparams.choice("positive", positive, mining.POSITIVE_MODES)
   if negative in mining.MARGIN_MODES:
@@ -36,6 +38,7 @@ def _nca_family(*, name: str, order: int, positive: str, negative: str, temperat
   temperature = hparams.number("temperature", temperature, positive=True)
   hparams.flag("skip_duplicate_positives", skip_duplicate_positives)
   hparams.flag("positive_similarity_only", positive_similarity_only)
+  hparams.choice("reduction", reduction, NCA_REDUCTIONS)
   if (skip_duplicate_positives or positive_similarity_only) and similarity != "cosine":
     raise ValueError("skip_duplicate_positives and positive_similarity_only are thresholds on "
                      f"the cosine similarity; they need similarity='cosine', got {similarity!r}.")
@@ -59,7 +62,7 @@ def _nca_family(*, name: str, order: int, positive: str, negative: str, temperat
         valid = valid & (jax.lax.stop_gradient(s_an) > 0)
     if positive_similarity_only:
       valid = valid & (sg > 0)
-    loss = losses.reduce(terms, valid, "mean")
+    loss = losses.reduce(terms, valid, reduction)
     active = -jnp.expm1(-terms) > NCA_ACTIVE_WEIGHT
     return loss, _common.aux(valid, active, s, s_an)
 
@@ -71,14 +74,15 @@ def _nca_family(*, name: str, order: int, positive: str, negative: str, temperat
 @register("nca", references=True, randomness=True)
 def nca(*, positive: str = "easy", negative: str = "hard", temperature: float = 0.1,
         similarity: str = "cosine", skip_duplicate_positives: bool = False,
-        positive_similarity_only: bool = False):
+        positive_similarity_only: bool = False, reduction: str = "mean"):
   """The EPHN family, 1st-order NCA (EPHN paper §4; 2nd-order paper eq. 1).
 
   One negative per term: ``L = softplus((S_an - S_ap) / T)``. ``negative='all'``:
   ``L = -log(e^{S_ap/T} / (e^{S_ap/T} + sum_{n in N_a} e^{S_an/T}))`` (N-pair form, logsumexp).
   ``S`` is used directly whatever the ``similarity`` kind. The loss is the mean over valid
   terms (one term per anchor for single positives, per (anchor, positive) pair for
-  ``positive='all'``).
+  ``positive='all'``), or with ``reduction='sum'`` their sum: the EPHN paper's released code
+  (its learning rates are for the sum: at batch 128 the mean's gradient is 128 times smaller).
 
   Named variants (``positive``, ``negative``): EP = ('easy', 'all'), EPHN = ('easy', 'hard')
   [default], EPSHN = ('easy', 'semihard'), HP = ('hard', 'all'), HPHN = ('hard', 'hard'),
@@ -92,9 +96,10 @@ def nca(*, positive: str = "easy", negative: str = "hard", temperature: float = 
     similarity: ``'cosine'`` (default), ``'dot'`` or ``'neg_sq_euclidean'``.
     skip_duplicate_positives: released EPHN code: positives with ``S > 0.9999`` are not
       candidates (default False; cosine only).
-    positive_similarity_only: released EPHN code: keep only triplets with ``S_ap > 0`` and
-      ``S_an > 0``; with ``negative='all'`` negatives with ``S_an <= 0`` leave the sum (default
-      False; cosine only).
+    positive_similarity_only: released EPHN code (its 2020 version): keep only triplets with
+      ``S_ap > 0`` and ``S_an > 0``; with ``negative='all'`` negatives with ``S_an <= 0``
+      leave the sum (default False; cosine only).
+    reduction: ``'mean'`` (default) or ``'sum'`` over the valid terms.
 
   Returns:
     ``(init, apply)``; use ``make('nca', ...)``.
@@ -102,13 +107,13 @@ def nca(*, positive: str = "easy", negative: str = "hard", temperature: float = 
   return _nca_family(name="nca", order=1, positive=positive, negative=negative,
                      temperature=temperature, similarity=similarity,
                      skip_duplicate_positives=skip_duplicate_positives,
-                     positive_similarity_only=positive_similarity_only)
+                     positive_similarity_only=positive_similarity_only, reduction=reduction)
 
 
 @register("nca_2nd", references=True, randomness=True)
 def nca_2nd(*, positive: str = "easy", negative: str = "hard", temperature: float = 0.1,
             similarity: str = "cosine", skip_duplicate_positives: bool = False,
-            positive_similarity_only: bool = False):
+            positive_similarity_only: bool = False, reduction: str = "mean"):
   """The 2nd-order triplet loss (2nd-order paper eq. 16) with EPHN-family mining.
 
   ``L = -log(e^{l_p/T} / (e^{l_p/T} + e^{l_n/T}))`` with ``l_p = S_ap - S_ap^2/2`` and
@@ -124,6 +129,7 @@ def nca_2nd(*, positive: str = "easy", negative: str = "hard", temperature: floa
     similarity: default ``'cosine'``.
     skip_duplicate_positives: default False (see :func:`nca`).
     positive_similarity_only: default False (see :func:`nca`).
+    reduction: ``'mean'`` (default) or ``'sum'`` (see :func:`nca`).
 
   Returns:
     ``(init, apply)``; use ``make('nca_2nd', ...)``.
@@ -131,4 +137,4 @@ def nca_2nd(*, positive: str = "easy", negative: str = "hard", temperature: floa
   return _nca_family(name="nca_2nd", order=2, positive=positive, negative=negative,
                      temperature=temperature, similarity=similarity,
                      skip_duplicate_positives=skip_duplicate_positives,
-                     positive_similarity_only=positive_similarity_only)
+                     positive_similarity_only=positive_similarity_only, reduction=reduction)

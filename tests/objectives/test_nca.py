@@ -52,6 +52,18 @@ def test_nca_2nd_matches_oracle(kw):
   check_against_oracle("nca_2nd", batch(1), LABELS, **kw)
 
 
+@pytest.mark.parametrize("name,kw", [("nca", dict(negative="semihard")),
+                                     ("nca_2nd", dict(negative="all"))])
+def test_sum_reduction_is_the_sum_of_the_terms(name, kw):
+  """``reduction='sum'`` (the EPHN paper's released code): the sum over the valid terms, the
+  mean times their number, gradient included."""
+  terms = check_against_oracle(name, batch(2), LABELS, reduction="sum", **kw)
+  total, _, g_sum = run(name, batch(2), LABELS, reduction="sum", **kw)
+  mean, _, g_mean = run(name, batch(2), LABELS, **kw)
+  np.testing.assert_allclose(total, len(terms) * mean, rtol=1e-5)
+  np.testing.assert_allclose(g_sum, len(terms) * g_mean, rtol=1e-4, atol=1e-7)
+
+
 def test_ephn_released_code_options():
   e = batch(4)
   e[1] = e[0]                                           # a duplicate pair (S = 1)
@@ -158,6 +170,7 @@ def test_single_positive_fast_path_equals_general_path(positive, negative):
     (lambda: objectives.make("nca_2nd", negative="semihard_band"), "needs a triplet margin"),
     (lambda: objectives.make("nca", similarity="l1"), "cosine, dot, neg_sq_euclidean"),
     (lambda: objectives.make("nca", skip_duplicate_positives=1), "True or False"),
+    (lambda: objectives.make("nca_2nd", reduction="batch"), "reduction.*mean, sum"),
     (lambda: objectives.make("nca", similarity="dot", positive_similarity_only=True),
      "similarity='cosine'"),
 ])

@@ -24,7 +24,7 @@ def test_names_hparams_and_init():
   assert obj.name == "nca"
   assert obj.hparams == dict(positive="easy", negative="semihard", temperature=0.1,
                              similarity="cosine", skip_duplicate_positives=False,
-                             positive_similarity_only=False)
+                             positive_similarity_only=False, reduction="mean")
   json.dumps(obj.hparams)   # the trainer writes them to disk
   assert objectives.make("triplet").hparams == dict(
       positive="random", negative="semihard", margin=0.2, similarity="cosine",
