@@ -43,7 +43,8 @@ def get_config() -> ml_collections.ConfigDict:
   # 'none' | 'resize_crop' (EPHN) | 'random_resized_crop' (MS/DRO) | 'pad_crop' (characters)
   c.data.augmentation = "none"
   c.data.flip = True              # random horizontal flip in training augmentation
-  c.data.pad = 10                 # 'pad_crop' padding
+  c.data.pad = 10                 # 'pad_crop' padding, pixels on each side
+  c.data.pad_fill = 0             # 'pad_crop' padding value (the background; 255 Omniglot)
   # Machine settings (train.py --num_threads / --num_workers, or DML_JAX_NUM_THREADS /
   # DML_JAX_NUM_WORKERS, set them; experiment configs do not):
   c.data.num_threads = 8          # decoding threads (per worker process)

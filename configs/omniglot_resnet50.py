@@ -12,8 +12,8 @@ Departures (ImageNet weights cannot be had here, so the network learns from scra
 * random initialisation, BatchNorm in train mode (the paper freezes ImageNet statistics;
   frozen statistics of a random network normalise nothing);
 * bfloat16 compute in the backbone (float32 parameters, embeddings and similarity work);
-* grey 1-channel input scaled to [0, 1] (no ImageNet statistics to match), 80 px, pad-10
-  random crops, no flip (characters);
+* grey 1-channel input scaled to [0, 1] (no ImageNet statistics to match), 80 px, random
+  shifts of up to 10 px in a white border (pad-10 crops), no flip (characters);
 * Adam 5e-4 without weight decay (the paper's 1e-5 with coupled decay 4e-4 is a fine-tuning
   rate), margin-loss beta at 5e-4;
 * ``num_epochs`` = 15 (the paper does not state its epochs; Roth et al.'s framework trains

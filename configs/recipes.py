@@ -36,8 +36,9 @@ DATASETS = {
     "flowers102": _dataset("flowers102", ("test",)),
     "inshop": _dataset("inshop", ("query@gallery",), {"root": "data/inshop"}),
     # EPS Table 3: trained with alphabet labels, evaluated by character (letters) and by
-    # alphabet (languages) on the unseen evaluation alphabets.
-    "omniglot": _dataset("omniglot", ("test", "test:alphabet")),
+    # alphabet (languages) on the unseen evaluation alphabets. Black strokes on white: a
+    # 'pad_crop' border is white.
+    "omniglot": {**_dataset("omniglot", ("test", "test:alphabet")), "data.pad_fill": 255},
     # EPS Table 1: unseen digits 6-9 by digit, and held-out images of the training digits by
     # digit (class collapse shows there).
     "mnist_evenodd": _dataset("mnist_evenodd", ("test", "val")),

@@ -14,9 +14,10 @@ Training augmentations (``AUGMENTATIONS``), all followed by an optional horizont
 * ``'random_resized_crop'`` (MS / DRO / Roth et al.): torchvision's RandomResizedCrop --
   a crop of area fraction ``U(scale)`` and log-uniform aspect ratio in ``ratio`` (10 tries,
   then the largest centred crop of allowed aspect), resized to ``image_size`` squared.
-* ``'pad_crop'`` (small images, e.g. Omniglot / MNIST): resize the shorter side to
-  ``image_size`` and centre crop it, pad ``pad`` pixels of zeros on each side, random crop
-  ``image_size``.
+* ``'pad_crop'`` (small images, e.g. Omniglot / MNIST): the evaluation image (shorter side
+  resized to ``resize_size``, centre crop ``image_size``), padded by ``pad`` pixels of the value
+  ``pad_fill`` on each side (0, black, for MNIST; 255, white, for Omniglot's drawings), random
+  crop ``image_size``: a random shift of the evaluation image by up to ``pad`` pixels.
 * ``'none'``: the evaluation transform.
 
 Evaluation (``eval_transform``): resize the shorter side to ``resize_size`` and centre crop
@@ -50,8 +51,14 @@ _MODES = {1: "L", 3: "RGB"}
 
 
 def check_options(*, augmentation: str = "none", image_size: int, resize_size: int,
-                  channels: int, mean, std) -> None:
+                  channels: int, mean, std, pad: int = 0, pad_fill: int = 0) -> None:
   """Validates the transform options; raises ``ValueError`` naming the bad value."""
+  if not isinstance(pad, (int, np.integer)) or isinstance(pad, bool) or pad < 0:
+    raise ValueError(f"pad must be an int >= 0, got {pad!r}.")
+  if (not isinstance(pad_fill, (int, np.integer)) or isinstance(pad_fill, bool)
+      or not 0 <= pad_fill <= 255):
+    raise ValueError(f"pad_fill must be an int in [0, 255] (the padding's pixel value), got "
+                     f"{pad_fill!r}.")
   if augmentation not in AUGMENTATIONS:
     raise ValueError(f"Unknown augmentation {augmentation!r}; valid: {', '.join(AUGMENTATIONS)}.")
   if int(image_size) < 1:
@@ -239,7 +246,7 @@ def eval_transform(record, *, image_size: int, resize_size: int, channels: int =
 class Crop(NamedTuple):
   """One training example's random parameters: the box ``(left, top, width, height)`` in the
   pixels of its crop source (``crop_source``; ``'pad_crop'`` boxes may reach ``pad`` pixels
-  outside it, into the zero padding) and whether the crop is flipped horizontally."""
+  outside it, into the padding) and whether the crop is flipped horizontally."""
 
   left: int
   top: int
@@ -253,15 +260,15 @@ def crop_source(record, *, augmentation: str, image_size: int, resize_size: int,
   """The image a training crop is cut from (its size is what ``sample_crop`` draws for).
 
   * ``'resize_crop'``, ``'none'``: shorter side resized to ``resize_size`` (JPEG draft);
-  * ``'pad_crop'``: shorter side resized to ``image_size``, centre crop ``image_size`` squared;
+  * ``'pad_crop'``: the evaluation image (``eval_crop``: shorter side resized to
+    ``resize_size``, centre crop ``image_size`` squared);
   * ``'random_resized_crop'``: the record at full resolution.
   """
   if augmentation in ("resize_crop", "none"):
     image = load_image(record, channels=channels, min_shorter_side=resize_size)
     return resize_shorter(image, resize_size)
   if augmentation == "pad_crop":
-    image = load_image(record, channels=channels, min_shorter_side=image_size)
-    return center_crop(resize_shorter(image, image_size), image_size)
+    return eval_crop(record, image_size=image_size, resize_size=resize_size, channels=channels)
   if augmentation == "random_resized_crop":
     return load_image(record, channels=channels)
   raise ValueError(f"Unknown augmentation {augmentation!r}; valid: {', '.join(AUGMENTATIONS)}.")
@@ -300,7 +307,7 @@ def sample_crop(augmentation: str, rng: np.random.Generator, size: tuple[int, in
 
 def train_transform(record, rng: np.random.Generator, *, augmentation: str, image_size: int,
                     resize_size: int, channels: int = 3, mean=IMAGENET_MEAN,
-                    std=IMAGENET_STD, flip: bool = True, pad: int = 10,
+                    std=IMAGENET_STD, flip: bool = True, pad: int = 10, pad_fill: int = 0,
                     scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)) -> np.ndarray:
   """One training augmentation (see the module docstring), then normalisation.
 
@@ -309,23 +316,23 @@ def train_transform(record, rng: np.random.Generator, *, augmentation: str, imag
     rng: the example's generator (the only source of randomness).
     augmentation: one of ``AUGMENTATIONS``.
     image_size: output side ``S``.
-    resize_size: shorter side before the crop (``'resize_crop'``, ``'none'``).
+    resize_size: shorter side before the crop (all but ``'random_resized_crop'``).
     channels: 3 (RGB) or 1 (grey).
     mean, std: per-channel normalisation (1 or ``channels`` values).
     flip: horizontal flip with probability 1/2 (off for characters / digits).
-    pad: zero padding of ``'pad_crop'``.
+    pad: ``'pad_crop'``'s padding, pixels on each side.
+    pad_fill: the padding's value in [0, 255], on every channel (the background: 0 black,
+      255 white).
     scale, ratio: RandomResizedCrop's area fraction and aspect ranges.
 
   Returns:
     float32 ``[image_size, image_size, channels]``.
 
   Raises:
-    ValueError: bad options (``check_options``, a negative ``pad``) or an undecodable record.
+    ValueError: bad options (``check_options``) or an undecodable record.
   """
   check_options(augmentation=augmentation, image_size=image_size, resize_size=resize_size,
-                channels=channels, mean=mean, std=std)
-  if int(pad) < 0:
-    raise ValueError(f"pad must be >= 0, got {pad}.")
+                channels=channels, mean=mean, std=std, pad=pad, pad_fill=pad_fill)
   if augmentation == "none":
     return eval_transform(record, image_size=image_size, resize_size=resize_size,
                           channels=channels, mean=mean, std=std)
@@ -337,7 +344,8 @@ def train_transform(record, rng: np.random.Generator, *, augmentation: str, imag
   if augmentation == "random_resized_crop":
     image = image.resize((image_size, image_size), Image.BILINEAR, box=box)
   elif augmentation == "pad_crop":
-    padded = Image.new(image.mode, (image_size + 2 * pad, image_size + 2 * pad))
+    fill = int(pad_fill) if image.mode == "L" else (int(pad_fill),) * 3
+    padded = Image.new(image.mode, (image_size + 2 * pad, image_size + 2 * pad), fill)
     padded.paste(image, (pad, pad))
     image = padded.crop(tuple(b + pad for b in box))
   else:

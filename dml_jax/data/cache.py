@@ -7,7 +7,8 @@ training crop is cut from (``augment.crop_source``), stored as uint8:
 
 * ``'resize_crop'``, ``'none'``: shorter side resized to ``resize_size``, exactly the pixels
   the host path crops from (the same Pillow calls, JPEG draft mode included);
-* ``'pad_crop'``: the ``image_size`` square the host path pads and crops (exact as well);
+* ``'pad_crop'``: the ``image_size`` square (the evaluation image) the host path pads and
+  crops (exact as well);
 * ``'random_resized_crop'``: the host path cuts its box from the full-resolution image; the
   cache keeps it with the shorter side at ``resize_size`` (never upsampled) and the full
   size, so the same box is drawn and then scaled to the cached pixels (``device_augment``).
@@ -52,7 +53,7 @@ from dml_jax.data import augment
 
 CACHE_MODES = ("auto", "memory", "mmap", "none")
 DEFAULT_MAX_GB = 8.0
-_FORMAT = 1   # bump when the stored pixels of a spec change
+_FORMAT = 2   # bump when the stored pixels of a spec change (2: pad_crop at resize_size)
 
 
 def check_mode(mode: str, max_gb: float) -> None:

@@ -1,7 +1,8 @@
 """Crop windows cut on the host from the decoded-image cache, for ``device_augment``.
 
 Each example's crop box (``augment.sample_crop``, in its crop source's pixels) is scaled to the
-cached image and cut into a fixed ``[W, W, C]`` uint8 window (zeros outside the image):
+cached image and cut into a fixed ``[W, W, C]`` uint8 window (``'pad_crop'``'s ``pad_fill``
+outside the image, else zeros):
 
 * ``'resize_crop'``, ``'pad_crop'``, ``'none'``: the box is an integer ``image_size`` square of
   the cached crop source, so the window *is* the crop (``W = image_size``): a copy of exactly
@@ -66,7 +67,7 @@ def _span(start: float, length: float, support: float, size: int, window: int):
 
 def cut_window(image: np.ndarray, source_hw, crop: augment.Crop, out: np.ndarray, *,
                resample: bool, image_size: int) -> tuple[tuple[float, ...], tuple[int, int]]:
-  """Copies ``crop``'s window of one cached image into ``out`` (zeros, ``[W, W, C]``).
+  """Copies ``crop``'s window of one cached image into ``out`` (``[W, W, C]``, prefilled).
 
   Args:
     image: uint8 ``[h, w, C]``, the cached image.
@@ -98,7 +99,8 @@ def cut_window(image: np.ndarray, source_hw, crop: augment.Crop, out: np.ndarray
 
 
 def host_inputs(images, source_hw: np.ndarray, indices, crops, *, augmentation: str,
-                image_size: int, resize_size: int, channels: int) -> DeviceInputs:
+                image_size: int, resize_size: int, channels: int,
+                pad_fill: int = 0) -> DeviceInputs:
   """The ``DeviceInputs`` of ``b`` examples.
 
   Args:
@@ -107,11 +109,13 @@ def host_inputs(images, source_hw: np.ndarray, indices, crops, *, augmentation: 
     indices: int ``[b]``, the examples' positions in ``images``.
     crops: ``b`` ``augment.Crop`` (drawn for ``source_hw[indices]``).
     augmentation, image_size, resize_size, channels: the cache's spec.
+    pad_fill: the value of ``'pad_crop'``'s padding (the windows' pixels outside the image).
   """
   resample = resamples(augmentation)
   window = window_size(augmentation, image_size=image_size, resize_size=resize_size)
   b = len(indices)
-  windows = np.zeros((b, window, window, channels), np.uint8)
+  fill = pad_fill if augmentation == "pad_crop" else 0   # resampling reads valid pixels only
+  windows = np.full((b, window, window, channels), fill, np.uint8)
   boxes = np.zeros((b, 4), np.float32)
   valid = np.zeros((b, 2), np.int32)
   for k, (i, crop) in enumerate(zip(indices, crops)):

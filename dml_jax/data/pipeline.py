@@ -108,7 +108,7 @@ def describe_workers(num_workers: int, num_threads: int) -> str:
 
 def train_batches(images, labels, sampler, *, seed: int, start_step: int, num_steps: int,
                   rows: slice = slice(None), augmentation: str = "none", flip: bool = True,
-                  pad: int = 10, num_threads: int = 8, num_workers: int = 0,
+                  pad: int = 10, pad_fill: int = 0, num_threads: int = 8, num_workers: int = 0,
                   prefetch: int = 2) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
   """Yields ``(step, images [b, S, S, C] float32, labels [b] int32)`` for
   ``step = start_step .. num_steps - 1`` (0-based; the train loop's step ``s + 1`` uses the
@@ -123,7 +123,7 @@ def train_batches(images, labels, sampler, *, seed: int, start_step: int, num_st
     start_step, num_steps: the steps to produce.
     rows: the rows of each global batch this process loads (``b = len(rows)``).
     augmentation: ``augment.AUGMENTATIONS`` (``'none'`` for in-memory arrays).
-    flip, pad: passed to ``augment.train_transform``.
+    flip, pad, pad_fill: passed to ``augment.train_transform``.
     num_threads: decoding threads (per worker process when ``num_workers > 0``).
     num_workers: grain worker processes (0: threads of this process only).
     prefetch: batches prepared ahead.
@@ -146,8 +146,8 @@ def train_batches(images, labels, sampler, *, seed: int, start_step: int, num_st
     return _array_batches(images, labels, sampler, start_step, num_steps, rows)
   return _grain_batches(images, labels, sampler, row_range, seed=seed, start_step=start_step,
                         num_steps=num_steps, augmentation=augmentation,
-                        transform_kwargs={"flip": flip, "pad": pad}, num_threads=num_threads,
-                        num_workers=num_workers, prefetch=prefetch)
+                        transform_kwargs={"flip": flip, "pad": pad, "pad_fill": pad_fill},
+                        num_threads=num_threads, num_workers=num_workers, prefetch=prefetch)
 
 
 def _array_batches(images, labels, sampler, start_step, num_steps, rows):
@@ -259,9 +259,9 @@ class _CachedBatch:
   rows (``crop_windows.host_inputs``), the crops drawn as ``train_batches`` draws them."""
 
   def __init__(self, cache, labels: np.ndarray, sampler, *, rows: range, seed: int,
-               flip: bool, pad: int):
+               flip: bool, pad: int, pad_fill: int):
     self.cache, self.labels, self.sampler = cache, labels, sampler
-    self.rows, self.seed, self.flip, self.pad = rows, seed, flip, pad
+    self.rows, self.seed, self.flip, self.pad, self.pad_fill = rows, seed, flip, pad, pad_fill
 
   def __call__(self, step: int) -> dict:
     spec, step = self.cache.spec, int(step)
@@ -275,13 +275,14 @@ class _CachedBatch:
                                        pad=self.pad))
     inputs = crop_windows.host_inputs(
         self.cache.images, self.cache.source_hw, idx, crops, augmentation=spec.augmentation,
-        image_size=spec.image_size, resize_size=spec.resize_size, channels=spec.channels)
+        image_size=spec.image_size, resize_size=spec.resize_size, channels=spec.channels,
+        pad_fill=self.pad_fill)
     return {"step": np.int64(step), **inputs._asdict(), "label": self.labels[idx]}
 
 
 def cached_batches(cache, labels, sampler, *, seed: int, start_step: int, num_steps: int,
                    rows: slice = slice(None), flip: bool = True, pad: int = 10,
-                   num_threads: int = 2, prefetch: int = 2
+                   pad_fill: int = 0, num_threads: int = 2, prefetch: int = 2
                    ) -> Iterator[tuple[int, crop_windows.DeviceInputs, np.ndarray]]:
   """Yields ``(step, DeviceInputs of b rows, labels [b] int32)`` for ``step = start_step ..
   num_steps - 1`` from a ``cache.DecodedCache`` (its ``spec`` names the augmentation).
@@ -303,7 +304,7 @@ def cached_batches(cache, labels, sampler, *, seed: int, start_step: int, num_st
     raise ValueError(f"The cache holds {len(cache)} images but there are {len(labels)} "
                      "labels; build it from the same split.")
   fn = _CachedBatch(cache, labels, sampler, rows=_rows(rows, sampler.batch_size), seed=seed,
-                    flip=flip, pad=pad)
+                    flip=flip, pad=pad, pad_fill=pad_fill)
   return _cached_iter(fn, start_step=start_step, num_steps=num_steps, num_threads=num_threads,
                       prefetch=prefetch)
 

@@ -170,7 +170,8 @@ def validate(config: ml_collections.ConfigDict, splits: Mapping | None = None) -
     data = config.data
     augment.check_options(augmentation=data.augmentation, image_size=data.image_size,
                           resize_size=data.resize_size or round(data.image_size * 8 / 7),
-                          channels=data.channels, mean=data.mean, std=data.std)
+                          channels=data.channels, mean=data.mean, std=data.std,
+                          pad=data.pad, pad_fill=data.pad_fill)
   elif config.data.image_size:
     raise ValueError(
         f"config.data.image_size={config.data.image_size}: the in-memory dataset "

@@ -112,14 +112,14 @@ def train_batches(config: ml_collections.ConfigDict, train, sampler, *, start_st
   if cache is not None:
     return pipeline.cached_batches(cache, train.labels, sampler, seed=config.seed,
                                    start_step=start_step, num_steps=num_steps, rows=rows,
-                                   flip=d.flip, pad=d.pad,
+                                   flip=d.flip, pad=d.pad, pad_fill=d.pad_fill,
                                    num_threads=min(CACHE_THREADS, d.num_threads),
                                    prefetch=d.prefetch)
   num_workers, num_threads = input_workers(config)
   return pipeline.train_batches(
       train.images, train.labels, sampler, seed=config.seed, start_step=start_step,
       num_steps=num_steps, rows=rows, augmentation=d.augmentation, flip=d.flip, pad=d.pad,
-      num_threads=num_threads, num_workers=num_workers, prefetch=d.prefetch)
+      pad_fill=d.pad_fill, num_threads=num_threads, num_workers=num_workers, prefetch=d.prefetch)
 
 
 def make_feed(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh,

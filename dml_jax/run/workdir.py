@@ -56,6 +56,7 @@ ADDED_CONFIG_KEYS = {
     "data.augmentation": "none",
     "data.flip": True,
     "data.pad": 10,
+    "data.pad_fill": 0,
     "data.num_threads": 8,
     "data.num_workers": 0,
     "data.prefetch": 2,

@@ -301,6 +301,27 @@ def test_pad_crop_resizes_and_centre_crops_first():
   np.testing.assert_array_equal(x, np.asarray(expected))
 
 
+@pytest.mark.parametrize("grey", [False, True])
+def test_pad_crop_shifts_the_evaluation_image_in_a_pad_fill_border(grey):
+  # The crop source is the evaluation image (resize_size, then the centre image_size), so
+  # training and evaluation see one scale; the border is pad_fill (white drawings: 255).
+  s, pad, fill = 20, 3, 255
+  image = natural(40, 52, grey=grey)
+  image = np.minimum(image, 254).astype(np.uint8)   # content never equals the fill
+  channels = 1 if grey else 3
+  evaluated = np.asarray(augment.eval_crop(image, image_size=s, resize_size=26,
+                                           channels=channels)).reshape(s, s, channels)
+  padded = np.full((s + 2 * pad, s + 2 * pad, channels), fill, np.uint8)
+  padded[pad:pad + s, pad:pad + s] = evaluated
+  bordered = 0
+  for seed in range(40):
+    x = to_uint8(train(image, seed=seed, augmentation="pad_crop", image_size=s, resize_size=26,
+                       pad=pad, pad_fill=fill, flip=False, channels=channels, **RAW))
+    assert len(find_window(padded, x.reshape(s, s, channels))) == 1, seed
+    bordered += bool(np.any(np.all(x == fill, axis=-1)))
+  assert bordered >= 30
+
+
 def test_flip_half_the_time_and_never_when_off():
   image = noise(24, 24)   # resize_crop of a 24 x 24 image to 24: the crop is the image
   flips = 0
@@ -353,7 +374,9 @@ def test_jpeg_draft_decoding_is_close_to_full_decoding(channels):
     (dict(augmentation="resize_crop", std=(0.2, 0.0, 0.2)), "std must be positive"),
     (dict(augmentation="resize_crop", mean=(0.1, 0.2)), "mean must have 1 or channels=3"),
     (dict(augmentation="resize_crop", channels=1), "mean must have 1 or channels=1"),
-    (dict(augmentation="pad_crop", pad=-1), "pad must be >= 0"),
+    (dict(augmentation="pad_crop", pad=-1), "pad must be an int >= 0, got -1"),
+    (dict(augmentation="pad_crop", pad_fill=256), r"pad_fill must be an int in \[0, 255\].*256"),
+    (dict(augmentation="pad_crop", pad_fill=0.5), "pad_fill must be an int"),
 ])
 def test_train_transform_option_errors(kwargs, match):
   with pytest.raises(ValueError, match=match):

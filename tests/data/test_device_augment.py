@@ -28,7 +28,8 @@ def jpeg(array):
   return buf.getvalue()
 
 
-def host_and_device(records, augmentation, *, image_size, resize_size, steps, pad=3):
+def host_and_device(records, augmentation, *, image_size, resize_size, steps, pad=3,
+                    pad_fill=0):
   """``(host [n, S, S, C], device [n, S, S, C])`` for example ``(step, row 0)`` of record
   ``step % len(records)``, both with ``example_rng(0, step, 0)``."""
   options = ImageOptions(image_size=image_size, resize_size=resize_size)
@@ -38,27 +39,29 @@ def host_and_device(records, augmentation, *, image_size, resize_size, steps, pa
   for step in range(steps):
     i = step % len(records)
     host.append(options.train_transform(records[i], pipeline.example_rng(0, step, 0),
-                                        augmentation=augmentation, pad=pad))
+                                        augmentation=augmentation, pad=pad,
+                                        pad_fill=pad_fill))
     h, w = c.source_hw[i]
     crops.append(augment.sample_crop(augmentation, pipeline.example_rng(0, step, 0),
                                      (int(w), int(h)), image_size=image_size, pad=pad))
     idx.append(i)
   inputs = crop_windows.host_inputs(c.images, c.source_hw, idx, crops,
                                       augmentation=augmentation, image_size=image_size,
-                                      resize_size=resize_size, channels=3)
+                                      resize_size=resize_size, channels=3, pad_fill=pad_fill)
   fn = jax.jit(lambda x: device_augment.augment(
       x, augmentation=augmentation, image_size=image_size, mean=options.mean,
       std=options.std))
   return np.stack(host), np.asarray(fn(inputs))
 
 
-@pytest.mark.parametrize("augmentation", ["resize_crop", "pad_crop", "none"])
-def test_crop_augmentations_equal_the_host_path(augmentation):
+@pytest.mark.parametrize("augmentation,pad_fill", [("resize_crop", 0), ("pad_crop", 0),
+                                                   ("pad_crop", 255), ("none", 0)])
+def test_crop_augmentations_equal_the_host_path(augmentation, pad_fill):
   # The cache holds the host's own crop source, so the window is the host's crop: equal up
   # to the float rounding of the normalisation (1e-5; one level is 0.017).
   records = [jpeg(smooth(h, w, i)) for i, (h, w) in enumerate([(30, 41), (44, 29), (26, 26)])]
   host, device = host_and_device(records, augmentation, image_size=20, resize_size=24,
-                                 steps=24)
+                                 steps=24, pad_fill=pad_fill)
   assert device.shape == host.shape == (24, 20, 20, 3) and device.dtype == np.float32
   np.testing.assert_allclose(device, host, atol=1e-5, rtol=0)
 
