@@ -138,6 +138,18 @@ def pair_noise_rates(p: float, num_classes: int, *, as_printed: bool = False):
   return float(q_pos), float(q_neg)
 
 
+def _without_empty_classes(labels: np.ndarray, num_classes: int, option: str,
+                          where: str) -> np.ndarray:
+  """``labels [N]`` renumbered ``0..C'-1`` over the classes that still have an example, with a
+  warning when some have none (``option`` and ``where`` name the cause)."""
+  kept, renumbered = np.unique(labels, return_inverse=True)
+  if len(kept) < num_classes:
+    logging.warning("%s: %d of %d training classes have no example left %s and are left out "
+                    "(the others renumbered 0..%d).", option, num_classes - len(kept),
+                    num_classes, where, len(kept) - 1)
+  return renumbered.astype(np.asarray(labels).dtype).reshape(np.shape(labels))
+
+
 def prepare_train_split(train, *, label_noise: float, clean_fraction: float, seed: int):
   """Applies the label-noise paper's training-set options to the train ``Split``.
 
@@ -145,23 +157,23 @@ def prepare_train_split(train, *, label_noise: float, clean_fraction: float, see
   ``seed``); the clean labels stay available as ``label_sets['clean']``.
   ``clean_fraction < 1``: the clean "topline", a random subset of that fraction of the
   training examples with their true labels (the paper's topline: as many clean examples as
-  noise rate ``p = 1 - clean_fraction`` leaves). Classes that lose all their examples (SOP
-  has many 2-image classes) are left out, with a warning giving their number.
+  noise rate ``p = 1 - clean_fraction`` leaves). Either way, classes left with no example
+  (SOP has many 2-image classes: noise can move both away, the subset can miss both) are left
+  out and the others renumbered ``0..C'-1``, with a warning giving their number.
   """
   if label_noise:
     noisy = uniform_label_noise(train.labels, rate=label_noise,
                                           num_classes=train.num_classes, seed=seed)
-    return Split(images=train.images, labels=noisy,
+    labels = _without_empty_classes(noisy, train.num_classes, f"data.label_noise={label_noise}",
+                                    "after the noise")
+    return Split(images=train.images, labels=labels,
                           label_sets={**train.label_sets, "clean": train.labels},
                           name=f"{train.name} (label noise p={label_noise})")
   if clean_fraction != 1.0:
     idx = clean_subsample(len(train.labels), fraction=clean_fraction, seed=seed)
-    kept, labels = np.unique(train.labels[idx], return_inverse=True)
-    if len(kept) < train.num_classes:  # SOP: many 2-image classes lose both images
-      logging.warning("data.clean_fraction=%s: %d of %d training classes have no example left "
-                      "in the clean subset and are left out (the others renumbered 0..%d).",
-                      clean_fraction, train.num_classes - len(kept), train.num_classes,
-                      len(kept) - 1)
+    labels = _without_empty_classes(train.labels[idx], train.num_classes,
+                                    f"data.clean_fraction={clean_fraction}",
+                                    "in the clean subset")
     return Split(images=take(train.images, idx), labels=labels,
                           label_sets={k: v[idx] for k, v in train.label_sets.items()},
                           name=f"{train.name} (clean {clean_fraction:.2f})")

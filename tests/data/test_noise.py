@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from dml_jax.data import noise
+from dml_jax.data import splits
 
 
 def test_uniform_label_noise_rate_and_support():
@@ -73,3 +74,21 @@ def test_pair_noise_rates_values():
   assert noise.pair_noise_rates(0.0, 5) == (0.0, 0.0)
   with pytest.raises(ValueError, match="num_classes"):
     noise.pair_noise_rates(0.1, 1)
+
+
+def test_label_noise_that_empties_classes_renumbers_the_rest(caplog):
+  """SOP-like: 300 classes of 2 images; noise at p = 0.6 moves both images of some classes
+  away (and brings none): the split keeps contiguous ids, the clean labels stay as they were."""
+  labels = np.repeat(np.arange(300), 2)
+  train = splits.Split(images=np.zeros((600, 4, 4, 1), np.float32), labels=labels,
+                       label_sets={}, name="sop-like")
+  with caplog.at_level("WARNING"):
+    noisy = noise.prepare_train_split(train, label_noise=0.6, clean_fraction=1.0, seed=0)
+  emptied = 300 - noisy.num_classes
+  assert emptied > 0 and set(np.unique(noisy.labels)) == set(range(noisy.num_classes))
+  np.testing.assert_array_equal(noisy.label_sets["clean"], labels)
+  assert any(f"data.label_noise=0.6: {emptied} of 300 training classes" in r.getMessage()
+             for r in caplog.records)
+  # the same partition of the examples as the noise itself
+  raw = noise.uniform_label_noise(labels, rate=0.6, num_classes=300, seed=0)
+  assert np.all((raw[:, None] == raw[None]) == (noisy.labels[:, None] == noisy.labels[None]))
