@@ -61,12 +61,17 @@ def _phase(what: str, show_progress: bool):
   logging.info("evaluation: %s: %.1f s", what, time.perf_counter() - start)
 
 
-def _feasible_overcluster(overcluster: float | None, labels: np.ndarray) -> float | None:
+def _feasible_overcluster(overcluster: float | None, labels: np.ndarray,
+                          protocol: str = "") -> float | None:
   """``overcluster`` if ``round(overcluster * classes)`` clusters fit the ``[N]`` labels'
-  points, else ``None`` (no NMI+ for that protocol)."""
+  points, else ``None`` (no NMI+ for that protocol; logged)."""
   if overcluster is None:
     return None
-  if round(overcluster * np.unique(labels).shape[0]) > labels.shape[0]:
+  clusters = round(overcluster * np.unique(labels).shape[0])
+  if clusters > labels.shape[0]:
+    logging.info("evaluation: %s: no NMI+: %d clusters (eval.overcluster=%s x %d classes) "
+                 "exceed its %d items.", protocol, clusters, overcluster,
+                 np.unique(labels).shape[0], labels.shape[0])
     return None
   return overcluster
 
@@ -152,7 +157,7 @@ def evaluate_splits(embed_fn: Callable, splits: Mapping, *, protocols: tuple[str
       if "clustering" in groups:
         with _phase(f"{protocol}: k-means and NMI", show_progress):
           row.update(metrics.clustering_metrics(
-              geometry, labels, overcluster=_feasible_overcluster(overcluster, labels),
+              geometry, labels, overcluster=_feasible_overcluster(overcluster, labels, protocol),
               seed=seed, n_init=kmeans_n_init, kmeans=kmeans,
               seedings=seedings.setdefault(split, {}), show_progress=show_progress))
       if "spectral_decay" in groups:

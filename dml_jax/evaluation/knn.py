@@ -56,7 +56,11 @@ Precision. Every tile of ``S`` is a float32 product at full precision on every p
 neighbours closer than TF32's resolution (about ``1e-3`` in a cosine) would otherwise swap, and
 the ranking would differ from the CPU's. With it the search is exact at float32 precision
 everywhere: the GPU's neighbours and metrics equal the CPU's on the same embeddings, up to ties
-that float32 rounding itself decides.
+that float32 rounding itself decides. ``'neg_sq_euclidean'`` computes
+``2 <x, y> - |x|^2 - |y|^2``, whose rounding grows with ``|x|^2``: ``metrics.retrieval_metrics``
+centres the embeddings on the gallery's mean (rounded to whole numbers) first (distances do
+not change), so the error
+scales with their spread, not with how far from the origin they lie.
 """
 
 from __future__ import annotations

@@ -81,6 +81,15 @@ def test_self_gallery_matches_oracle(block_size):
   assert_metrics_equal(got, oracle(x, y, None, None, (1, 3, 8), "cosine"))
 
 
+def test_the_query_arrays_as_gallery_exclude_self():
+  # retrieval_metrics(x, y, x, y): the same objects are the query set as its own gallery (PML's
+  # ref_includes_query); an equal copy is a separate gallery, where each item finds itself.
+  rng = np.random.default_rng(0)
+  x, y = rng.normal(size=(30, 4)), rng.integers(0, 5, size=30)
+  assert evaluation.retrieval_metrics(x, y, x, y) == evaluation.retrieval_metrics(x, y)
+  assert evaluation.retrieval_metrics(x, y, x.copy(), y.copy())["recall@1"] == 1.0
+
+
 @pytest.mark.parametrize("kind", ["cosine", "neg_sq_euclidean"])
 def test_separate_gallery_matches_oracle(kind):
   rng = np.random.default_rng(1)
@@ -89,6 +98,16 @@ def test_separate_gallery_matches_oracle(kind):
   got = evaluation.retrieval_metrics(q, qy, g, gy, ks=(1, 2, 4, 8), similarity=kind,
                                      block_size=5)
   assert_metrics_equal(got, oracle(q, qy, g, gy, (1, 2, 4, 8), kind))
+
+
+def test_squared_euclidean_far_from_the_origin_matches_oracle():
+  # -|x - y|^2 as 2 <x, y> - |x|^2 - |y|^2 in float32 rounds with |x|^2 (here ~9e4): the search
+  # centres the embeddings first (distances unchanged), so the ranking is the float64 one.
+  rng = np.random.default_rng(3)
+  x = (rng.normal(size=(600, 2)) + 300.0).astype(np.float32)
+  y = rng.integers(0, 60, size=600)
+  got = evaluation.retrieval_metrics(x, y, ks=(1, 4), similarity="neg_sq_euclidean")
+  assert_metrics_equal(got, oracle(x, y, None, None, (1, 4), "neg_sq_euclidean"))
 
 
 def test_integer_points_with_ties_match_oracle():
