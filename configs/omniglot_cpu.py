@@ -19,15 +19,16 @@ Table 4, on the training alphabets by language (``train``) and by letter
 (``train:character``). NMI+ is reported only where 30x the classes fit the drawings (the
 languages; see ``evaluate_splits``).
 
-**Our CPU recipe** (the paper: an ImageNet ResNet-50 at 80 px, 128-D, Adam 1e-5, batch 160, 150
-epochs, 8 seeds; far beyond a 2-core CPU): the EPS paper's own small MNIST CNN (appendix C:
-conv 3x3 32, conv 3x3 64, ReLU + BatchNorm, 2x2 max-pool, dense 128) from scratch with a 128-D
-L2-normalised embedding; grey 28x28 inputs (the 105 px drawings resized, the usual Omniglot
-size), no augmentation; batches of 160 = 20 alphabets x 8 drawings (the batch composition
-of configs/omniglot_eps_triplet.py, recipes.OMNIGLOT_BATCH); Adam 1e-3 without weight decay (from scratch, not the
-fine-tuning rate 1e-5), margin-loss beta at 5e-4 (Roth et al.); 300 steps (2.5 epochs of
-the 19,280 drawings); KMeans with one restart. Sized so that one run trains and evaluates
-in about 2 minutes on a 2-core CPU (the measured tables: docs/reproductions.md).
+**Our CPU recipe** (the paper: an ImageNet ResNet-50 at 80 px, 128-D, Adam 1e-5, batch 160, 8
+seeds, epochs not stated (Roth et al.'s framework trains 150); far beyond a 2-core CPU): the EPS
+paper's own small MNIST CNN (appendix C: conv 3x3 32, conv 3x3 64, ReLU + BatchNorm, 2x2 max-
+pool, dense 128) from scratch with a 128-D L2-normalised embedding; grey 28x28 inputs (the 105
+px drawings resized, the usual Omniglot size), no augmentation; batches of 160 = 20 alphabets x
+8 drawings (the batch composition of configs/omniglot_eps_triplet.py, recipes.OMNIGLOT_BATCH);
+Adam 1e-3 without weight decay (from scratch, not the fine-tuning rate 1e-5), margin-loss beta
+at 5e-4 (Roth et al.); 300 steps (2.5 epochs of the 19,280 drawings); KMeans with one restart.
+Sized so that one run trains and evaluates in about 2 minutes on a 2-core CPU (the measured
+tables: docs/reproductions.md).
 
   python train.py --config=configs/omniglot_cpu.py:eps_triplet --workdir=runs/omniglot_eps_triplet_cpu \
       --config.data.options.root=/data/omniglot

@@ -298,7 +298,8 @@ def euclidean_distance(d2: jax.Array, *, eps: float = MARGIN_DISTANCE_EPS) -> ja
 
 
 def margin(d_ap: jax.Array, d_an: jax.Array, beta: jax.Array, *, alpha: float = 0.2):
-  """Margin loss of one (anchor, positive, negative) term (Wu et al. 2017 §5; EPS paper §3).
+  """Margin loss of one (anchor, positive, negative) term (Wu et al. 2017 §5; EPS paper §3,
+  which writes it on the squared distance; Wu et al.'s plain distance is used).
 
   Per pair ``[alpha + t_ij (d_ij - beta)]_+`` with ``t = +1`` for the positive and ``-1`` for the
   negative (label-noise paper eq. 2, there with a fixed ``beta``):

@@ -15,7 +15,9 @@ Negatives (``N_a`` = negatives of anchor ``a``), per term ``(a, p)``:
 * ``'hard'``            ``argmax_{n in N_a} s_an`` (EPHN paper §3.1);
 * ``'semihard'``        *fixed* semi-hard: ``argmax {s_an : n in N_a, s_an <= s_ap}``, the hardest
   negative that is still not closer than the positive (EPHN paper §3.1, label-noise paper
-  eq. 29). If there is none the term is dropped, no fallback (released EPHN code);
+  eq. 29, whose texts are strict, ``s_an < s_ap``: ``<=`` is the released EPHN code, a
+  difference on exact ties only). If there is none the term is dropped, no fallback
+  (released EPHN code);
 * ``'semihard_random'`` the label-noise paper's *random* semi-hard (eq. 28): uniform over the
   negatives with a positive triplet loss, ``{n in N_a : s_an > s_ap - margin}``. With
   ``s = -d^2`` this is ``d_ap^2 - d_an^2 + margin > 0``; it includes negatives closer than the

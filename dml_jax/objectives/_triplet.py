@@ -258,8 +258,9 @@ def trimmed_triplet(*, positive: str = "random", negative: str = "semihard",
   The triplet objective (:func:`triplet`, same selections and arguments) where only the
   ``k = ceil(keep_fraction * n_valid)`` valid terms with the *lowest* current loss enter the
   mean (``mining.keep_easiest``, under stop-gradient; ties by index): the trimmed loss of
-  Shen & Sanghavi (2019) as tested in the EPS paper (App. C, Fig. 6, on randomly sampled
-  positives), which drops the terms most likely to come from noisy labels. ``keep_fraction=1``
+  Shen & Sanghavi (2019) as tested in the EPS paper (App. C, Fig. 6, "on random sampled
+  triplets"; the default negative here is ``'semihard'``, ``negative='random'`` is that
+  reading), which drops the terms most likely to come from noisy labels. ``keep_fraction=1``
   is the triplet loss. ``L = sum_{kept} l_t / k``.
 
   ``aux``: ``valid_fraction`` counts anchors with a valid term before trimming;
@@ -317,7 +318,9 @@ def margin(*, positive: str = "random", negative: str = "distance_weighted",
   """Margin loss with distance-weighted sampling (Wu et al. 2017; EPS paper §3, §5.2.2).
 
   Every valid term ``(a, p)`` with its negative ``n`` contributes two hinges on plain Euclidean
-  distances ``d = sqrt(d^2 + 1e-8)`` (``d^2 = 2 - 2S`` for cosine, released code's ``1e-8``):
+  distances ``d = sqrt(d^2 + 1e-8)`` (``d^2 = 2 - 2S`` for cosine, released code's ``1e-8``;
+  Wu et al. and their code; the EPS paper's §3 writes the loss on the squared distance ``D``,
+  but ``alpha = 0.2`` and ``beta0 = 1.2`` are Wu et al.'s values for the plain distance):
   ``[d_ap - beta_a + alpha]_+ + [beta_a - d_an + alpha]_+`` (``losses.margin``), with
   ``beta_a`` the learnable boundary of the anchor's class. The loss is
 
