@@ -8,6 +8,8 @@ whose config differs in a key that changes the run is refused (``--overwrite`` s
 workdir afresh). Ctrl-C (SIGINT) or SIGTERM saves a checkpoint of the current step and stops.
 """
 
+import sys
+
 from absl import app
 from absl import flags
 from absl import logging
@@ -81,8 +83,9 @@ HELP_GROUPS = (("machine flags (the environment variables DML_JAX_KEEP_HOST_MEMO
                ("multi-host flags (jax.distributed; one process per host)",
                 ("distributed", "coordinator_address", "num_processes", "process_id")),)
 HELP_EPILOG = ("Config keys (--config.KEY=VALUE): every key of configs/default.py, commented "
-               "there, and the table of README.md \"Configs and flags\"; a misspelt key is "
+               "there, and the table of docs/training.md \"Configs\"; a misspelt key is "
                "refused with the closest one. --helpfull lists absl's own flags too.")
 
 if __name__ == "__main__":
+  cli.import_flag_modules(PROGRAM, sys.argv)   # before --config=FILE is read
   app.run(main, flags_parser=cli.flags_parser(PROGRAM, groups=HELP_GROUPS, epilog=HELP_EPILOG))

@@ -5,6 +5,7 @@ oracles.py, objective helpers: objective_support.py."""
 import importlib
 import os
 import sys
+import textwrap
 
 import jax
 import numpy as np
@@ -121,3 +122,27 @@ def steps_on_1_and_8_devices(make_config, num_steps: int):
       np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
     state = out[1][1]
   return state
+
+
+# A user module that registers an objective (train.py --module, config.user_modules).
+USER_MODULE = textwrap.dedent('''
+    from dml_jax import objectives
+
+    @objectives.register("scaled_triplet")
+    def scaled_triplet(*, scale: float = 2.0, margin: float = 0.2,
+                       similarity: str = "neg_sq_euclidean"):
+      init, apply = objectives.triplet(margin=margin, similarity=similarity)
+
+      def scaled(params, embeddings, labels, *, rng=None):
+        loss, aux = apply(params, embeddings, labels, rng=rng)
+        return scale * loss, aux
+
+      return init, scaled
+''')
+
+
+def write_user_module(directory) -> str:
+  path = os.path.join(directory, "my_objectives.py")
+  with open(path, "w") as f:
+    f.write(USER_MODULE)
+  return path

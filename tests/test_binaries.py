@@ -17,7 +17,7 @@ from dml_jax.run import training
 from dml_jax.run import workdir as workdir_lib
 from dml_jax.run import writers
 from dml_test_support import ROOT
-from dml_test_support import small_config
+from dml_test_support import small_config, write_user_module
 
 pytestmark = pytest.mark.slow
 
@@ -193,12 +193,13 @@ def test_sigint_saves_the_current_step_and_a_rerun_resumes(tmp_path):
 
 @pytest.mark.long
 def test_user_objective_module_is_found_by_eval(tmp_path):
-  from test_overrides import write_user_module  # pylint: disable=import-outside-toplevel
   module = write_user_module(str(tmp_path))
   workdir = str(tmp_path / "own")
-  out = run(["train.py", f"--config={CONFIG}", f"--workdir={workdir}", "--noprogress",
-             f"--module={module}", "--config.loss.name=scaled_triplet", "--config.loss.scale=3",
-             "--config.num_train_steps=2"])
+  # digits_objective.py:NAME names the user's objective: --module is imported before the
+  # config file is read
+  out = run(["train.py", "--config=configs/digits_objective.py:scaled_triplet,smoke",
+             f"--workdir={workdir}", "--noprogress", f"--module={module}",
+             "--config.loss.scale=3", "--config.num_train_steps=2"])
   assert out.returncode == 0, out.stderr[-3000:]
   assert workdir_lib.load_config(workdir).user_modules == [module]
   ev = run(["eval.py", f"--workdir={workdir}", "--noprogress"])   # no --module needed

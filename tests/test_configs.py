@@ -12,7 +12,7 @@ import pytest
 
 from dml_jax import objectives
 from dml_jax.run import config as config_lib
-from dml_test_support import ROOT
+from dml_test_support import ROOT, write_user_module
 
 if ROOT not in sys.path:   # ``python tests/test_configs.py`` (conftest does this under pytest)
   sys.path.insert(0, ROOT)
@@ -227,6 +227,28 @@ def test_show_prints_a_resolved_row(capsys):
   assert "seed = 3" in lines and "loss.temperature = 0.05" in lines
   assert "optimizer.learning_rate = 0.0025" in lines and "num_train_steps = 2" in lines
   assert not [l for l in lines if l.startswith(("eval.similarity", "data.pad", "log."))]
+
+
+def test_show_takes_a_module_and_a_configs_own_user_modules(tmp_path, monkeypatch, capsys):
+  from dml_jax.objectives import _registry  # pylint: disable=import-outside-toplevel
+  module = write_user_module(str(tmp_path))
+  own = tmp_path / "own.py"
+  own.write_text("from configs import digits_evenodd_eps\n\n\ndef get_config(arg=''):\n"
+                 "  c = digits_evenodd_eps.get_config(arg)\n"
+                 "  c.user_modules = ('my_objectives.py',)\n"
+                 "  c.loss = {'name': 'scaled_triplet', 'scale': 2.0}\n  return c\n")
+  monkeypatch.chdir(tmp_path)   # the config's user_modules path is relative to it
+  try:
+    objective = os.path.join(ROOT, "configs", "digits_objective.py") + ":scaled_triplet"
+    assert config_lib.main(["show", objective, f"--module={module}"]) == 0
+    assert 'loss.name = "scaled_triplet"' in capsys.readouterr().out.splitlines()
+    assert config_lib.main(["show", str(own)]) == 0
+    assert "loss.scale = 2.0" in capsys.readouterr().out.splitlines()
+  finally:
+    _registry.REGISTRY.pop("scaled_triplet", None)
+    _registry.SUPPORT.pop("scaled_triplet", None)
+    for name in [m for m in sys.modules if m.startswith("dml_jax_user_my_objectives")]:
+      sys.modules.pop(name)
 
 
 def test_show_refuses_a_bad_key_or_variant_in_one_line(capsys):

@@ -37,6 +37,19 @@ _NOISE = ("Unable to initialize backend", "read_only=True", "is read only")
 USER_ERRORS = (ValueError, FileNotFoundError, NotImplementedError, FloatingPointError)
 
 
+def import_flag_modules(program: str, argv: Sequence[str]) -> None:
+  """Imports the ``--module`` modules of ``argv`` before absl parses the flags, since
+  ``--config=FILE`` is read while they are parsed: a config may then name an objective the
+  module registers (``configs/digits_objective.py:NAME``). A module that cannot be imported
+  stops the program with one line."""
+  specs = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("--module=")]
+  specs += [b for a, b in zip(argv[1:], argv[2:]) if a == "--module"]
+  try:
+    overrides.import_user_modules(overrides.user_modules(specs))
+  except USER_ERRORS as e:
+    fail(program, str(e))
+
+
 def fail(program: str, message: str, code: int = 1) -> None:
   """Prints ``program: message`` on stderr and exits with ``code``."""
   print(f"{program}: {message}", file=sys.stderr)
@@ -157,13 +170,13 @@ def resolved_config(config_flag, *, modules: Sequence[str] = (),
     ValueError: one line naming the bad file, key or value.
   """
   spec = config_flags.get_config_filename(config_flag)
-  modules = tuple(overrides.module_spec(m) for m in modules)
+  modules = overrides.user_modules(modules)
   overrides.import_user_modules(modules)
   base = overrides.load_config_file(spec)
-  overrides.import_user_modules(base.get("user_modules", ()))
+  overrides.import_user_modules(overrides.user_modules(base.get("user_modules", ())))
   config = overrides.apply(base, {**config_flags.get_override_values(config_flag),
                                   **(machine or {})})
-  config.user_modules = tuple(dict.fromkeys(tuple(config.get("user_modules", ())) + modules))
+  config.user_modules = overrides.user_modules(config.get("user_modules", ()), modules)
   config.lock()
   return config
 

@@ -209,9 +209,12 @@ def flatten(config: ml_collections.ConfigDict | Mapping, prefix: str = "") -> di
 
 def resolve(spec: str, sets: Mapping[str, str] = ()) -> ml_collections.ConfigDict:
   """The config of ``configs/X.py[:variants]`` with ``key=value`` string overrides applied by
-  the rules of ``dml_jax.run.overrides`` (the objective's hyper-parameters filled in)."""
+  the rules of ``dml_jax.run.overrides`` (the objective's hyper-parameters filled in), after
+  importing the config's ``user_modules``."""
   from dml_jax.run import overrides  # pylint: disable=import-outside-toplevel
-  return overrides.apply(overrides.load_config_file(spec), dict(sets), from_strings=True)
+  config = overrides.load_config_file(spec)
+  overrides.import_user_modules(overrides.user_modules(config.get("user_modules", ())))
+  return overrides.apply(config, dict(sets), from_strings=True)
 
 
 def diff_default(config: ml_collections.ConfigDict) -> dict[str, Any]:
@@ -238,6 +241,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                  help="only the keys that differ from configs/default.py")
   p.add_argument("--set", action="append", default=[], dest="sets",
                  help="override key=value (repeatable), as the sweep's --set")
+  p.add_argument("--module", action="append", default=[],
+                 help="a module to import first (own objective; dotted name or .py path)")
   args = parser.parse_args(argv)
   from dml_jax.run import overrides  # pylint: disable=import-outside-toplevel
   try:
@@ -245,6 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   except ValueError as e:
     parser.error(str(e))
   try:
+    overrides.import_user_modules(overrides.user_modules(args.module))
     config = resolve(args.config, sets)
   except (ValueError, TypeError) as e:
     print(f"{parser.prog}: {e}", file=sys.stderr)

@@ -318,10 +318,11 @@ def main(argv: Sequence[str] | None = None) -> int:
   cli.quiet_logs()
   logging.set_verbosity(logging.INFO)   # each run's log line per log step: the sweep's progress
   try:
-    modules = tuple(overrides_lib.module_spec(m) for m in args.module)
+    modules = overrides_lib.user_modules(args.module)
     overrides_lib.import_user_modules(modules)
     config = overrides_lib.load_config_file(args.config)
-    config.user_modules = tuple(config.get("user_modules", ())) + modules
+    config.user_modules = overrides_lib.user_modules(config.get("user_modules", ()), modules)
+    overrides_lib.import_user_modules(config.user_modules)
     # Ctrl-C / SIGTERM: the running point saves a checkpoint of its step and the sweep stops;
     # the same command resumes it
     with signals.stop_on_signals() as stop:

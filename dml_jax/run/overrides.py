@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import hashlib
 import importlib
 import importlib.util
 import os
@@ -207,9 +208,12 @@ def import_user_modules(specs) -> list:
     if spec.endswith(".py"):
       if not os.path.isfile(spec):
         raise ValueError(f"user module file {spec} does not exist")
-      name = "dml_jax_user_" + os.path.splitext(os.path.basename(spec))[0]
+      # one module per file: two files of one name in other folders are two modules
+      path = os.path.abspath(spec)
+      name = (f"dml_jax_user_{os.path.splitext(os.path.basename(path))[0]}_"
+              f"{hashlib.sha1(path.encode()).hexdigest()[:8]}")
       if name not in sys.modules:
-        module_spec = importlib.util.spec_from_file_location(name, spec)
+        module_spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[name] = module
         module_spec.loader.exec_module(module)
@@ -229,3 +233,9 @@ def module_spec(spec: str) -> str:
   """How a user module is recorded in ``config.user_modules``: ``.py`` paths absolute (so
   ``eval.py`` finds them from any directory), module names as given."""
   return os.path.abspath(spec) if spec.endswith(".py") else spec
+
+
+def user_modules(*groups) -> tuple[str, ...]:
+  """The modules of ``groups`` (a config file's ``user_modules``, then ``--module`` flags) as
+  ``config.user_modules`` records them (:func:`module_spec`), each once, in order."""
+  return tuple(dict.fromkeys(module_spec(m) for group in groups for m in group))

@@ -89,7 +89,7 @@ RESUMABLE_KEYS = (
     "eval_every_steps", "scatter_every_steps", "max_checkpoints_to_keep", "num_devices",
     "eval.", "data.num_threads", "data.num_workers", "data.prefetch",
     "data.options.data_dir", "data.options.root", "log.", "keep_host_memory",
-    "data.cache", "data.cache_max_gb",
+    "data.cache", "data.cache_max_gb", "user_modules",
 )
 
 # What train.py writes into a workdir (removed by ``--overwrite``, nothing else is).

@@ -2,13 +2,12 @@
 
 import os
 import sys
-import textwrap
 
 import pytest
 
 from dml_jax import objectives
 from dml_jax.run import overrides
-from dml_test_support import ROOT
+from dml_test_support import ROOT, USER_MODULE, write_user_module
 
 EPS = os.path.join(ROOT, "configs/digits_evenodd_eps.py")          # triplet
 NCA = os.path.join(ROOT, "configs/digits_image_folder.py")         # nca
@@ -78,29 +77,6 @@ def test_num_train_steps_with_num_epochs_is_refused():
   assert overrides.apply(base, {"num_train_steps": 30, "num_epochs": 0}).num_train_steps == 30
 
 
-USER_MODULE = textwrap.dedent('''
-    from dml_jax import objectives
-
-    @objectives.register("scaled_triplet")
-    def scaled_triplet(*, scale: float = 2.0, margin: float = 0.2,
-                       similarity: str = "neg_sq_euclidean"):
-      init, apply = objectives.triplet(margin=margin, similarity=similarity)
-
-      def scaled(params, embeddings, labels, *, rng=None):
-        loss, aux = apply(params, embeddings, labels, rng=rng)
-        return scale * loss, aux
-
-      return init, scaled
-''')
-
-
-def write_user_module(directory) -> str:
-  path = os.path.join(directory, "my_objectives.py")
-  with open(path, "w") as f:
-    f.write(USER_MODULE)
-  return path
-
-
 @pytest.fixture
 def user_objective(tmp_path):
   """The path of a user module registering ``scaled_triplet``, unregistered (and unimported)
@@ -109,7 +85,27 @@ def user_objective(tmp_path):
   yield write_user_module(tmp_path)
   _registry.REGISTRY.pop("scaled_triplet", None)
   _registry.SUPPORT.pop("scaled_triplet", None)
-  sys.modules.pop("dml_jax_user_my_objectives", None)
+  for name in [m for m in sys.modules if m.startswith("dml_jax_user_my_objectives")]:
+    sys.modules.pop(name)
+
+
+def test_two_user_modules_of_one_file_name_are_both_imported(tmp_path, user_objective):
+  from dml_jax.objectives import _registry  # pylint: disable=import-outside-toplevel
+  other = tmp_path / "b" / "my_objectives.py"
+  other.parent.mkdir()
+  other.write_text(USER_MODULE.replace("scaled_triplet", "scaled_triplet_b"))
+  try:
+    a, b = overrides.import_user_modules([user_objective, str(other)])
+    assert a is not b and {"scaled_triplet", "scaled_triplet_b"} <= set(objectives.names())
+  finally:
+    _registry.REGISTRY.pop("scaled_triplet_b", None)
+    _registry.SUPPORT.pop("scaled_triplet_b", None)
+
+
+def test_user_modules_are_recorded_absolute_and_once(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  assert overrides.user_modules(("my.py", "pkg.losses"), (str(tmp_path / "my.py"),)) == (
+      str(tmp_path / "my.py"), "pkg.losses")
 
 
 def test_a_user_objective_registers_and_overrides_like_a_builtin(user_objective):
