@@ -96,8 +96,8 @@ EPS = {
 # Roth et al.'s class_random sampler, which the paper ran, draws each group's class with
 # replacement, so 40 groups of 4 over 30 alphabets hold ~22.3 distinct alphabets with 7.2
 # drawings each on average. Our sampler keeps a batch's classes distinct; the closest
-# composition at the stated batch size is 20 alphabets x 8 drawings (README "Departures from
-# the papers").
+# composition at the stated batch size is 20 alphabets x 8 drawings (docs/papers.md
+# "Departures from the papers").
 OMNIGLOT_BATCH = {"batch_size": 160, "data.group_size": 8}
 
 
@@ -113,7 +113,7 @@ EPS_LOSSES = {}
 # Trip. + SH: a random positive, a semi-hard negative; margin 0.2 on squared distances (Roth
 # et al.'s default). negative='semihard' is FaceNet's reading (hardest negative beyond the
 # positive, anchor dropped if none); --config.loss.negative=semihard_band is Roth et al.'s
-# miner that the EPS code ran (README "Departures from the papers").
+# miner that the EPS code ran (docs/papers.md "Departures from the papers").
 EPS_LOSSES["triplet"], EPS_LOSSES["eps_triplet"] = _eps_losses(
     {"name": "triplet", "negative": "semihard", "margin": 0.2}, "random")
 # MS: alpha 2, beta 50, lambda (base) 1 as the paper states; MS mining of the positives. With
@@ -194,4 +194,6 @@ def smoke(c) -> dict:
          "model.embedding_dim": min(c.model.embedding_dim, 16)}
   if "k" in c.loss:
     row["loss.k"] = min(c.loss.k, 32)
+  if not c.data.image_size:   # an in-memory dataset (the digits): its own size
+    del row["data.image_size"], row["data.resize_size"]
   return row

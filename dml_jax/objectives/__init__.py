@@ -97,6 +97,7 @@ from dml_jax.objectives._common import PAIR_ACTIVE_WEIGHT
 from dml_jax.objectives._common import PairTerms
 from dml_jax.objectives._common import References
 from dml_jax.objectives._common import batch_objective
+from dml_jax.objectives._common import no_params
 from dml_jax.objectives._common import pair_objective
 from dml_jax.objectives._dro import DRO_KL_MODES
 from dml_jax.objectives._dro import DRO_PAIR_LOSSES

@@ -114,7 +114,8 @@ def batch_objective(body: Callable, *, name: str, similarity: str = "cosine",
   refuses a reference set when ``references`` is False (``no_references_why`` says why),
   refuses a missing ``rng`` when ``rng_reason`` is given (e.g. ``"with mode='sample' draws
   random pairs"``), computes ``S`` and the label masks (:func:`similarities`) and returns
-  ``body(Batch(...))``, i.e. ``(loss, aux)``.
+  ``body(Batch(...))``, i.e. ``(loss, aux)``. A builder returns ``(no_params, apply)`` for a
+  parameter-free objective (``pair_objective`` returns both itself).
   """
   hparams.choice("similarity", similarity, kinds)
   takes_references = references

@@ -133,5 +133,11 @@ def make(name: str, **hparams) -> Objective:
     raise ValueError(f"Unknown hyper-parameter(s) {', '.join(unknown)} for objective {name!r}; "
                      f"valid: {', '.join(resolved)}.")
   resolved.update(hparams)
-  init, apply = REGISTRY[name](**resolved)
+  built = REGISTRY[name](**resolved)
+  if not (isinstance(built, tuple) and len(built) == 2 and all(map(callable, built))):
+    raise ValueError(f"the builder of objective {name!r} must return (init, apply), two "
+                     f"functions, got {type(built).__name__}; a parameter-free objective "
+                     "returns (objectives.no_params, apply) (objectives.batch_objective returns "
+                     "apply only).")
+  init, apply = built
   return Objective(name=name, hparams=resolved, init=init, apply=apply, support=SUPPORT[name])
