@@ -5,7 +5,7 @@ CUB classes 0-99 train / 100-199 test; ResNet-50 (ImageNet), 512-D; batches of 1
 n = 8 per class (the paper's best group size for CUB); easy positive + hard negative with
 the 2nd-order loss (eq. 16; temperature 0.1 as in the EPHN paper -- 1.0 is the formula
 without one); SGD, learning rate 0.0025 divided by 10 after epochs 20 and 30, 40 epochs.
-Needs CUB prepared (README "Datasets") and weights/resnet50.npz (README "Backbones").
+Needs CUB prepared (docs/datasets.md) and weights/resnet50.npz (docs/models.md).
 
   python train.py --config=configs/cub_ephn_2nd.py --workdir=runs/cub_ephn_2nd
   python train.py --config=configs/cub_ephn_2nd.py:smoke --workdir=/tmp/smoke

@@ -1,4 +1,4 @@
-"""Defaults shared by every experiment config (the config schema: README "Configs and flags").
+"""Defaults shared by every experiment config (the config schema: docs/training.md "Configs").
 
 Experiment files are rows over this config: a dict ``ROW`` of the dotted keys they change
 (``dml_jax/run/config.py``; ``python -m dml_jax.run.config show FILE --diff-default``).

@@ -1,7 +1,7 @@
 r"""EPHN paper, Table 3, Hotels-50K, row "EPSHN (256)": R@1 16.3, R@10 30.5, R@100 49.9
 (reported; batch-all 8.1 / 17.6 / 34.8).
 
-Hotels-50K as a list of path,hotel_id,split (splits train / test, README "Datasets"); test
+Hotels-50K as a list of path,hotel_id,split (splits train / test, docs/datasets.md); test
 images are retrieved from the training images ('test@train'); easy positive + semi-hard
 negative with the 1st-order NCA loss (temperature 0.1); ResNet-50 (ImageNet), 256-D, batch
 128 with n = 4 (our choice: the paper gives n only for its Table 2 datasets, 4 for the large
@@ -9,7 +9,7 @@ SOP / In-Shop); SGD 0.0005 (the EPHN paper's rate for the large datasets) divide
 after epochs 20 and 30, 40 epochs. As the released code of the paper's time, the loss is the
 sum over the anchors and SGD has no momentum (recipes.EPHN_RELEASED). Its sampler took one
 group of n images per hotel per epoch; ours passes over every image, so an epoch here is
-several times longer (README "Departures from the papers").
+several times longer (docs/papers.md "Departures from the papers").
 
   python train.py --config=configs/hotels_epshn.py --config.data.options.path=hotels.csv \
       --workdir=runs/hotels_epshn

@@ -5,7 +5,7 @@ lambda = 0.5; the DRO recipe with batch 640 = 128 x 5 (BN-Inception, 1024-D, Ada
 query@gallery evaluation. K = 1280 = 2B: the paper selected Table 3's K from {640, 960,
 1280, 1600, 1920} without reporting it; 2B is the value it states for DRO-TopK-PN_M in its
 imbalance (sec. 4.2.2) and running-time experiments. (Fig. 2's best K = 1280 is for
-DRO-TopK_M, not TopK-PN; README "Departures from the papers".)
+DRO-TopK_M, not TopK-PN; docs/papers.md "Departures from the papers".)
 
   python train.py --config=configs/inshop_dro_topk_pn.py --workdir=runs/inshop_dro_topk_pn
   python train.py --config=configs/inshop_dro_topk_pn.py:smoke --workdir=/tmp/smoke

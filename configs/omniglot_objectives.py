@@ -4,7 +4,7 @@ Everything but the objective is ``configs/omniglot_cpu.py`` (the small CNN from 
 px grey drawings, 128-D, batches of 20 alphabets x 8, Adam 1e-3, 300 steps; trained on the 30
 background alphabets with language labels; evaluated on the 659 letters of the 20 evaluation
 alphabets and the other protocols of that config), so each row compares with that config's
-six rows in the README's Table 3.
+six rows in docs/reproductions.md (EPS Table 3 on Omniglot).
 
 | argument | objective |
 |---|---|

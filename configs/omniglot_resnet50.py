@@ -18,7 +18,7 @@ Departures (ImageNet weights cannot be had here, so the network learns from scra
   rate), margin-loss beta at 5e-4;
 * ``num_epochs`` = 15 (the paper does not state its epochs; Roth et al.'s framework trains
   150: 15 is what fits two seeds of both rows, run at once, into one GPU check of a few
-  minutes, see the README);
+  minutes, docs/performance.md "On a GPU");
 * batch 160 as 20 alphabets x 8 drawings (recipes.OMNIGLOT_BATCH), NMI+ with 30x the classes
   on the languages, KMeans with one restart.
 

@@ -1,4 +1,4 @@
-"""The package's layout rules (README "Layout"): two layers, the library below and the
+"""The package's layout rules (docs/design.md "Layout"): two layers, the library below and the
 application (``dml_jax.run``, and the analysis tools on top of it) above, with no library
 module importing the application; no import cycle between dml_jax modules, at any level
 (function-level imports included); no module much over 500 lines unless its docstring says
@@ -156,7 +156,7 @@ def test_modules_stay_short_or_say_why(name):
   lines = text.count("\n")
   docstring = ast.get_docstring(ast.parse(text)) or ""
   assert lines <= 560 or "longer than" in docstring, (
-      f"{path} has {lines} lines; split it by concern (README 'Layout') or say in its "
+      f"{path} has {lines} lines; split it by concern (docs/design.md 'Layout') or say in its "
       "docstring why it is longer than ~500 lines.")
 
 

@@ -1,7 +1,8 @@
-"""The reproductions on real data (README "Reproductions on real data"): the MNIST even/odd
-and Omniglot CPU configs, the batch composition of every config against the real class count
-of its dataset, and 2-step training runs on the real files in ``$DML_JAX_TEST_DATA``
-(skipped without it; ``slow``: they compile a training step per objective)."""
+"""The reproductions on real data (docs/reproductions.md "Reproductions on real data"): the
+MNIST even/odd and Omniglot CPU configs, the batch composition of every config against the
+real class count of its dataset, and 2-step training runs on the real files in
+``$DML_JAX_TEST_DATA`` (skipped without it; ``slow``: they compile a training step per
+objective)."""
 
 import functools
 import importlib

@@ -3,7 +3,7 @@ with XLA's convolution (``lax``), the matmul form (``models.conv.conv_matmul``) 
 direct convolution (``models.conv.conv_direct``, what ``conv_impl='auto'`` runs on the CPU),
 and XLA's GEMM rate on the shapes involved. One process; ms are medians of ``--reps`` calls.
 
-  taskset -c 1 python benchmarks/speed/conv_parts.py              # the README's numbers (one core)
+  taskset -c 1 python benchmarks/speed/conv_parts.py              # docs/performance.md (one core)
   python benchmarks/speed/conv_parts.py --batch=4 --size=8 --reps=2   # seconds
   python benchmarks/speed/conv_parts.py --weight_grads --batch=8 --size=224
   python benchmarks/speed/conv_parts.py --batch_norm --batch=8 --size=224

@@ -3,7 +3,7 @@ ms per step, minor page faults per step and system time per step, with glibc's d
 with the settings, each in a fresh process (the settings are process-wide), the two taking
 turns round by round.
 
-  python benchmarks/speed/host_memory.py                                   # the README table
+  python benchmarks/speed/host_memory.py                                   # docs/performance.md
   python benchmarks/speed/host_memory.py --cases=small_cnn:28:128 --rounds=3
   python benchmarks/speed/host_memory.py --smoke                           # seconds
 

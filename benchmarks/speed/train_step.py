@@ -1,6 +1,6 @@
 r"""The main job's training step, dml_jax beside PyTorch + pytorch-metric-learning (PML).
 
-  python benchmarks/speed/train_step.py --out=runs/train_step.json    # the README table (~5 min)
+  python benchmarks/speed/train_step.py --out=runs/train_step.json    # docs/performance.md (~5 min)
   python benchmarks/speed/train_step.py --cases=8:128 --sides=dml_jax,torch --rounds=8
   python benchmarks/speed/train_step.py --profile --cases=8:128 --sides=dml_jax  # a step's parts
   python benchmarks/speed/train_step.py --smoke                            # seconds, no torch

@@ -80,7 +80,8 @@ def resolve_workers(num_workers: int, num_threads: int, *, platform: str,
   cores); on an accelerator ``min(8, cpus // 2)`` worker processes of
   ``min(num_threads, cpus // workers)`` threads each, because the per-example Python work holds
   the GIL: threads alone fed ResNet-50 at 224 px about 800 images/s on 16 cores, 8 workers x 2
-  threads 3,000 (README, "On a GPU"). Any other value is returned as it is.
+  threads 3,000 (docs/training.md, the ``data.num_workers`` row). Any other value is returned
+  as it is.
 
   Raises:
     ValueError: ``num_workers < -1`` or ``num_threads < 1``.

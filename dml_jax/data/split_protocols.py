@@ -4,7 +4,7 @@ A benchmark is read (from TFDS, ``tfds_datasets``, or from its official files, `
 into *parts*: its published splits, each a random-access sequence of image records and the
 integer features of every record (named as the TFDS features, e.g. ``'label'``,
 ``'class_id'``, ``'alphabet'``). ``make_splits`` turns the parts into the DML splits below
-(README "Datasets"), so both routes give the same splits, labels, label sets and names:
+(docs/datasets.md), so both routes give the same splits, labels, label sets and names:
 
 =================  ===========================  ============================================
 name               parts (features)             DML splits

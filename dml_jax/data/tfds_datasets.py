@@ -4,7 +4,7 @@
 and no TensorFlow at run time; images are decoded here (Pillow, JPEG draft mode) when a batch
 needs them, so nothing is held in memory but the labels. ``TFDS_DATASETS`` names the TFDS
 builder of each benchmark; the builder's splits are the *parts* from which
-``split_protocols.make_splits`` makes the DML splits (README "Datasets"; the table
+``split_protocols.make_splits`` makes the DML splits (docs/datasets.md; the table
 is in ``split_protocols``), the same function the readers of the official files
 (``official``) use:
 
@@ -72,8 +72,8 @@ TFDS_DATASETS: dict[str, TfdsSpec] = {
         "cars196", ("train", "test"),
         manual="The Stanford Cars download URL used by the TFDS builder has been offline; if "
         "`tfds build` fails to download, get the official files from a mirror and read them "
-        "with --config.data.options.root=DIR (README: 'Datasets from their official "
-        "files'), or use the image-list loader (data.name='image_list')."),
+        "with --config.data.options.root=DIR (docs/datasets.md 'Datasets from "
+        "their official files'), or use the image-list loader (data.name='image_list')."),
     "sop": TfdsSpec("stanford_online_products", ("train", "test")),
     "omniglot": TfdsSpec("omniglot", ("train", "test", "small1", "small2"),
                          load_splits=("train", "test")),

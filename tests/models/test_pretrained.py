@@ -119,7 +119,7 @@ def test_cli_table_and_convert(tmp_path, capsys):
 
 
 # torchvision and the test venv's torch do not import together; run this file in a venv
-# with torch + torchvision (README recipe) to check the conversion numerically.
+# with torch + torchvision (docs/models.md recipe) to check the conversion numerically.
 @pytest.mark.parametrize("arch", ["resnet18", pytest.param("resnet50", marks=pytest.mark.slow)])
 def test_torchvision_random_model_same_pooled_features(arch):
   torchvision = pytest.importorskip(
