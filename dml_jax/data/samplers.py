@@ -47,10 +47,13 @@ groups of the same batch. An epoch is built as follows (host-side numpy):
    include enough images to fill the batch") and never a single one: classes with one
    example are not used for top-ups, and a last single free slot goes to one more unused
    example of a class already in the batch (its group then holds up to ``n + 1``; a class
-   with ``N_c < n`` has none left), so it is never a lone anchor. Only if every class of
-   the split is in the batch and has no unused example do the last free slots repeat
-   examples of the batch (sampling with replacement). Top-ups are the only examples visited
-   twice in an epoch.
+   with ``N_c < n`` has none left), so it is never a lone anchor; if the batch's classes
+   have none left, a top-up group is replaced by one a slot larger of a class absent from
+   the batch that has the examples. Only when neither is possible (the batch's own groups
+   leave a single slot, its classes are used up and it has no top-up group to enlarge, or no
+   class is large enough) do the last free slots repeat examples of the batch (sampling with
+   replacement). Examples visited twice in an
+   epoch are the top-ups and those that complete a class's last, partial group (1).
 
 So every batch has exactly ``B`` indices, and with ``'replace'`` and ``'all'`` an epoch
 visits every example at least once. With ``'all'`` and ``'skip'`` an example appears at most
@@ -89,7 +92,7 @@ class NPerClassSampler:
     seed: non-negative int; the batches depend on ``(seed, step)`` only.
     small_class: ``'all'`` (default), ``'replace'`` or ``'skip'``: the treatment of classes
       with fewer than ``n`` examples (see the module docstring; groups of larger classes are
-      always complete).
+      complete, but for a top-up group cut to the batch's last free slots).
     cache_epochs: how many epochs' batch tables to keep (each is ``[S, B]`` int64).
 
   Raises:
@@ -281,6 +284,7 @@ class NPerClassSampler:
     """Concatenates the batch's groups (``parts``, of classes ``classes``) and fills the free
     slots (module docstring, 4)."""
     free = self.batch_size - sum(len(p) for p in parts)
+    first_top_up = len(parts)
     if free:
       present = set(classes)
       for k in rng.permutation(self._filler_classes).tolist():
@@ -297,10 +301,28 @@ class NPerClassSampler:
         free -= size
       if free == 1:  # Only with 'all': one more example of a class in the batch.
         free -= self._extend_a_group(parts, classes, rng)
-      if free:  # Only with 'all': every class is already in the batch, none has more.
+      if free:  # Only with 'all': a top-up group of a larger class absent from the batch.
+        free -= self._enlarge_a_top_up(parts, classes, first_top_up, free, rng)
+      if free:  # Only with 'all': no class has more examples to give.
         batch = np.concatenate(parts)
         parts.append(rng.choice(batch, size=free, replace=True))
     return np.concatenate(parts)
+
+  def _enlarge_a_top_up(self, parts: list[np.ndarray], classes: list[int], first_top_up: int,
+                        free: int, rng: np.random.Generator) -> int:
+    """Replaces a top-up group (``parts[first_top_up:]``, the newest first) by one ``free``
+    examples larger, of a class absent from the batch that has that many; returns ``free``,
+    or 0 if there is none (the batch's classes are used up and its top-ups cannot grow)."""
+    filler = np.asarray(self._filler_classes)
+    absent = filler[~np.isin(filler, classes)]
+    for i in range(len(parts) - 1, first_top_up - 1, -1):
+      need = len(parts[i]) + free
+      fits = absent[self.class_counts[absent] >= need]
+      if len(fits):
+        k = int(fits[int(rng.integers(len(fits)))])
+        parts[i], classes[i] = self._class_sample(k, need, rng), k
+        return free
+    return 0
 
   def _extend_a_group(self, parts: list[np.ndarray], classes: list[int],
                       rng: np.random.Generator) -> int:

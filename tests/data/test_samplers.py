@@ -128,6 +128,20 @@ def test_all_mode_last_single_slot_extends_a_group():
   assert 5 in lengths and 1 not in lengths
 
 
+def test_all_mode_single_slot_with_used_up_classes_enlarges_a_top_up():
+  """A last free slot whose batch's classes have no unused example: a top-up group is
+  replaced by a larger one of an absent class, never a repeated example (600 classes of
+  2-12 images at 32 = 4 x 8 repeated one in seeds 1 and 2 before)."""
+  counts = np.random.default_rng(0).integers(2, 13, size=600)
+  labels = np.repeat(np.arange(600), counts)
+  for seed in (1, 2):
+    sampler = NPerClassSampler(labels, batch_size=32, group_size=8, seed=seed)
+    for b in sampler.epoch_batches(0):
+      assert len(np.unique(b)) == 32
+      runs = labels[b][np.r_[True, labels[b][1:] != labels[b][:-1]]]
+      assert len(runs) == len(set(runs.tolist()))      # each class's examples contiguous
+
+
 @pytest.mark.parametrize("small_class", ["replace", "all"])
 def test_epoch_covers_every_example(small_class):
   for seed in range(3):
