@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import jax.numpy as jnp
 import ml_collections
 import optax
 
@@ -15,19 +16,28 @@ from dml_jax import models
 def learning_rate_schedule(*, learning_rate: float, schedule: str, num_train_steps: int,
                            decay_steps=(), decay_factor: float = 0.1,
                            warmup_steps: int = 0) -> optax.Schedule:
-  """``'constant'``, ``'step'`` (times ``decay_factor`` at each of ``decay_steps``) or
-  ``'cosine'`` (to 0 at ``num_train_steps``), after an optional linear warm-up."""
+  """The learning rate of update ``t = 0, 1, ...``: ``'constant'``, ``'step'`` (times
+  ``decay_factor`` from each of ``decay_steps`` on, as torch's MultiStepLR; a step named twice
+  decays twice) or ``'cosine'`` (to 0 at ``num_train_steps``).
+
+  With ``warmup_steps = W > 0`` the first ``W`` updates ramp linearly, ``lr (t + 1) / W`` (so
+  the first update moves), then the schedule goes on: the step decays stay at their steps,
+  the cosine spans ``[W, num_train_steps]``."""
   if schedule == "constant":
     sched = optax.constant_schedule(learning_rate)
   elif schedule == "step":
-    boundaries = {int(s): decay_factor for s in decay_steps if int(s) > 0}
+    boundaries = {}
+    for s in decay_steps:   # after the warm-up, the schedule counts from W
+      if int(s) > 0:
+        b = max(int(s) - warmup_steps, 0)
+        boundaries[b] = boundaries.get(b, 1.0) * decay_factor
     sched = optax.piecewise_constant_schedule(learning_rate, boundaries)
   elif schedule == "cosine":
     sched = optax.cosine_decay_schedule(learning_rate, max(num_train_steps - warmup_steps, 1))
   else:
     raise ValueError(f"Unknown optimizer.schedule {schedule!r}; allowed: constant, step, cosine.")
   if warmup_steps > 0:
-    warm = optax.linear_schedule(0.0, learning_rate, warmup_steps)
+    warm = lambda t: learning_rate * (jnp.minimum(t, warmup_steps - 1) + 1.0) / warmup_steps
     sched = optax.join_schedules([warm, sched], [warmup_steps])
   return sched
 
