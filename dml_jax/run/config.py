@@ -157,6 +157,11 @@ def validate(config: ml_collections.ConfigDict, splits: Mapping | None = None) -
     raise ValueError(f"data.group_size={config.data.group_size} must be between 2 and "
                      f"batch_size={config.batch_size} (examples per class in a batch; an anchor "
                      "needs a positive).")
+  n = config.data.group_size
+  if config.batch_size % n:
+    raise ValueError(f"batch_size={config.batch_size} must be a multiple of data.group_size={n} "
+                     f"(groups of n examples of a class fill a batch), e.g. "
+                     f"{config.batch_size // n * n}.")
   noise.check_options(label_noise=config.data.label_noise,
                       clean_fraction=config.data.clean_fraction, prefix="config.data.")
   if config.data.label_noise and config.data.clean_fraction != 1.0:
