@@ -89,7 +89,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.optimizer = ml_collections.ConfigDict()
   c.optimizer.name = "adam"       # 'adam' | 'sgd' (with momentum) | 'rmsprop'
   c.optimizer.learning_rate = 1e-3
-  c.optimizer.momentum = 0.9      # sgd only
+  c.optimizer.momentum = 0.9      # sgd and rmsprop (label-noise configs set 0)
   c.optimizer.weight_decay = 0.0
   # 'coupled': L2 added to the gradient before the optimizer (torch.optim's weight_decay, what
   # the papers' code did); 'decoupled': AdamW (adam only), decay multiplied by the rate.

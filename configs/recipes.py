@@ -131,7 +131,8 @@ EPS_LOSSES["margin"], EPS_LOSSES["eps_margin"] = _eps_losses(
 # DRO paper: BN-Inception (ImageNet) + a linear 1024-D embedding, Adam 1e-5, batch 80 (the
 # file sets 640 for In-Shop) of M = 5 per class (M as in its ablations). Not stated: training
 # length, image size, augmentation. Our choice (the MS-loss code the paper follows): frozen
-# BatchNorm, RandomResizedCrop 227 from 256 + flip, 10,000 steps.
+# BatchNorm, RandomResizedCrop 227 from 256 + flip, 10,000 steps; no weight decay (the MS-loss
+# code has Adam weight decay 5e-4: --config.optimizer.weight_decay=5e-4).
 DRO = {
     "model.name": "bn_inception", "model.embedding_dim": 1024, "model.normalize": True,
     "model.pretrained": PRETRAINED["bn_inception"], "model.bn_mode": "frozen",
@@ -145,7 +146,9 @@ DRO = {
 # Label-noise paper: ResNet-34 (ImageNet for CUB / Flowers: the file clears model.pretrained
 # for SOP), RMSProp, batch 60 = 12 classes x 5. Not stated: learning rate, length, embedding
 # size, images; our choice: learning rate 1e-5, 40 epochs, 128-D, resize 256 -> random 224
-# crop + flip. Sweep the noise rate with data.label_noise and the topline with
+# crop + flip. RMSProp as the paper's citation (Tieleman & Hinton): a running mean of g^2 with
+# decay 0.9, optax's (and TensorFlow's) rule with eps inside the square root; torch's
+# RMSprop differs (decay 0.99, eps outside). Sweep the noise rate with data.label_noise and the topline with
 # data.clean_fraction (one per run).
 LABEL_NOISE = {
     "model.name": "resnet34", "model.embedding_dim": 128, "model.normalize": True,
