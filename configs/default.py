@@ -100,6 +100,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.optimizer.decay_factor = 0.1
   c.optimizer.warmup_steps = 0
   c.optimizer.objective_learning_rate = 0.0   # objective parameters (beta, proxies); 0: same
+  c.optimizer.decay_objective = True   # weight_decay on the objective's parameters too
   c.optimizer.backbone_learning_rate = 0.0    # per-part rates (0: learning_rate)
   c.optimizer.head_learning_rate = 0.0
 

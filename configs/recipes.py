@@ -88,6 +88,7 @@ EPS = {
     "num_epochs": 150,
     "optimizer.name": "adam", "optimizer.learning_rate": 1e-5, "optimizer.weight_decay": 4e-4,
     "optimizer.objective_learning_rate": 5e-4,   # margin loss beta (Roth et al.)
+    "optimizer.decay_objective": False,   # Roth et al.: beta's own group, without decay
     "eval.overcluster": 10,      # NMI+ (Table 2: 10x the number of classes)
 }
 

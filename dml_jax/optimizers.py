@@ -85,6 +85,9 @@ def check(opt: ml_collections.ConfigDict) -> None:
     value = opt.get(key, 0)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
       raise ValueError(f"optimizer.{key}={value!r} is not allowed: it must be {allowed}.")
+  if not isinstance(opt.get("decay_objective", True), bool):
+    raise ValueError(f"optimizer.decay_objective={opt.decay_objective!r} is not allowed: it "
+                     "must be True or False.")
   for key in ("decay_steps", "decay_epochs"):
     bad = [v for v in opt.get(key, ()) if v < 0]
     if bad:
@@ -101,7 +104,9 @@ def make_optimizer(opt: ml_collections.ConfigDict, *, num_train_steps: int,
   Objective parameters (margin beta, proxies) get ``objective_learning_rate`` through
   ``optax.multi_transform``. When ``backbone_learning_rate`` or ``head_learning_rate`` is set,
   the model's parameters are split by ``models.param_labels(model_params)`` into backbone and
-  embedding head, each with its own rate. A rate of 0 means ``learning_rate``. The 'step'
+  embedding head, each with its own rate. A rate of 0 means ``learning_rate``. The weight decay
+  applies to the objective's parameters too unless ``decay_objective`` is False (Roth et al.'s
+  code gives the margin loss's beta its own group without decay). The 'step'
   schedule decays at ``decay_steps`` and at ``decay_epochs * steps_per_epoch`` (the papers'
   "divide by 10 after epochs 20 and 30").
   """
@@ -113,23 +118,25 @@ def make_optimizer(opt: ml_collections.ConfigDict, *, num_train_steps: int,
   decay_steps = tuple(d for d in opt.decay_steps if d) + tuple(
       int(round(e * steps_per_epoch)) for e in decay_epochs)
 
-  def one(learning_rate):
+  def one(learning_rate, decay=True):
     sched = learning_rate_schedule(
         learning_rate=learning_rate, schedule=opt.schedule, num_train_steps=num_train_steps,
         decay_steps=tuple(sorted(decay_steps)), decay_factor=opt.decay_factor,
         warmup_steps=opt.warmup_steps)
-    if opt.name == "adam" and opt.weight_decay and mode == "decoupled":
-      return optax.adamw(sched, weight_decay=opt.weight_decay), sched
+    weight_decay = opt.weight_decay if decay else 0.0
+    if opt.name == "adam" and weight_decay and mode == "decoupled":
+      return optax.adamw(sched, weight_decay=weight_decay), sched
     tx = {"adam": lambda: optax.adam(sched),
           "sgd": lambda: optax.sgd(sched, momentum=opt.momentum or None),
           "rmsprop": lambda: optax.rmsprop(sched, momentum=opt.momentum or None)}[opt.name]()
-    if opt.weight_decay:  # coupled: L2 added to the gradient before the optimizer
-      tx = optax.chain(optax.add_decayed_weights(opt.weight_decay), tx)
+    if weight_decay:  # coupled: L2 added to the gradient before the optimizer
+      tx = optax.chain(optax.add_decayed_weights(weight_decay), tx)
     return tx, sched
 
   model_tx, sched = one(opt.learning_rate)
   transforms = {"model": model_tx,
-                "objective": one(opt.objective_learning_rate or opt.learning_rate)[0]}
+                "objective": one(opt.objective_learning_rate or opt.learning_rate,
+                                 decay=opt.get("decay_objective", True))[0]}
   model_labels = "model"
   if opt.backbone_learning_rate or opt.head_learning_rate:
     if model_params is None:

@@ -59,3 +59,20 @@ def test_rmsprop_is_the_lectures_rule():
     ms = 0.9 * ms + 0.1 * g * g
     w = w - 1e-3 * g / np.sqrt(ms + 1e-8)
   np.testing.assert_allclose(params["model"]["w"], w, rtol=1e-5)
+
+
+@pytest.mark.parametrize("decay_objective", [True, False])
+def test_decay_objective_says_whether_the_objectives_parameters_decay(decay_objective):
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  opt = ml_collections.ConfigDict({
+      "name": "sgd", "learning_rate": 0.1, "momentum": 0.0, "weight_decay": 0.5,
+      "weight_decay_mode": "coupled", "schedule": "constant", "decay_steps": (),
+      "decay_epochs": (), "decay_factor": 0.1, "warmup_steps": 0,
+      "objective_learning_rate": 0.0, "backbone_learning_rate": 0.0,
+      "head_learning_rate": 0.0, "decay_objective": decay_objective})
+  tx, _ = optimizers.make_optimizer(opt, num_train_steps=10)
+  params = {"model": {"w": jnp.ones(2)}, "objective": {"beta": jnp.ones(3)}}
+  zeros = {"model": {"w": jnp.zeros(2)}, "objective": {"beta": jnp.zeros(3)}}
+  updates, _ = tx.update(zeros, tx.init(params), params)
+  np.testing.assert_allclose(updates["model"]["w"], -0.05)            # -lr * wd * w
+  np.testing.assert_allclose(updates["objective"]["beta"], -0.05 if decay_objective else 0.0)

@@ -63,6 +63,7 @@ ADDED_CONFIG_KEYS = {
     "optimizer.decay_epochs": (),
     "user_modules": (),
     "optimizer.weight_decay_mode": "decoupled",
+    "optimizer.decay_objective": True,
     "memory.size": 0,
     "memory.start_step": 0,
     "memory.reference_gradient": True,
