@@ -17,9 +17,10 @@ Module names follow the port's ``state_dict``: ``backbone.<name>.conv`` <- ``<na
 ``conv_names()`` (e.g. ``inception_3a_double_3x3_1``); ``last_linear`` is not part of the model.
 
 Inputs as the port's ImageNet weights expect: **BGR** in [0, 255] minus the mean (104, 117,
-128), std 1 (the data pipeline's job). ``bn_momentum`` default 0.9 (flax; torch 0.1) where the
-port declares torch momentum 0.9 (flax 0.1); the port's value only matters when training with
-batch statistics, pass ``bn_momentum=0.1`` to reproduce it. BatchNorm modes, ``dtype`` and the
+128), std 1 (the data pipeline's job). ``bn_momentum`` default 0.9 (flax; torch 0.1), the
+port's (pretrainedmodels 0.7.4, which the MS-loss code uses, keeps torch's default; only an
+early version of the port declared torch momentum 0.9); it matters only when training with
+batch statistics. BatchNorm modes, ``dtype`` and the
 other options are those of ``resnet.ResNet``.
 """
 

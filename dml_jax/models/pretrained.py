@@ -118,8 +118,10 @@ def convert_state_dict(state_dict: Mapping[str, Any], arch: str) -> dict[str, np
   """PyTorch state dict -> ``{flax path under backbone: float32 array}``.
 
   Every key must be consumed exactly once with the table's shape (``num_batches_tracked``
-  optional); otherwise a ``ValueError`` lists the missing keys, the unexpected keys and the
-  shape mismatches. ``state_dict`` values: torch tensors or arrays.
+  optional; a vector stored as ``[1, C]``, as the BatchNorm tensors of the BN-Inception
+  port's first weight file, is read as ``[C]``); otherwise a ``ValueError`` lists the missing
+  keys, the unexpected keys and the shape mismatches. ``state_dict`` values: torch tensors or
+  arrays.
   """
   plan = conversion_plan(arch)
   given = {k: np.asarray(v.detach().cpu().numpy() if hasattr(v, "detach") else v)
@@ -131,6 +133,8 @@ def convert_state_dict(state_dict: Mapping[str, Any], arch: str) -> dict[str, np
         missing.append(key)
       continue
     value = given[key]
+    if len(shape) == 1 and tuple(value.shape) == (1, shape[0]):
+      value = value[0]
     if tuple(value.shape) != shape:
       mismatched.append(f"{key}: checkpoint {tuple(value.shape)} vs expected {shape}")
       continue

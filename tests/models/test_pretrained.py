@@ -55,6 +55,20 @@ def test_conv_transpose_and_bn_mapping():
   np.testing.assert_array_equal(w["conv2_3x3/conv/bias"], sd["conv2_3x3.bias"])
 
 
+def test_vectors_stored_as_one_row_are_read_as_vectors():
+  """The BN-Inception port's first file stores its BatchNorm vectors as [1, C]."""
+  sd = _fake_state_dict("bn_inception")
+  rows = {k: v[None] if v.ndim == 1 else v for k, v in sd.items()}
+  want, got = (pretrained.convert_state_dict(d, "bn_inception") for d in (sd, rows))
+  assert want.keys() == got.keys()
+  for k, v in want.items():
+    np.testing.assert_array_equal(got[k], v)
+  sd = _fake_state_dict("resnet18")
+  sd["bn1.running_var"] = np.zeros((2, 64))
+  with pytest.raises(ValueError, match=r"bn1\.running_var: checkpoint \(2, 64\)"):
+    pretrained.convert_state_dict(sd, "resnet18")
+
+
 def test_mismatches_raise_listing_the_keys():
   sd = _fake_state_dict("resnet18")
   del sd["layer1.0.conv1.weight"]
