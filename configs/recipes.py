@@ -149,8 +149,8 @@ DRO = {
 # size, images; our choice: learning rate 1e-5, 40 epochs, 128-D, resize 256 -> random 224
 # crop + flip. RMSProp as the paper's citation (Tieleman & Hinton): a running mean of g^2 with
 # decay 0.9, optax's (and TensorFlow's) rule with eps inside the square root; torch's
-# RMSprop differs (decay 0.99, eps outside). Sweep the noise rate with data.label_noise and the topline with
-# data.clean_fraction (one per run).
+# RMSprop differs (decay 0.99, eps outside). Sweep the noise rate with data.label_noise and
+# the topline with data.clean_fraction (one per run).
 LABEL_NOISE = {
     "model.name": "resnet34", "model.embedding_dim": 128, "model.normalize": True,
     "model.pretrained": PRETRAINED["resnet34"],

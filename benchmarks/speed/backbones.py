@@ -1,6 +1,6 @@
 """Forward + backward speed of the embedding models (images / s), dml_jax beside PyTorch.
 
-  python benchmarks/speed/backbones.py --out=runs/backbones.json        # docs/performance.md (~15 min)
+  python benchmarks/speed/backbones.py --out=runs/backbones.json  # docs/performance.md (~15 min)
   python benchmarks/speed/backbones.py --cases=resnet50:224:8 --dtypes=float32,bfloat16 \\
       --sides=dml_jax
   python benchmarks/speed/backbones.py --smoke                          # seconds, no torch

@@ -52,8 +52,8 @@ groups of the same batch. An epoch is built as follows (host-side numpy):
    the batch that has the examples. Only when neither is possible (the batch's own groups
    leave a single slot, its classes are used up and it has no top-up group to enlarge, or no
    class is large enough) do the last free slots repeat examples of the batch (sampling with
-   replacement). Examples visited twice in an
-   epoch are the top-ups and those that complete a class's last, partial group (1).
+   replacement). Examples visited twice in an epoch are the top-ups and those that complete
+   a class's last, partial group (1).
 
 So every batch has exactly ``B`` indices, and with ``'replace'`` and ``'all'`` an epoch
 visits every example at least once. With ``'all'`` and ``'skip'`` an example appears at most
@@ -313,8 +313,7 @@ class NPerClassSampler:
     """Replaces a top-up group (``parts[first_top_up:]``, the newest first) by one ``free``
     examples larger, of a class absent from the batch that has that many; returns ``free``,
     or 0 if there is none (the batch's classes are used up and its top-ups cannot grow)."""
-    filler = np.asarray(self._filler_classes)
-    absent = filler[~np.isin(filler, classes)]
+    absent = self._filler_classes[~np.isin(self._filler_classes, classes)]
     for i in range(len(parts) - 1, first_top_up - 1, -1):
       need = len(parts[i]) + free
       fits = absent[self.class_counts[absent] >= need]

@@ -57,10 +57,9 @@ neighbours closer than TF32's resolution (about ``1e-3`` in a cosine) would othe
 the ranking would differ from the CPU's. With it the search is exact at float32 precision
 everywhere: the GPU's neighbours and metrics equal the CPU's on the same embeddings, up to ties
 that float32 rounding itself decides. ``'neg_sq_euclidean'`` computes
-``2 <x, y> - |x|^2 - |y|^2``, whose rounding grows with ``|x|^2``: ``metrics.retrieval_metrics``
-centres the embeddings on the gallery's mean (rounded to whole numbers) first (distances do
-not change), so the error
-scales with their spread, not with how far from the origin they lie.
+``2 <x, y> - |x|^2 - |y|^2``, whose rounding grows with ``|x|^2``: the search first moves the
+embeddings by the gallery's mean rounded to whole numbers (the distances do not change), so
+the error scales with their spread, not with how far from the origin they lie.
 """
 
 from __future__ import annotations
@@ -359,6 +358,13 @@ def _plan(query, gallery, *, k: int, similarity: str, block_size: int | None,
     q = np.asarray(_normalize(q))
     g = q if exclude_self else np.asarray(_normalize(g))
     kind = "dot"
+  elif similarity == "neg_sq_euclidean":
+    # -|x - y|^2 = 2 <x, y> - |x|^2 - |y|^2 rounds with |x|^2: less the gallery's mean, rounded
+    # to whole numbers (integer coordinates and their ties stay exact), the distances do not
+    # change and the rounding follows the spread, not the offset
+    shift = np.round(g.mean(axis=0, dtype=np.float64)).astype(np.float32)
+    q = q - shift
+    g = q if exclude_self else g - shift
   return _Plan(q=q, g=g, num_query=num_query,
                num_gallery=np.int32(num_gallery), qb=qb, gb=gb, kind=kind,
                exclude_self=exclude_self)

@@ -176,8 +176,6 @@ def retrieval_metrics(query, query_labels, gallery=None, gallery_labels=None, *,
     logging.warning("retrieval_metrics: %d of %d queries have no item of their class in the "
                     "gallery (R = 0) and are excluded.", int((~valid).sum()), valid.shape[0])
   max_r = int(num_relevant.max())
-  if similarity == "neg_sq_euclidean":
-    query, gallery = _centred(query, gallery)
   first, relevant = knn.neighbor_relevance(
       query, query_labels, gallery, None if exclude_self else gallery_labels,
       k=max(max(ks), max_r), num_columns=max_r, similarity=similarity, block_size=block_size,
@@ -188,20 +186,6 @@ def retrieval_metrics(query, query_labels, gallery=None, gallery_labels=None, *,
   result["map@r"] = float(map_at_r(relevant, num_relevant).mean())
   result["r_precision"] = float(r_precision(relevant, num_relevant).mean())
   return result
-
-
-def _centred(query, gallery):
-  """``query [Nq, D]`` and ``gallery [Ng, D]`` (or ``None``) less the gallery's mean rounded to
-  whole numbers, float32.
-
-  Distances do not change, but ``-|x - y|^2 = 2 <x, y> - |x|^2 - |y|^2`` in float32 rounds
-  with ``|x|^2``: centred, with the spread of the embeddings instead of their offset. The
-  whole-number shift keeps integer coordinates (and their exact ties) exact."""
-  q = np.asarray(query, np.float64)
-  g = q if gallery is None else np.asarray(gallery, np.float64)
-  mean = np.round(g.mean(axis=0)) if g.size else 0.0
-  return ((q - mean).astype(np.float32),
-          None if gallery is None else (g - mean).astype(np.float32))
 
 
 def clustering_metrics(embeddings, labels, *, n_clusters: int | None = None,

@@ -20,8 +20,8 @@ Inputs as the port's ImageNet weights expect: **BGR** in [0, 255] minus the mean
 128), std 1 (the data pipeline's job). ``bn_momentum`` default 0.9 (flax; torch 0.1), the
 port's (pretrainedmodels 0.7.4, which the MS-loss code uses, keeps torch's default; only an
 early version of the port declared torch momentum 0.9); it matters only when training with
-batch statistics. BatchNorm modes, ``dtype`` and the
-other options are those of ``resnet.ResNet``.
+batch statistics. BatchNorm modes, ``dtype`` and the other options are those of
+``resnet.ResNet``.
 """
 
 from __future__ import annotations

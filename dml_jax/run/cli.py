@@ -45,7 +45,7 @@ def import_flag_modules(program: str, argv: Sequence[str]) -> None:
   specs = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("--module=")]
   specs += [b for a, b in zip(argv[1:], argv[2:]) if a == "--module"]
   try:
-    overrides.import_user_modules(overrides.user_modules(specs))
+    overrides.import_user_modules(specs)
   except USER_ERRORS as e:
     fail(program, str(e))
 
@@ -173,7 +173,7 @@ def resolved_config(config_flag, *, modules: Sequence[str] = (),
   modules = overrides.user_modules(modules)
   overrides.import_user_modules(modules)
   base = overrides.load_config_file(spec)
-  overrides.import_user_modules(overrides.user_modules(base.get("user_modules", ())))
+  overrides.import_user_modules(base.get("user_modules", ()))
   config = overrides.apply(base, {**config_flags.get_override_values(config_flag),
                                   **(machine or {})})
   config.user_modules = overrides.user_modules(config.get("user_modules", ()), modules)

@@ -218,7 +218,7 @@ def resolve(spec: str, sets: Mapping[str, str] = ()) -> ml_collections.ConfigDic
   importing the config's ``user_modules``."""
   from dml_jax.run import overrides  # pylint: disable=import-outside-toplevel
   config = overrides.load_config_file(spec)
-  overrides.import_user_modules(overrides.user_modules(config.get("user_modules", ())))
+  overrides.import_user_modules(config.get("user_modules", ()))
   return overrides.apply(config, dict(sets), from_strings=True)
 
 
@@ -255,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   except ValueError as e:
     parser.error(str(e))
   try:
-    overrides.import_user_modules(overrides.user_modules(args.module))
+    overrides.import_user_modules(args.module)
     config = resolve(args.config, sets)
   except (ValueError, TypeError) as e:
     print(f"{parser.prog}: {e}", file=sys.stderr)
