@@ -35,6 +35,10 @@ def get_config() -> ml_collections.ConfigDict:
   # by sampling with replacement, the released EPHN code) or 'skip'. Groups of larger classes
   # are always complete (samplers.NPerClassSampler).
   c.data.small_class = "all"
+  # What an epoch holds: 'every_example' (every class cut into all its groups of n) or
+  # 'one_group_per_class' (one group of n per class, drawn anew each epoch: the released EPHN
+  # code's sampler on SOP, In-Shop and Hotels-50K).
+  c.data.epoch = "every_example"
   c.data.image_size = 0           # image datasets: crop side (224); 0 for the in-memory digits
   c.data.resize_size = 0          # shorter side before the crop; 0: image_size * 8/7 (256)
   c.data.channels = 3             # 3 (RGB) or 1 (grey) model input channels

@@ -7,9 +7,10 @@ negative with the 1st-order NCA loss (temperature 0.1); ResNet-50 (ImageNet), 25
 128 with n = 4 (our choice: the paper gives n only for its Table 2 datasets, 4 for the large
 SOP / In-Shop); SGD 0.0005 (the EPHN paper's rate for the large datasets) divided by 10
 after epochs 20 and 30, 40 epochs. As the released code of the paper's time, the loss is the
-sum over the anchors and SGD has no momentum (recipes.EPHN_RELEASED). Its sampler took one
-group of n images per hotel per epoch; ours passes over every image, so an epoch here is
-several times longer (docs/papers.md "Departures from the papers").
+sum over the anchors and SGD has no momentum (recipes.EPHN_RELEASED), and an epoch takes one
+group of n images per hotel, drawn anew each epoch, as its sampler did
+(data.epoch='one_group_per_class'; 'every_example' passes over every image, an epoch several
+times longer).
 
   python train.py --config=configs/hotels_epshn.py --config.data.options.path=hotels.csv \
       --workdir=runs/hotels_epshn
@@ -23,7 +24,8 @@ from dml_jax.run import config
 ROW = {**recipes.EPHN, **recipes.EPHN_RELEASED,
        "data.name": "hotels", "data.options": {"path": "", "root": ""},
        "eval.splits": ("test@train",), "eval.ks": (1, 10, 100),
-       "model.embedding_dim": 256, "data.group_size": 4, "optimizer.learning_rate": 5e-4,
+       "model.embedding_dim": 256, "data.group_size": 4, "data.epoch": "one_group_per_class",
+       "optimizer.learning_rate": 5e-4,
        "loss.name": "nca", "loss.negative": "semihard"}
 VARIANTS = {"smoke": recipes.smoke}
 

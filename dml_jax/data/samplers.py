@@ -55,8 +55,18 @@ groups of the same batch. An epoch is built as follows (host-side numpy):
    replacement). Examples visited twice in an epoch are the top-ups and those that complete
    a class's last, partial group (1).
 
-So every batch has exactly ``B`` indices, and with ``'replace'`` and ``'all'`` an epoch
-visits every example at least once. With ``'all'`` and ``'skip'`` an example appears at most
+``epoch`` decides what an epoch holds:
+
+* ``'every_example'`` (default): every class is cut into all its groups (1), so an epoch
+  passes over every example.
+* ``'one_group_per_class'`` (the released EPHN code's sampler on SOP, In-Shop and Hotels-50K):
+  every class gives one group per epoch, ``min(N_c, n)`` of its examples drawn at random
+  without replacement (a class with ``N_c < n`` is treated by ``small_class`` as above), so an
+  epoch has ``S = ceil(K / c)`` batches for ``K`` classes (a class with ``N_c < n`` with
+  ``'skip'`` gives none), and the other examples of a class are seen in later epochs.
+
+So every batch has exactly ``B`` indices, and with ``'replace'`` and ``'all'`` an epoch of
+``'every_example'`` visits every example at least once. With ``'all'`` and ``'skip'`` an example appears at most
 once in a batch except in that last-resort case; with ``'replace'`` a class with ``N_c < n``
 is padded with duplicates. The epoch is a function of ``(seed, epoch)`` only
 (``numpy.random.default_rng([seed, epoch])``); ``batch_indices(step)`` builds (and caches)
@@ -73,6 +83,7 @@ from absl import logging
 import numpy as np
 
 SMALL_CLASS_MODES = ("all", "replace", "skip")
+EPOCH_MODES = ("every_example", "one_group_per_class")
 
 
 class NPerClassSampler:
@@ -93,16 +104,18 @@ class NPerClassSampler:
     small_class: ``'all'`` (default), ``'replace'`` or ``'skip'``: the treatment of classes
       with fewer than ``n`` examples (see the module docstring; groups of larger classes are
       complete, but for a top-up group cut to the batch's last free slots).
+    epoch: ``'every_example'`` (default: an epoch passes over every example) or
+      ``'one_group_per_class'`` (one group of each class per epoch; module docstring).
     cache_epochs: how many epochs' batch tables to keep (each is ``[S, B]`` int64).
 
   Raises:
     ValueError: ``group_size < 2``, ``group_size > batch_size``, ``batch_size`` not a
       multiple of ``group_size``, fewer (usable) classes than ``batch_size // group_size``,
-      an unknown ``small_class``, a negative seed or malformed labels.
+      an unknown ``small_class`` or ``epoch``, a negative seed or malformed labels.
   """
 
   def __init__(self, labels: np.ndarray, *, batch_size: int, group_size: int, seed: int,
-               small_class: str = "all", cache_epochs: int = 2):
+               small_class: str = "all", epoch: str = "every_example", cache_epochs: int = 2):
     labels = np.asarray(labels)
     if labels.ndim != 1 or labels.shape[0] == 0:
       raise ValueError(f"labels must be a non-empty rank-1 array [N], got shape {labels.shape}.")
@@ -122,6 +135,8 @@ class NPerClassSampler:
     if small_class not in SMALL_CLASS_MODES:
       raise ValueError(f"Unknown small_class {small_class!r}; allowed: "
                        f"{', '.join(SMALL_CLASS_MODES)}.")
+    if epoch not in EPOCH_MODES:
+      raise ValueError(f"Unknown epoch {epoch!r}; allowed: {', '.join(EPOCH_MODES)}.")
     if seed < 0:
       raise ValueError(f"seed={seed} must be non-negative.")
     if cache_epochs < 1:
@@ -130,6 +145,7 @@ class NPerClassSampler:
     self.group_size = int(group_size)
     self.seed = int(seed)
     self.small_class = small_class
+    self.epoch_mode = epoch
     self.classes_per_batch = self.batch_size // self.group_size
     self.labels = labels.copy()
     self.labels.setflags(write=False)
@@ -144,6 +160,8 @@ class NPerClassSampler:
       self._groups_per_class = self.class_counts // n
     else:
       self._groups_per_class = -(-self.class_counts // n)
+    if epoch == "one_group_per_class":   # a class's first group: a random subset of it
+      self._groups_per_class = np.minimum(self._groups_per_class, 1)
     usable = int(np.count_nonzero(self._groups_per_class))
     # Classes that may contribute top-up groups: with 'skip', only classes with >= n; with
     # 'all', classes with >= 2 examples (a one-example top-up would be a lone anchor).
@@ -174,7 +192,8 @@ class NPerClassSampler:
   def __repr__(self) -> str:
     return (f"NPerClassSampler(N={len(self.labels)}, classes={len(self.classes)}, "
             f"batch_size={self.batch_size}, group_size={self.group_size}, seed={self.seed}, "
-            f"small_class={self.small_class!r}, steps_per_epoch={self.steps_per_epoch})")
+            f"small_class={self.small_class!r}, epoch={self.epoch_mode!r}, "
+            f"steps_per_epoch={self.steps_per_epoch})")
 
   def epoch_of(self, step: int) -> int:
     """The epoch of a step: ``step // steps_per_epoch``."""

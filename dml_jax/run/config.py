@@ -162,6 +162,10 @@ def validate(config: ml_collections.ConfigDict, splits: Mapping | None = None) -
     raise ValueError(f"batch_size={config.batch_size} must be a multiple of data.group_size={n} "
                      f"(groups of n examples of a class fill a batch), e.g. "
                      f"{config.batch_size // n * n}.")
+  for key, allowed in (("small_class", data_lib.SMALL_CLASS_MODES),
+                       ("epoch", data_lib.EPOCH_MODES)):
+    if (value := config.data[key]) not in allowed:
+      raise ValueError(f"Unknown data.{key} {value!r}; allowed: {', '.join(allowed)}.")
   noise.check_options(label_noise=config.data.label_noise,
                       clean_fraction=config.data.clean_fraction, prefix="config.data.")
   if config.data.label_noise and config.data.clean_fraction != 1.0:

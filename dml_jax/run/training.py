@@ -104,7 +104,8 @@ def build(config: ml_collections.ConfigDict) -> Setup:
   train = splits["train"]
   sampler = data_lib.NPerClassSampler(
       train.labels, batch_size=config.batch_size, group_size=config.data.group_size,
-      seed=config.seed, small_class=config.data.small_class)
+      seed=config.seed, small_class=config.data.small_class,
+      epoch=config.data.epoch)
   if config.memory.size and not objective.support.references:
     raise ValueError(f"memory.size={config.memory.size}: objective {objective.name!r} takes no "
                      "reference set (registered without references=True); set memory.size=0.")

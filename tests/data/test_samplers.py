@@ -151,6 +151,40 @@ def test_epoch_covers_every_example(small_class):
       np.testing.assert_array_equal(np.unique(s.epoch_batches(epoch)), np.arange(len(labels)))
 
 
+@pytest.mark.parametrize("small_class", ["replace", "all", "skip"])
+def test_one_group_per_class_epoch(small_class):
+  # SOP-like class sizes (1-12 examples): every class gives one group per epoch, min(N_c, n)
+  # distinct examples drawn at random, so over epochs each class's examples all appear.
+  rng = np.random.default_rng(0)
+  labels = np.repeat(np.arange(60), rng.integers(1, 13, size=60))
+  counts = np.bincount(labels)
+  n, b = 4, 16
+  s = NPerClassSampler(labels, batch_size=b, group_size=n, seed=1, small_class=small_class,
+                       epoch="one_group_per_class")
+  classes = np.flatnonzero(counts >= n) if small_class == "skip" else np.arange(60)
+  assert s.steps_per_epoch == int(np.ceil(len(classes) / (b // n)))
+  seen_over_epochs = set()
+  for epoch in range(12):
+    table = s.epoch_batches(epoch)
+    for idx in table:
+      _check_batch(labels, idx, batch_size=b, group_size=n, small_class=small_class)
+    # The epoch's own groups: each class once, plus top-ups in free slots (the last batch's,
+    # and with 'all' those that classes with < n examples leave).
+    per_class = np.bincount(labels[table.ravel()], minlength=60)
+    assert (per_class[classes] >= 1).all()
+    assert per_class.sum() == s.steps_per_epoch * b
+    if small_class != "all":   # full groups: only the last batch's free slots are top-ups
+      assert (per_class[classes] >= n).all()
+      assert per_class.sum() - n * len(classes) < b
+    seen_over_epochs.update(table.ravel().tolist())
+  assert seen_over_epochs == set(np.flatnonzero(np.isin(labels, classes)).tolist())
+  # The same epoch again (a resumed run) gives the same batches.
+  again = NPerClassSampler(labels, batch_size=b, group_size=n, seed=1, small_class=small_class,
+                           epoch="one_group_per_class")
+  np.testing.assert_array_equal(again.batch_indices(3 * s.steps_per_epoch + 1),
+                                s.batch_indices(3 * s.steps_per_epoch + 1))
+
+
 def test_skip_mode_visits_full_groups_and_never_small_classes():
   labels = _labels(0)
   s = NPerClassSampler(labels, batch_size=12, group_size=3, seed=0, small_class="skip")
@@ -234,6 +268,8 @@ def test_epoch_of_and_returned_batches_are_copies():
     (dict(batch_size=16, group_size=2), "8 classes per batch.*only 6 classes"),
     (dict(batch_size=8, group_size=2, small_class="pad"), "'pad'.*all, replace, skip"),
     (dict(batch_size=8, group_size=2, seed=-1), "seed=-1"),
+    (dict(batch_size=8, group_size=2, epoch="one"),
+     "'one'.*every_example, one_group_per_class"),
 ])
 def test_errors(kwargs, match):
   labels = np.repeat(np.arange(6), 3)

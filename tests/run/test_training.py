@@ -154,6 +154,8 @@ def test_train_step_keeps_state_on_nan():
     ("data.prefetch", -1, r"^config.data.prefetch must be an integer >= 0 \(batches decoded "),
     ("scatter_every_steps", -1, r"^config.scatter_every_steps must be an integer >= 0, got -1.$"),
     ("max_checkpoints_to_keep", -1, r"^config.max_checkpoints_to_keep must be an integer >= 0"),
+    ("data.small_class", "pad", r"^Unknown data.small_class 'pad'; allowed: all, replace, skip.$"),
+    ("data.epoch", "one", r"^Unknown data.epoch 'one'; allowed: every_example, one_group_"),
 ])
 def test_bad_config_values(key, value, match):
   with pytest.raises((ValueError, NotImplementedError, FileNotFoundError), match=match):
@@ -187,6 +189,17 @@ def test_unknown_optimizer_names_are_refused_before_any_work():
     config_lib.validate(small_config(**{"optimizer.name": "lamb"}))
   with pytest.raises(ValueError, match=r"optimizer.decay_steps=\(100, -1\) is not allowed"):
     config_lib.validate(small_config(**{"optimizer.decay_steps": (100, -1)}))
+
+
+def test_sampler_epoch_reaches_the_sampler_and_the_epoch_length():
+  every = training.build(small_config())
+  one = training.build(small_config(**{"data.epoch": "one_group_per_class", "num_epochs": 3}))
+  assert (every.sampler.epoch_mode, one.sampler.epoch_mode) == ("every_example",
+                                                                 "one_group_per_class")
+  num_classes = len(np.unique(one.splits["train"].labels))
+  per_batch = one.config.batch_size // one.config.data.group_size
+  assert one.sampler.steps_per_epoch == -(-num_classes // per_batch)
+  assert one.num_train_steps == 3 * one.sampler.steps_per_epoch
 
 
 def test_label_noise_and_clean_topline_change_only_the_train_split():
