@@ -63,6 +63,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dml_jax import losses
+from dml_jax.analysis import common
 
 LOSSES = ("nca", "triplet", "nca_2nd")
 TITLES = {"nca": "1st order (NCA)", "triplet": "vanilla triplet", "nca_2nd": "2nd order"}
@@ -302,4 +303,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  sys.exit(common.run(main, "python -m dml_jax.analysis.vector_field"))

@@ -1,5 +1,8 @@
 """Gradient vector fields (2nd-order paper §4-5): closed forms vs an actual jax.grad step."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -73,3 +76,13 @@ def test_cli_writes_png(tmp_path):
   assert vf.main([f"--workdir={tmp_path}", "--losses=nca,triplet", "--p=0.4", "--num=11"]) == 0
   png = tmp_path / "vector_field_gamma0.5.png"
   assert png.stat().st_size > 1000
+
+
+@pytest.mark.parametrize("flag", ["--gamma=2", "--losses=nope", "--p=-1", "--num=1"])
+def test_cli_bad_flag_is_one_line(tmp_path, flag):
+  run = subprocess.run([sys.executable, "-m", "dml_jax.analysis.vector_field",
+                        f"--workdir={tmp_path}", flag], capture_output=True, text=True)
+  assert run.returncode == 1
+  assert "Traceback" not in run.stderr
+  assert run.stderr.startswith("python -m dml_jax.analysis.vector_field: ")
+  assert len(run.stderr.strip().splitlines()) == 1
