@@ -4,10 +4,11 @@
 The projector reads, from a run directory of a TensorBoard logdir,
 ``projector_config.pbtxt`` naming for each embedding a ``tensors.tsv`` (a row of ``D``
 tab-separated numbers per point), a ``metadata.tsv`` (a header of column names, then a row
-per point) and optionally a sprite image (thumbnails in row-major order on a square grid, at
-most 8192 pixels a side). :func:`export` writes them under ``<workdir>/tensorboard/eval/``
-(the run eval.py writes), one folder per step, and rewrites the config to list every exported
-step, so ``tensorboard --logdir <workdir>/tensorboard`` shows them.
+per point; a single column without the header) and optionally a sprite image (thumbnails in
+row-major order on a square grid, at most 8192 pixels a side). :func:`export` writes them
+under ``<workdir>/tensorboard/eval/`` (the run eval.py writes), one folder per step, and
+rewrites the config to list every exported step, so ``tensorboard --logdir
+<workdir>/tensorboard`` shows them.
 """
 
 from __future__ import annotations
@@ -64,10 +65,12 @@ def write_tsv(path: str, embeddings: np.ndarray) -> str:
 
 
 def write_metadata(path: str, columns: Mapping[str, np.ndarray]) -> str:
-  """A header line of the column names, then a row per point (tab-separated)."""
+  """A header line of the column names, then a row per point (tab-separated); one column is
+  written without a header, as the projector reads a one-column file (a row per point)."""
   names = list(columns)
   with open(path, "w") as f:
-    f.write("\t".join(names) + "\n")
+    if len(names) > 1:
+      f.write("\t".join(names) + "\n")
     for row in zip(*(np.asarray(columns[n]) for n in names)):
       f.write("\t".join(str(v) for v in row) + "\n")
   return path

@@ -87,3 +87,18 @@ def test_sprite_thumbnails_shrink_to_fit_8192_pixels():
   assert projector.thumb_side(3, 100, 120) == 100
   sprite, thumb = projector.sprite(np.zeros((50, 20, 20, 1), np.float32), rows=np.arange(3))
   assert thumb == 20 and sprite.shape == (40, 40, 3)
+
+
+def test_single_column_metadata_has_no_header(tmp_path):
+  # The projector reads a one-column metadata.tsv without a header (a row per point); with
+  # more columns the first line names them.
+  splits = {"test": data_lib.Split(images=np.zeros((5, 4, 4, 1), np.float32),
+                                   labels=np.array([0, 1, 0, 1, 2]), name="t")}
+  emb = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
+  paths = projector.export({"test": emb}, splits, protocol="test", workdir=str(tmp_path),
+                           step=1, with_sprite=False)
+  with open(paths["metadata"]) as f:
+    assert f.read().splitlines() == ["0", "1", "0", "1", "2"]
+  two = projector.write_metadata(str(tmp_path / "two.tsv"), {"label": [0, 1], "digit": [3, 4]})
+  with open(two) as f:
+    assert f.read().splitlines() == ["label\tdigit", "0\t3", "1\t4"]
