@@ -115,6 +115,8 @@ def skew_report(batches, *, strategies: Sequence[str] = STRATEGIES[:4], seed: in
     ``{strategy: {'eta_hat', 'kl', 'mean_shift', 'num_selected', 'distances': [T]}}`` and
     ``'all_negatives': [M]`` (numpy arrays).
   """
+  if not batches:
+    raise ValueError("Sampling skew of no batches: give at least one (embeddings, labels).")
   out, reference = {}, []
   key = jax.random.key(seed)
   pooled = {s: [] for s in strategies}
@@ -165,6 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--batch_size", type=int, default=0, help="default: config.batch_size")
   parser.add_argument("--group_size", type=int, default=0, help="default: config.data.group_size")
   args = common.parse_args(parser, argv)
+  if args.num_batches < 1:
+    raise ValueError(f"--num_batches={args.num_batches}: use 1 or more batches.")
   from dml_jax import data as data_lib  # pylint: disable=import-outside-toplevel
   step, data, config = common.load_embeddings(args.workdir, step=args.step,
                                               at_init=args.at_init, splits=(args.split,))

@@ -89,6 +89,13 @@ def test_skew_measures_uniform_vs_skewed(tmp_path):
   assert (tmp_path / "k.png").stat().st_size > 1000
 
 
+def test_skew_without_batches_names_the_bad_value():
+  with pytest.raises(ValueError, match="no batches"):
+    skew.skew_report([])
+  with pytest.raises(ValueError, match="--num_batches=0"):
+    skew.main(["--workdir=/nonexistent", "--num_batches=0"])
+
+
 def test_distributions_oracle_and_plot(tmp_path):
   rng = np.random.default_rng(0)
   train, test = rng.normal(size=(10, 3)), rng.normal(size=(6, 3))
