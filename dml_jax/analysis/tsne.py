@@ -28,6 +28,8 @@ def tsne_2d(embeddings, *, perplexity: float = 30.0, seed: int = 0, max_points: 
   x = np.asarray(embeddings, np.float32)
   if x.ndim != 2 or x.shape[0] < 4:
     raise ValueError(f"t-SNE needs embeddings [N >= 4, D], got {x.shape}.")
+  if max_points < 4:
+    raise ValueError(f"max_points={max_points}: t-SNE needs at least 4 points.")
   if similarity == "cosine":
     x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
   idx = np.arange(x.shape[0])

@@ -124,6 +124,13 @@ def test_tsne_plot(tmp_path):
   assert (tmp_path / "t.png").stat().st_size > 1000
 
 
+def test_tsne_needs_four_points_after_subsampling():
+  x = np.random.default_rng(0).normal(size=(30, 3))
+  for bad in (0, 3):
+    with pytest.raises(ValueError, match=f"max_points={bad}"):
+      tsne.tsne_2d(x, max_points=bad)
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
   from dml_jax.run import training
