@@ -28,13 +28,14 @@ and ``reproductions/mnist_table1`` names ``docs/results/reproductions/mnist_tabl
 A row's cell is ``mean ± std`` over the seeds of its run (sample std, ``ddof=1``). ``runs``
 holds each seed's final ``eval_step_<N>.json`` results (``summarize`` reads them from
 ``RUN_ROOT/<run>/seed_<s>/``; a run's ``collapse_<split>_step_<N>.json`` of
-``python -m dml_jax.analysis.collapse`` adds the protocol ``collapse:<split>`` with the mean
-over classes of ``relative_spread`` and ``rho``; a ``sampling_skew_<split>_step_<N>.json`` of
-``python -m dml_jax.analysis.skew`` adds ``skew:<split>:step_<N>`` with ``<strategy>/eta_hat``
-and the tool's other values). Blocks named ``gpu`` are the GPU tables of
-``benchmarks/device/gpu_table.py``; a summary with a ``"script"`` is a benchmark's own report
-(e.g. ``performance/retrieval`` of ``benchmarks/speed/evaluation.py --summary=...``), rendered
-by that script's ``table(report)``. tests/test_docs_tables.py checks every block equals its
+``python -m dml_jax.analysis.collapse`` (the newest ``N``'s) adds the protocol
+``collapse:<split>`` with the mean over classes of ``relative_spread`` and ``rho``; a
+``sampling_skew_<split>_step_<N>.json`` of ``python -m dml_jax.analysis.skew`` adds
+``skew:<split>:step_<N>`` with ``<strategy>/eta_hat`` and the tool's other values). Blocks
+named ``gpu`` are the GPU tables of ``benchmarks/device/gpu_table.py``; a summary with a
+``"script"`` is a benchmark's own report (e.g. ``performance/retrieval`` of
+``benchmarks/speed/evaluation.py --summary=...``), rendered by that script's
+``table(report)``. tests/test_docs_tables.py checks every block equals its
 summary, so a number in a results table cannot drift from the measurement behind it.
 """
 
@@ -246,7 +247,9 @@ def summarize(run_root: str, summary_path: str, commit: str | None, machine: str
         raise SystemExit(f"summarize: {folder} has no eval_step_<N>.json (unfinished run?)")
       with open(evals[-1]) as f:
         results = json.load(f)["results"]
-      for extra in sorted(glob.glob(os.path.join(folder, "collapse_*_step_*.json"))):
+      # the newest step's report last (steps as numbers: 1500 after 200), so it is the one kept
+      for extra in sorted(glob.glob(os.path.join(folder, "collapse_*_step_*.json")),
+                          key=lambda p: int(re.findall(r"_step_(\d+)\.json$", p)[0])):
         with open(extra) as f:
           report = json.load(f)
         split = re.match(r"collapse_(.+)_step_\d+\.json", os.path.basename(extra)).group(1)

@@ -82,3 +82,22 @@ def test_an_unknown_summary_is_one_line(tmp_path, monkeypatch, capsys):
   monkeypatch.setattr(tables, "pages", lambda: [str(page)])
   assert tables.main([]) == 2
   assert "no summary docs/results/reproductions/nope.json" in capsys.readouterr().err
+
+
+def test_summarize_takes_the_newest_collapse_report(tmp_path):
+  # Steps sort as numbers (200 < 1500), for the collapse reports as for eval_step_<N>.json.
+  folder = tmp_path / "runs" / "a" / "seed_0"
+  folder.mkdir(parents=True)
+  for step, spread in ((200, 0.5), (1500, 0.1)):
+    (folder / f"eval_step_{step}.json").write_text(json.dumps(
+        {"step": step, "results": {"test": {"recall@1": step / 2000}}}))
+    (folder / f"collapse_train_step_{step}.json").write_text(json.dumps(
+        {"relative_spread": [spread, spread], "rho": spread}))
+  summary = tmp_path / "s.json"
+  summary.write_text(json.dumps({
+      "title": "t", "labels": ["run"], "columns": [{"header": "R@1", "metric": "recall@1"}],
+      "rows": [{"cells": ["a"], "run": "a", "protocol": "test"}]}))
+  tables.summarize(str(tmp_path / "runs"), str(summary), "abc", "m")
+  seed = json.loads(summary.read_text())["runs"]["a"]["0"]
+  assert seed["test"]["recall@1"] == 0.75
+  assert seed["collapse:train"] == {"relative_spread": 0.1, "rho": 0.1}
