@@ -44,6 +44,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import secrets
 import time
 from collections.abc import Callable, Sequence
 
@@ -194,7 +195,9 @@ def build(images, spec: CacheSpec, *, path: str = "", num_threads: int = 8,
     spec: what to store.
     path: ``''`` keeps the cache in memory; otherwise the stem of the memory-mapped files
       (``<path>.u8``, ``<path>.npz``; the folder is created). Files of the same fingerprint
-      are mapped without decoding; others are rebuilt.
+      are mapped without decoding; others are rebuilt, under temporary names of this build
+      (``temp_name``) renamed when complete, so two processes may build the same files at
+      once.
     num_threads: decoding threads (Pillow releases the GIL).
     log: receives a progress line at most every ``log_every_s`` seconds and a last line,
       when the build takes longer than ``log_every_s / 2`` seconds (``None``: silent).
@@ -213,7 +216,8 @@ def build(images, spec: CacheSpec, *, path: str = "", num_threads: int = 8,
   out = None
   if path:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    out = open(path + ".u8.tmp", "wb")  # pylint: disable=consider-using-with
+    data, index = temp_name(path + ".u8"), temp_name(path + ".npz")
+    out = open(data, "wb")  # pylint: disable=consider-using-with
   shapes = np.zeros((n, 3), np.int64)
   try:
     with concurrent.futures.ThreadPoolExecutor(max(1, num_threads)) as pool:
@@ -232,17 +236,20 @@ def build(images, spec: CacheSpec, *, path: str = "", num_threads: int = 8,
           log(f"decoded-image cache: {rows.stop:,}/{n:,} images, {nbytes / 1e9:.2f} GB, "
               f"{now - t0:.0f} s")
           last = now
-  finally:
+  except BaseException:
     if out is not None:
       out.close()
+      os.remove(data)
+    raise
   if path:
+    out.close()
     offsets = np.concatenate([[0], np.cumsum(np.prod(shapes, axis=1))])
-    os.replace(path + ".u8.tmp", path + ".u8")
-    with open(path + ".npz.tmp", "wb") as f:
+    cache = _mapped(data, offsets, shapes, source_hw, spec, path=path)  # this build's pixels
+    os.replace(data, path + ".u8")
+    with open(index, "wb") as f:
       np.savez(f, offsets=offsets, shapes=shapes, source_hw=source_hw,
                key=np.array(key), spec=np.array(json.dumps(dataclasses.asdict(spec))))
-    os.replace(path + ".npz.tmp", path + ".npz")
-    cache = load(path, key=key, spec=spec)
+    os.replace(index, path + ".npz")
   else:
     cache = DecodedCache(arrays, source_hw, spec)
   elapsed = time.perf_counter() - t0
@@ -262,7 +269,20 @@ def load(path: str, *, key: str, spec: CacheSpec) -> DecodedCache | None:
     offsets, shapes, source_hw = z["offsets"], z["shapes"], z["source_hw"]
   if os.path.getsize(data) != int(offsets[-1]):
     return None
+  return _mapped(data, offsets, shapes, source_hw, spec, path=path)
+
+
+def _mapped(data: str, offsets, shapes, source_hw, spec: CacheSpec, *, path: str
+            ) -> DecodedCache:
+  """The ``DecodedCache`` of the raw file ``data`` (``offsets`` ``[N + 1]``, ``shapes``
+  ``[N, 3]``) as views of one ``numpy.memmap``."""
   flat = np.memmap(data, np.uint8, mode="r") if offsets[-1] else np.zeros(0, np.uint8)
   views = [flat[int(offsets[i]):int(offsets[i + 1])].reshape(tuple(shapes[i]))
            for i in range(len(shapes))]
   return DecodedCache(views, source_hw, spec, path=path)
+
+
+def temp_name(path: str) -> str:
+  """A name beside ``path`` for one build to write before renaming it to ``path``, of this
+  process and call (concurrent builds of the same files do not write into each other's)."""
+  return f"{path}.{os.getpid()}-{secrets.token_hex(4)}.tmp"

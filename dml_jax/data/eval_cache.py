@@ -11,7 +11,8 @@ centre-cropped pixels, the exact pixels ``eval_transform`` normalises, and retur
 In memory, or memory-mapped: ``<path>.npy`` (the pixels) and ``<path>.json`` (the fingerprint
 of the records and options, ``fingerprint``). A later ``build`` with the same fingerprint maps
 the file instead of decoding (another process, e.g. ``eval.py`` after ``train.py``); another
-fingerprint rebuilds it. Files are written under a temporary name and renamed.
+fingerprint rebuilds it. Files are written under a temporary name of the build and renamed,
+so two processes may build the same files at once (``eval.py`` while ``train.py`` evaluates).
 
 Sizes at 224 px, 3 channels (N x 224 x 224 x 3 bytes, 1 GB = 10^9 bytes): CUB-200-2011 test
 (5,924 images) 0.89 GB, Cars196 test (8,131) 1.22 GB, In-Shop query + gallery (14,218 +
@@ -125,8 +126,8 @@ def build(images: LazyImages, *, path: str = "", num_threads: int = 8,
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     if os.path.exists(path + ".json"):   # a stale key must never describe new pixels
       os.remove(path + ".json")
-    pixels = np.lib.format.open_memmap(path + ".npy.tmp", mode="w+", dtype=np.uint8,
-                                       shape=images.shape)
+    data = cache_lib.temp_name(path + ".npy")   # this build's own file (concurrent builds)
+    pixels = np.lib.format.open_memmap(data, mode="w+", dtype=np.uint8, shape=images.shape)
   else:
     pixels = np.empty(images.shape, np.uint8)
 
@@ -145,19 +146,18 @@ def build(images: LazyImages, *, path: str = "", num_threads: int = 8,
   except BaseException:
     if path:
       del pixels
-      os.remove(path + ".npy.tmp")
+      os.remove(data)
     raise
   if path:
     pixels.flush()
     del pixels
-    os.replace(path + ".npy.tmp", path + ".npy")
-    with open(path + ".json.tmp", "w") as f:
+    view = DecodedImages(np.load(data, mmap_mode="r"), images.options, name=images.name,
+                         path=path + ".npy", num_threads=images.num_threads)
+    os.replace(data, path + ".npy")
+    meta = cache_lib.temp_name(path + ".json")
+    with open(meta, "w") as f:
       json.dump({"key": key, "name": images.name, "shape": list(images.shape)}, f)
-    os.replace(path + ".json.tmp", path + ".json")
-    view = load(path, images, key=key)
-    if view is None:
-      raise RuntimeError(f"The evaluation cache {path}.npy just written does not load; this is "
-                         "a bug.")
+    os.replace(meta, path + ".json")
   else:
     view = DecodedImages(pixels, images.options, name=images.name,
                          num_threads=images.num_threads)

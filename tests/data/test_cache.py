@@ -146,3 +146,40 @@ def test_bad_spec_is_named():
     cache.CacheSpec("cutout", 20, 24)
   with pytest.raises(ValueError, match=r"resize_size \(16\) must be >= image_size \(20\)"):
     cache.CacheSpec("resize_crop", 20, 16)
+
+
+class BuildsAgainOnce(list):
+  """Records whose second read of row ``at`` (the first is the fingerprint's) runs
+  ``build()``: another build of the same files while this one is half-way, as a second
+  process would."""
+
+  def __init__(self, recs, at, build):
+    super().__init__(recs)
+    self.at, self.build, self.done, self.reads = at, build, None, 0
+
+  def __getitem__(self, i):
+    if i == self.at:
+      self.reads += 1
+      if self.reads == 2:
+        self.done = self.build()
+    return super().__getitem__(i)
+
+
+def test_two_builds_of_the_same_files_at_once_both_succeed(tmp_path):
+  recs, spec = records("jpeg"), cache.CacheSpec("resize_crop", 20, 24)
+  stem = str(tmp_path / "toy")
+  inner = BuildsAgainOnce(recs, 2, lambda: cache.build(lazy(recs), spec, path=stem))
+  outer = cache.build(lazy(inner), spec, path=stem, num_threads=1)
+  expected = cache.build(lazy(recs), spec)
+  for c in (outer, inner.done, cache.load(stem, key=cache.fingerprint(lazy(recs), spec),
+                                          spec=spec)):
+    assert all(np.array_equal(a, b) for a, b in zip(c.images, expected.images))
+  assert sorted(os.listdir(tmp_path)) == ["toy.npz", "toy.u8"]
+
+
+def test_a_record_that_does_not_decode_leaves_no_file(tmp_path):
+  recs = records("jpeg")
+  recs[3] = b"not an image"
+  with pytest.raises(ValueError, match="Cannot decode the image"):
+    cache.build(lazy(recs), cache.CacheSpec("resize_crop", 20, 24), path=str(tmp_path / "c"))
+  assert os.listdir(tmp_path) == []

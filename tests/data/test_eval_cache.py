@@ -143,3 +143,14 @@ def test_errors_are_named():
     eval_cache.build(np.zeros((2, 4, 4, 3), np.float32))
   with pytest.raises(ValueError, match=r"decoded pixels must be uint8 \[N, S, S, C\]"):
     DecodedImages(np.zeros((2, 4, 4, 3), np.float32), ImageOptions(4, 4))
+
+
+def test_two_builds_of_the_same_files_at_once_both_succeed(tmp_path):
+  from data.test_cache import BuildsAgainOnce  # pylint: disable=import-outside-toplevel
+  recs, stem = records("jpeg"), str(tmp_path / "toy")
+  inner = BuildsAgainOnce(recs, 2, lambda: eval_cache.build(lazy(recs), path=stem))
+  outer = eval_cache.build(lazy(inner), path=stem, num_threads=1)
+  expected = bits(lazy(recs)[:])
+  for view in (outer, inner.done, eval_cache.load(stem, lazy(recs))):
+    np.testing.assert_array_equal(bits(view[:]), expected)
+  assert sorted(os.listdir(tmp_path)) == ["toy.json", "toy.npy"]
