@@ -22,8 +22,10 @@ the streaming path's.
 Agreement with the streaming path: for the crop augmentations the pixels are the host's own
 (the same Pillow calls built the cache), so the batches are equal to float rounding. For
 ``'random_resized_crop'`` they differ by the cache's resize (the box is resampled from the
-image at shorter side ``resize_size`` instead of full resolution) and Pillow's fixed-point
-arithmetic: a few uint8 levels (``tests/data/test_device_augment.py`` states the bounds).
+image at shorter side ``resize_size`` instead of full resolution, so the small boxes of a larger
+image are softer) and Pillow's fixed-point arithmetic: about 1 uint8 level from an image no
+larger than ``resize_size``, a mean of a few levels and tens at edges from a larger one
+(``tests/data/test_device_augment.py`` states the bounds, docs/datasets.md a measurement).
 """
 
 from __future__ import annotations
