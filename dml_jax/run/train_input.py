@@ -57,8 +57,9 @@ def cache_mode(data: ml_collections.ConfigDict, images, *, examples: int | None 
                ) -> tuple[str, int]:
   """``(mode, estimated bytes)``: how the training ``images`` are fed, ``'memory'``,
   ``'mmap'`` or ``'none'`` (stream), for ``data.cache`` / ``data.cache_max_gb`` and the
-  ``examples`` the run has left (``cache.choose``); in-memory arrays are always ``'none'``
-  (they have their own path)."""
+  ``examples`` of the whole run (``cache.choose``; not those left, so that a resumed run
+  chooses as the uninterrupted one did); in-memory arrays are always ``'none'`` (they have
+  their own path)."""
   cache_lib.check_mode(data.cache, data.cache_max_gb)
   if data.cache == "none" or not isinstance(images, LazyImages):
     return "none", 0
@@ -83,13 +84,13 @@ def input_cache(config: ml_collections.ConfigDict, images, *, workdir: str = "",
                 examples: int | None = None, log: Callable[[str], None] | None = None
                 ) -> cache_lib.DecodedCache | None:
   """The decoded-image cache of the training ``images`` that ``data.cache`` asks for, built
-  now (``None``: stream). ``examples``: how many the run has left (``cache_mode``);
+  now (``None``: stream). ``examples``: how many the whole run uses (``cache_mode``);
   ``'mmap'`` needs ``workdir``; ``log`` gets progress lines and the choice of ``'auto'``."""
   mode, estimate = cache_mode(config.data, images, examples=examples)
   if config.data.cache == "auto" and log is not None and isinstance(images, LazyImages):
     why = (f"the decoded images take about {estimate / 1e9:.2f} GB, budget "
            f"data.cache_max_gb={config.data.cache_max_gb}" if estimate else
-           f"the run has {examples:,} examples left, fewer than the {len(images):,} images")
+           f"the run has {examples:,} examples, fewer than the {len(images):,} images")
     log(f"data.cache=auto: {why}: " + ("cached in memory, augmented on the device"
                                       if mode == "memory" else
                                       "streaming (decoded on the host every epoch)"))

@@ -406,9 +406,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
           f"{writers.describe(workdir, writer.backends)}", flush=True)
   log = ((lambda line: print(f"dml_jax: {line}", flush=True))
          if workdir_lib.is_main_process() else None)
-  examples = (setup.num_train_steps - start) * config.batch_size
+  # 'auto' decides by the whole run's examples, so a resumed run feeds as the uninterrupted one
+  examples = setup.num_train_steps * config.batch_size
   cache = (train_input.input_cache(config, setup.splits["train"].images, workdir=workdir,
-                                   examples=examples, log=log) if examples > 0 else None)
+                                   examples=examples, log=log)
+           if setup.num_train_steps > start else None)
   if log and cache is not None:
     log(f"training images: {cache}, augmented on the device (data.cache)")
   elif log and config.data.name in data_lib.IMAGE_DATASETS:

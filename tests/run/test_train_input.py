@@ -3,6 +3,7 @@ mmap cache in the workdir, and the sharded feed of the cached path on the test s
 fake CPU devices against the streaming path."""
 
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -60,7 +61,7 @@ def test_mmap_cache_lives_in_the_workdir_and_auto_says_why(inshop_train, tmp_pat
     train_input.input_cache(image_config(cache="mmap"), inshop_train.images)
   assert train_input.input_cache(image_config(cache="auto"), inshop_train.images,
                                  examples=8, log=lines.append) is None
-  assert "8 examples left, fewer than the 24 images: streaming" in lines[-1]
+  assert "8 examples, fewer than the 24 images: streaming" in lines[-1]
   assert train_input.input_cache(image_config(cache="auto"), inshop_train.images,
                                  log=lines.append) is not None
   assert "GB, budget data.cache_max_gb=8.0: cached in memory" in lines[-1]
@@ -141,3 +142,18 @@ def test_resumed_cached_run_equals_the_uninterrupted_one(inshop_root, tmp_path):
   resumed = training.train_and_evaluate(loop_config(inshop_root, 4), str(tmp_path / "resumed"),
                                         show_progress=False)
   assert resumed == full
+
+
+@pytest.mark.long
+def test_resumed_auto_run_feeds_as_the_uninterrupted_one(inshop_root, tmp_path, capsys):
+  """data.cache='auto' decides by the run's examples, not those left: a run of 4 steps of 8
+  (32 examples, 24 images) resumed from its step-2 checkpoint keeps the cache (16 left)."""
+  c = loop_config(inshop_root, 4)
+  c.data.cache = "auto"
+  full = training.train_and_evaluate(c, str(tmp_path / "full"), show_progress=False)
+  resumed = str(tmp_path / "resumed")
+  training.train_and_evaluate(c, resumed, show_progress=False)
+  shutil.rmtree(os.path.join(resumed, "checkpoints", "4"))   # as if killed after step 2
+  capsys.readouterr()
+  assert training.train_and_evaluate(c, resumed, show_progress=False) == full
+  assert "augmented on the device" in capsys.readouterr().out
