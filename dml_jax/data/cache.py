@@ -284,5 +284,28 @@ def _mapped(data: str, offsets, shapes, source_hw, spec: CacheSpec, *, path: str
 
 def temp_name(path: str) -> str:
   """A name beside ``path`` for one build to write before renaming it to ``path``, of this
-  process and call (concurrent builds of the same files do not write into each other's)."""
+  process and call (concurrent builds of the same files do not write into each other's).
+  Those that a killed process left are removed (``remove_stale_temps``)."""
+  remove_stale_temps(path)
   return f"{path}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+
+
+def remove_stale_temps(path: str) -> None:
+  """Removes the ``temp_name`` files of ``path`` whose process no longer runs on this host
+  (a build that was killed: they would stay, as large as the cache, at every kill)."""
+  folder, prefix = os.path.dirname(os.path.abspath(path)), os.path.basename(path) + "."
+  if not os.path.isdir(folder):
+    return
+  for name in os.listdir(folder):
+    pid = name[len(prefix):].split("-", 1)[0]
+    if not (name.startswith(prefix) and name.endswith(".tmp") and pid.isdigit()):
+      continue
+    try:
+      os.kill(int(pid), 0)
+    except ProcessLookupError:
+      try:
+        os.remove(os.path.join(folder, name))
+      except FileNotFoundError:
+        pass
+    except PermissionError:   # alive, another user's
+      pass
