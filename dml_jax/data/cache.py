@@ -45,6 +45,7 @@ import hashlib
 import json
 import os
 import secrets
+import socket
 import time
 from collections.abc import Callable, Sequence
 
@@ -287,13 +288,20 @@ def temp_name(path: str) -> str:
   process and call (concurrent builds of the same files do not write into each other's).
   Those that a killed process left are removed (``remove_stale_temps``)."""
   remove_stale_temps(path)
-  return f"{path}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+  return f"{path}.{_host()}-{os.getpid()}-{secrets.token_hex(4)}.tmp"
+
+
+def _host() -> str:
+  """This machine's name in ``temp_name`` (letters, digits and '_' only)."""
+  return "".join(c if c.isalnum() else "_" for c in socket.gethostname()) or "host"
 
 
 def remove_stale_temps(path: str) -> None:
-  """Removes the ``temp_name`` files of ``path`` whose process no longer runs on this host
-  (a build that was killed: they would stay, as large as the cache, at every kill)."""
-  folder, prefix = os.path.dirname(os.path.abspath(path)), os.path.basename(path) + "."
+  """Removes the ``temp_name`` files of ``path`` written on this host by a process that no
+  longer runs (a build that was killed: they would stay, as large as the cache, at every
+  kill). Another host's files are left alone (a workdir shared by the hosts of a run)."""
+  folder = os.path.dirname(os.path.abspath(path))
+  prefix = f"{os.path.basename(path)}.{_host()}-"
   if not os.path.isdir(folder):
     return
   for name in os.listdir(folder):

@@ -188,10 +188,13 @@ def test_a_record_that_does_not_decode_leaves_no_file(tmp_path):
 def test_a_killed_builds_temporary_file_is_removed_by_the_next(tmp_path):
   recs, spec, stem = records("jpeg"), cache.CacheSpec("resize_crop", 20, 24), tmp_path / "toy"
   dead = 2 ** 22 + 12345   # above Linux's pid_max default: no such process
-  for name in (f"toy.u8.{dead}-0a1b2c3d.tmp", f"toy.u8.{os.getpid()}-0a1b2c3d.tmp",
-               "toy.u8.notes.tmp", f"other.u8.{dead}-0a1b2c3d.tmp"):
+  host = cache._host()   # pylint: disable=protected-access
+  for name in (f"toy.u8.{host}-{dead}-0a1b2c3d.tmp", f"toy.u8.{host}-{os.getpid()}-0a1b2c3d.tmp",
+               "toy.u8.notes.tmp", f"other.u8.{host}-{dead}-0a1b2c3d.tmp",
+               f"toy.u8.otherhost-{dead}-0a1b2c3d.tmp"):
     (tmp_path / name).write_bytes(b"partial")
   cache.build(lazy(recs), spec, path=str(stem))
   assert sorted(os.listdir(tmp_path)) == sorted([
-      f"other.u8.{dead}-0a1b2c3d.tmp", "toy.npz", "toy.u8", "toy.u8.notes.tmp",
-      f"toy.u8.{os.getpid()}-0a1b2c3d.tmp"])   # this process's own is not stale
+      f"other.u8.{host}-{dead}-0a1b2c3d.tmp", "toy.npz", "toy.u8", "toy.u8.notes.tmp",
+      f"toy.u8.{host}-{os.getpid()}-0a1b2c3d.tmp",   # this process's own is not stale
+      f"toy.u8.otherhost-{dead}-0a1b2c3d.tmp"])      # nor another host's (a shared workdir)
