@@ -229,12 +229,14 @@ def npairs(*, similarity: str = "cosine"):
     is_anchor = (first == idx) & (jnp.sum(same, axis=1) > 1)               # [B] one per class
     # The K <= B/2 anchors (each has a positive) packed to the front: the softmax is over
     # S(anchor_i, positive_j) [K, K], a quarter of the batch's [B, B] at most.
-    (rows,) = jnp.nonzero(is_anchor, size=b // 2, fill_value=0)           # [B/2]
+    # (At least one slot: a batch of one has no pair, and its one masked slot gives 0.)
+    k = max(b // 2, 1)
+    (rows,) = jnp.nonzero(is_anchor, size=k, fill_value=0)                # [K]
     count = jnp.sum(is_anchor)
-    row_valid = (jnp.arange(b // 2) < count) & (count >= 2)   # one pair alone has no negative
+    row_valid = (jnp.arange(k) < count) & (count >= 2)        # one pair alone has no negative
     c = sim.pairwise_similarity(embeddings[rows], embeddings[second[rows]], kind=similarity)
     valid = row_valid[:, None] & row_valid[None, :]           # (anchor i, positive of class j)
-    diag = jnp.eye(b // 2, dtype=bool)
+    diag = jnp.eye(k, dtype=bool)
 
     def term_fn(x):
       lse, _ = losses.masked_logsumexp(x, valid, axis=1)

@@ -112,3 +112,10 @@ def test_angular_compacted_positives_equal_the_dense_form(monkeypatch, class_siz
   np.testing.assert_allclose(float(loss), float(dense_loss), rtol=2e-6)
   np.testing.assert_allclose(np.asarray(grad), np.asarray(dense_grad), rtol=1e-4,
                              atol=1e-6 * float(np.max(np.abs(dense_grad))))
+
+
+@pytest.mark.parametrize("name", ["tuplet_margin", "angular", "npairs"])
+def test_batch_of_one_gives_zero(name):
+  """A batch of one example has no pair: loss 0 and a zero gradient (not a traceback)."""
+  loss, _, grad = run(name, batch(2, b=1, d=4, normalize=False), np.zeros(1, np.int32))
+  assert float(loss) == 0.0 and np.all(np.asarray(grad) == 0.0)
