@@ -163,7 +163,10 @@ def ranked_list(*, margin: float = 0.4, alpha: float = 1.2, imbalance: float = 0
       n_sel = neg & (d < alpha)
       w_p = jnp.where(p_sel, jnp.exp(tp * (d - (alpha - margin))), 0.0)
       w_n = jnp.where(n_sel, jnp.exp(tn * (alpha - jnp.where(n_sel, d, alpha))), 0.0)
-      eps = RLL_WEIGHT_EPS * x.shape[1]
+      # PML's 1e-5 per column of the anchor's row (the batch, itself included): counted over
+      # the references the anchor is compared with, so that empty or masked slots of a
+      # reference set (cross-batch memory) add nothing.
+      eps = RLL_WEIGHT_EPS * (1.0 + jnp.sum(pos | neg, axis=1, dtype=jnp.float32))
       l_p = jnp.sum(w_p * (d - (alpha - margin)), axis=1) / (jnp.sum(w_p, axis=1) + eps)
       l_n = jnp.sum(w_n * (alpha - d), axis=1) / (jnp.sum(w_n, axis=1) + eps)
       return (1.0 - imbalance) * l_p + imbalance * l_n

@@ -155,3 +155,20 @@ def test_fastap_soft_histograms_equal_the_kernel_form(num_bins):
   np.testing.assert_allclose(np.where(kinks, 0.0, jax.grad(weigh(two_kernel))(jnp.asarray(d2))),
                              np.where(kinks, 0.0, jax.grad(weigh(kernel_form))(jnp.asarray(d2))),
                              rtol=1e-5, atol=1e-5)
+
+
+def test_ranked_list_empty_reference_slots_change_nothing():
+  """An empty cross-batch memory gives the loss and gradient without memory: the 1e-5 per
+  reference in the normalisers counts only the references the anchor is compared with."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from dml_jax import memory  # pylint: disable=import-outside-toplevel
+  from dml_jax import objectives  # pylint: disable=import-outside-toplevel
+  e, labels = batch(4, d=4, normalize=False), LABELS.astype(np.int32)
+  obj = objectives.make("ranked_list")
+  empty = memory.init(512, e.shape[1])
+  plain = jax.value_and_grad(lambda x: obj.apply({}, x, labels)[0])(e)
+  with_memory = jax.value_and_grad(lambda x: obj.apply(
+      {}, x, labels, references=memory.references(empty, x, labels))[0])(e)
+  np.testing.assert_allclose(float(with_memory[0]), float(plain[0]), rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(with_memory[1]), np.asarray(plain[1]), rtol=1e-5,
+                             atol=1e-7)
