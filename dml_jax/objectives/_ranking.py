@@ -123,6 +123,16 @@ def _soft_histograms_bwd(num_bins, residuals, g):
 soft_histograms.defvjp(_soft_histograms_fwd, _soft_histograms_bwd)
 
 
+def _weighted_mean(logw: jax.Array, x: jax.Array, sel: jax.Array, eps: jax.Array) -> jax.Array:
+  """``sum_j w_j x_j / (sum_j w_j + eps)`` per row over ``sel``, ``w = e^{logw}``: ``[B, N]``,
+  ``eps [B]`` -> ``[B]``. The weights are shifted by the row's largest positive exponent
+  (``eps`` with them), so a large temperature cannot overflow ``exp``; equal otherwise."""
+  shift = jax.lax.stop_gradient(jnp.maximum(
+      jnp.max(jnp.where(sel, logw, 0.0), axis=1, keepdims=True), 0.0))        # [B, 1]
+  w = jnp.where(sel, jnp.exp(jnp.where(sel, logw, 0.0) - shift), 0.0)
+  return jnp.sum(w * x, axis=1) / (jnp.sum(w, axis=1) + eps * jnp.exp(-shift[:, 0]))
+
+
 @register("ranked_list", references=True)
 def ranked_list(*, margin: float = 0.4, alpha: float = 1.2, imbalance: float = 0.5,
                 tp: float = 0.0, tn: float = 10.0):
@@ -161,14 +171,12 @@ def ranked_list(*, margin: float = 0.4, alpha: float = 1.2, imbalance: float = 0
       d = jnp.sqrt(jnp.maximum(sim.squared_distance(x, kind="cosine"), MIN_SQ_DISTANCE))
       p_sel = pos & (d > alpha - margin)
       n_sel = neg & (d < alpha)
-      w_p = jnp.where(p_sel, jnp.exp(tp * (d - (alpha - margin))), 0.0)
-      w_n = jnp.where(n_sel, jnp.exp(tn * (alpha - jnp.where(n_sel, d, alpha))), 0.0)
       # PML's 1e-5 per column of the anchor's row (the batch, itself included): counted over
       # the references the anchor is compared with, so that empty or masked slots of a
       # reference set (cross-batch memory) add nothing.
       eps = RLL_WEIGHT_EPS * (1.0 + jnp.sum(pos | neg, axis=1, dtype=jnp.float32))
-      l_p = jnp.sum(w_p * (d - (alpha - margin)), axis=1) / (jnp.sum(w_p, axis=1) + eps)
-      l_n = jnp.sum(w_n * (alpha - d), axis=1) / (jnp.sum(w_n, axis=1) + eps)
+      l_p = _weighted_mean(tp * (d - (alpha - margin)), d - (alpha - margin), p_sel, eps)
+      l_n = _weighted_mean(tn * (alpha - d), alpha - d, n_sel, eps)
       return (1.0 - imbalance) * l_p + imbalance * l_n
 
     return _common.PairTerms(term_fn, pos | neg, None, "batch")

@@ -172,3 +172,16 @@ def test_ranked_list_empty_reference_slots_change_nothing():
   np.testing.assert_allclose(float(with_memory[0]), float(plain[0]), rtol=1e-6)
   np.testing.assert_allclose(np.asarray(with_memory[1]), np.asarray(plain[1]), rtol=1e-5,
                              atol=1e-7)
+
+
+def test_ranked_list_large_temperatures_stay_finite():
+  """T_n = T_p = 100 with a negative on top of its anchor (e^{T_n alpha} = e^120 overflows
+  float32): the weights are shifted, loss and gradient equal the float64 oracle's."""
+  e, labels = batch(6, d=4, normalize=False), LABELS.astype(np.int32)
+  e[1] = e[0] + 1e-3 * e[1]               # a positive close to anchor 0 (the oracle's d > 0)
+  e[np.flatnonzero(labels != labels[0])[0]] = e[0]     # a negative identical to anchor 0
+  hp = {"margin": 0.4, "alpha": 1.2, "imbalance": 0.5, "tp": 100.0, "tn": 100.0}
+  loss, _, grad = run("ranked_list", e, labels, **hp)
+  assert np.isfinite(float(loss)) and np.all(np.isfinite(np.asarray(grad)))
+  np.testing.assert_allclose(float(loss), oracle_ranked_list(e, labels, *hp.values()),
+                             rtol=1e-4)
