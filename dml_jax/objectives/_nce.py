@@ -4,7 +4,11 @@
 Both work on ``S [B, N]`` (cosine, the batch or a reference set such as cross-batch memory) at a
 temperature ``T``; their ``aux`` is that of the pair objectives (``_pairs`` docstring). They
 equal pytorch-metric-learning 2.9's ``NTXentLoss`` and ``SupConLoss`` (default reducers) in value
-and gradient (``tests/objectives/test_pml_reference.py``).
+and gradient (``tests/objectives/test_pml_reference.py``), except where PML's float32 rounding
+decides: its ``SupConLoss`` reducer (``AvgNonZeroReducer``) also leaves out the anchors whose
+loss rounds to exactly 0 (one positive far ahead of every negative at a small ``T``), so its
+mean is then larger than ours; its ``NTXentLoss`` caps each term at ``-log(1.2e-38) = 87.3``
+(ours is not capped), a value cosines reach only at ``T`` below about 0.03.
 """
 
 from __future__ import annotations
@@ -54,10 +58,11 @@ def supcon(*, temperature: float = 0.1, similarity: str = "cosine"):
   """Supervised contrastive loss (Khosla et al. 2020, ``L^sup_out``): one term per anchor.
 
   ``L_a = -(1/|P_a|) sum_{p in P_a} log( e^{S_ap/T} / sum_{j in P_a u N_a} e^{S_aj/T} )``,
-  averaged over the anchors whose term is non-zero (PML's ``AvgNonZeroReducer``): anchors with a
-  positive and at least one other pair (an anchor whose only pair is one positive has
-  ``L_a = 0``). A batch without a negative pair gives 0 (PML). Default ``T = 0.1`` (the paper's
-  and PML's).
+  averaged over the anchors with a positive and at least one other pair (an anchor whose only
+  pair is one positive has ``L_a = 0``): PML's ``AvgNonZeroReducer``, which in float32 also
+  drops an anchor whose ``L_a`` rounds to 0 (a single positive far more similar than every
+  negative, at a small ``T``; ours keeps it in the count). A batch without a negative pair
+  gives 0 (PML). Default ``T = 0.1`` (the paper's and PML's).
 
   Args:
     temperature: ``T > 0``, default 0.1.
