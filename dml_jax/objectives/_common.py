@@ -216,7 +216,14 @@ def param(params, key: str, *, name: str) -> jax.Array:
 
 def init_proxies(rng, *, num_classes: int, dim: int) -> dict:
   """``init`` of the proxy / class-weight objectives: ``{'proxies': float32 [num_classes,
-  dim]}``, unit-norm Gaussian rows (``num_classes >= 2``)."""
+  dim]}``, unit-norm Gaussian rows (``num_classes >= 2``).
+
+  The losses see only cosines, but the norm sets how fast a proxy turns: its gradient is
+  orthogonal to it and scales as ``1 / |p|``, so with Adam a proxy of norm ``r`` turns about
+  ``lr / r`` per step (SGD: ``lr / r^2``). The papers' and pytorch-metric-learning's inits are
+  larger (standard normal, norm ``sqrt(D)``, for NormSoftmax / CosFace / ArcFace / Proxy-NCA;
+  Kaiming normal with fan_out, norm ``sqrt(2 D / C)``, for Proxy-Anchor), so at the same
+  learning rate these unit proxies move that many times faster."""
   num_classes = hparams.integer("num_classes", num_classes, minimum=2)
   dim = hparams.integer("dim", dim, minimum=1)
   proxies = jax.random.normal(rng, (num_classes, dim), jnp.float32)

@@ -78,8 +78,10 @@ def proxy_anchor(*, margin: float = 0.1, alpha: float = 32.0):
   + (1/C) sum_{p} log(1 + sum_{x in X_p-} e^{alpha (s(x, p) + margin)})``.
 
   Defaults ``margin = 0.1``, ``alpha = 32`` (the paper). ``init`` draws unit-norm Gaussian
-  proxies (the paper: Kaiming normal; the scale does not matter, ``s`` is a cosine). The paper
-  trains the proxies with a 100x larger learning rate: ``optimizer.objective_learning_rate``.
+  proxies (the paper: Kaiming normal, norm ``sqrt(2 D / C)``; the loss does not depend on the
+  norm, but a unit proxy turns ``sqrt(2 D / C)`` times faster at the same learning rate, see
+  ``init_proxies``). The paper trains the proxies with a 100x larger learning rate:
+  ``optimizer.objective_learning_rate``.
   Labels must lie in ``[0, C)`` (as ``proxy_nca``). ``aux``: every anchor is valid;
   ``active_fraction`` = pairs (embedding, proxy) with a gradient weight above ``1e-3``;
   ``mean_s_ap`` / ``mean_s_an`` = cosine to the own proxy / mean cosine to the others.
