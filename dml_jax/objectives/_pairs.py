@@ -235,7 +235,10 @@ def circle(*, m: float = 0.4, gamma: float = 80.0, similarity: str = "cosine"):
   ``a_p = [1 + m - S_ap]_+``, ``a_n = [S_an + m]_+`` (under stop-gradient, as the paper's
   "detached" optimisation), ``Delta_p = 1 - m``, ``Delta_n = m``; averaged over the anchors
   with a positive and a negative. Defaults ``m = 0.4``, ``gamma = 80`` (the paper's
-  fine-grained image retrieval setting; PML's defaults).
+  fine-grained image retrieval setting; PML's defaults). PML's ``AvgNonZeroReducer`` also drops
+  the anchors whose term rounds to 0 in float32 (``L_a`` can reach ``softplus(-2 gamma m^2)``,
+  which is 0 once ``2 gamma m^2`` exceeds about 103, e.g. ``m = 0.25``, ``gamma = 1024``): there
+  its mean is larger than ours.
 
   Args:
     m: relaxation ``m``, default 0.4.
