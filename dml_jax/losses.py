@@ -364,9 +364,10 @@ def contrastive(s: jax.Array, pos_mask: jax.Array, *, pos_margin: float = 1.0,
   """Contrastive pair loss in similarity units (Hadsell, Chopra & LeCun, CVPR 2006).
 
   ``l_ij = [pos_margin - S_ij]_+`` for positive pairs and ``[S_ij - neg_margin]_+`` otherwise.
-  On the unit sphere (``d^2 = 2 - 2S``) with the defaults this is Hadsell et al.'s form on
-  squared distances: ``[1 - S]_+ = d^2 / 2`` (their ``D^2 / 2``) and
-  ``[S - 0.5]_+ = [1 - d^2]_+ / 2`` (a hinge at distance 1, i.e. 60 degrees).
+  On the unit sphere (``d^2 = 2 - 2S``) with the defaults: ``[1 - S]_+ = d^2 / 2`` (Hadsell
+  et al.'s positive term ``D^2 / 2``) and ``[S - 0.5]_+ = [1 - d^2]_+ / 2``, a hinge at their
+  margin distance 1 (60 degrees) but linear in ``d^2``, not their squared hinge
+  ``[1 - D]_+^2 / 2`` (whose gradient vanishes at the margin).
 
   Args:
     s: float ``[B, N]`` similarities.

@@ -55,8 +55,9 @@ def contrastive(*, pos_margin: float = 1.0, neg_margin: float = 0.5, reduction: 
   ones (``losses.contrastive``). Defaults: on the unit sphere (``d^2 = 2 - 2S``)
   ``pos_margin = 1`` gives ``[1 - S]_+ = d^2 / 2``, Hadsell et al.'s positive term ``D^2 / 2``
   (positives are pulled together until they coincide), and ``neg_margin = 0.5`` gives
-  ``[1 - d^2]_+ / 2``, their hinge on negatives with margin distance 1 (60 degrees), at the
-  cosine 0.5 that is also the threshold ``lambda`` of the MS, binomial and DRO losses here.
+  ``[1 - d^2]_+ / 2``: zero beyond their margin distance 1 (60 degrees), but linear in ``d^2``
+  where their negative term is the squared hinge ``[1 - D]_+^2 / 2``; the cosine 0.5 is also
+  the threshold ``lambda`` of the MS, binomial and DRO losses here.
 
   Reduction over the pairs ``(i, j)``, ``i != j``: ``'mean'`` (default, Hadsell et al.'s
   average over all pairs) or ``'balanced'`` (mean over positive pairs + mean over negative
