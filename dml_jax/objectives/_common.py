@@ -214,20 +214,34 @@ def param(params, key: str, *, name: str) -> jax.Array:
   return jnp.asarray(params[key])
 
 
-def init_proxies(rng, *, num_classes: int, dim: int) -> dict:
+def init_proxies(rng, *, num_classes: int, dim: int, norm: float = 1.0) -> dict:
   """``init`` of the proxy / class-weight objectives: ``{'proxies': float32 [num_classes,
-  dim]}``, unit-norm Gaussian rows (``num_classes >= 2``).
+  dim]}``, Gaussian directions of length ``norm`` (``num_classes >= 2``; the objectives'
+  ``proxy_norm``, default 1).
 
   The losses see only cosines, but the norm sets how fast a proxy turns: its gradient is
   orthogonal to it and scales as ``1 / |p|``, so with Adam a proxy of norm ``r`` turns about
   ``lr / r`` per step (SGD: ``lr / r^2``). The papers' and pytorch-metric-learning's inits are
   larger (standard normal, norm ``sqrt(D)``, for NormSoftmax / CosFace / ArcFace / Proxy-NCA;
   Kaiming normal with fan_out, norm ``sqrt(2 D / C)``, for Proxy-Anchor), so at the same
-  learning rate these unit proxies move that many times faster."""
+  learning rate unit proxies move that many times faster (``proxy_norm`` sets the length:
+  e.g. ``sqrt(D)`` for the former's step at their learning rates)."""
   num_classes = hparams.integer("num_classes", num_classes, minimum=2)
   dim = hparams.integer("dim", dim, minimum=1)
   proxies = jax.random.normal(rng, (num_classes, dim), jnp.float32)
-  return {"proxies": sim.l2_normalize(proxies)}
+  return {"proxies": sim.l2_normalize(proxies) * jnp.float32(norm)}
+
+
+def proxy_init(proxy_norm, *, per_class: int = 1):
+  """The ``init`` of a proxy objective whose class vectors start at length ``proxy_norm``
+  (checked: a finite number ``> 0``), ``per_class`` of them per class."""
+  proxy_norm = hparams.number("proxy_norm", proxy_norm, positive=True)
+
+  def init(rng, *, num_classes: int, dim: int) -> dict:
+    num_classes = hparams.integer("num_classes", num_classes, minimum=2)
+    return init_proxies(rng, num_classes=num_classes * per_class, dim=dim, norm=proxy_norm)
+
+  return init
 
 
 def max_over_centers(embeddings: jax.Array, proxies: jax.Array, per_class: int) -> jax.Array:

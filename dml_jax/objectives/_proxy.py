@@ -20,7 +20,8 @@ PROXY_ACTIVE_WEIGHT = 1e-3   # a proxy-NCA anchor is active when 1 - p(true prox
 
 
 @register("proxy_nca", parameters=True)
-def proxy_nca(*, temperature: float = 1.0, denominator: str = "negatives"):
+def proxy_nca(*, temperature: float = 1.0, denominator: str = "negatives",
+              proxy_norm: float = 1.0):
   """Proxy-NCA (Movshovitz-Attias et al. 2017): one learnable proxy per class, no mining.
 
   ``init(rng, num_classes=C, dim=D)`` returns ``{'proxies': float32 [C, D]}``: rows drawn from
@@ -46,6 +47,8 @@ def proxy_nca(*, temperature: float = 1.0, denominator: str = "negatives"):
   Args:
     temperature: ``T > 0``, default 1.
     denominator: ``'negatives'`` (default, the paper) or ``'all'``.
+    proxy_norm: length of the class vectors at ``init`` (``> 0``), default 1 (see
+      ``objectives._common.init_proxies``).
 
   Returns:
     ``(init, apply)``; use ``make('proxy_nca', ...)``.
@@ -64,11 +67,11 @@ def proxy_nca(*, temperature: float = 1.0, denominator: str = "negatives"):
     col = lambda x: x[:, None]
     return loss, _common.aux(col(ok), col(1.0 - p_true > PROXY_ACTIVE_WEIGHT), col(s_ap), col(s_an))
 
-  return _common.init_proxies, _common.class_objective(body, name="proxy_nca")
+  return _common.proxy_init(proxy_norm), _common.class_objective(body, name="proxy_nca")
 
 
 @register("proxy_anchor", parameters=True)
-def proxy_anchor(*, margin: float = 0.1, alpha: float = 32.0):
+def proxy_anchor(*, margin: float = 0.1, alpha: float = 32.0, proxy_norm: float = 1.0):
   """Proxy-Anchor loss (Kim et al., CVPR 2020, eq. 4): proxies as anchors.
 
   With ``s(x, p)`` the cosine of an embedding and a proxy, ``P+`` the proxies of the classes in
@@ -80,8 +83,8 @@ def proxy_anchor(*, margin: float = 0.1, alpha: float = 32.0):
   Defaults ``margin = 0.1``, ``alpha = 32`` (the paper). ``init`` draws unit-norm Gaussian
   proxies (the paper: Kaiming normal, norm ``sqrt(2 D / C)``; the loss does not depend on the
   norm, but a unit proxy turns ``sqrt(2 D / C)`` times faster at the same learning rate, see
-  ``init_proxies``). The paper trains the proxies with a 100x larger learning rate:
-  ``optimizer.objective_learning_rate``.
+  ``init_proxies``; ``proxy_norm = sqrt(2 D / C)`` starts at the paper's length). The paper
+  trains the proxies with a 100x larger learning rate: ``optimizer.objective_learning_rate``.
   Labels must lie in ``[0, C)`` (as ``proxy_nca``). ``aux``: every anchor is valid;
   ``active_fraction`` = pairs (embedding, proxy) with a gradient weight above ``1e-3``;
   ``mean_s_ap`` / ``mean_s_an`` = cosine to the own proxy / mean cosine to the others.
@@ -89,6 +92,8 @@ def proxy_anchor(*, margin: float = 0.1, alpha: float = 32.0):
   Args:
     margin: ``delta``, default 0.1.
     alpha: scale ``> 0``, default 32.
+    proxy_norm: length of the class vectors at ``init`` (``> 0``), default 1 (see
+      ``objectives._common.init_proxies``).
 
   Returns:
     ``(init, apply)``; use ``make('proxy_anchor', ...)``.
@@ -115,4 +120,4 @@ def proxy_anchor(*, margin: float = 0.1, alpha: float = 32.0):
     aux["active_fraction"] = jnp.mean((jnp.abs(weight) > PROXY_ACTIVE_WEIGHT).astype(jnp.float32))
     return loss, aux
 
-  return _common.init_proxies, _common.class_objective(body, name="proxy_anchor")
+  return _common.proxy_init(proxy_norm), _common.class_objective(body, name="proxy_anchor")

@@ -35,8 +35,8 @@ SOFTMAX_ACTIVE_WEIGHT = 1e-3   # active: 1 - p(true class) above this
 ARCFACE_MIN_SIN_SQ = 1e-12     # sin^2(theta) floor: finite gradient at cos = +-1
 
 
-def _softmax_objective(name: str, target_fn, scale: float, *, per_class: int = 1,
-                       class_cos=_common.max_over_centers):
+def _softmax_objective(name: str, target_fn, scale: float, proxy_norm: float, *,
+                       per_class: int = 1, class_cos=_common.max_over_centers):
   """``apply`` of a margin softmax: ``target_fn(cos_true [B]) -> logit of the true class``
   (before ``scale``); ``class_cos(embeddings [B, D], proxies [C * K, D], K) -> [B, C]`` is
   the class similarity (the centres of a class pooled)."""
@@ -52,12 +52,9 @@ def _softmax_objective(name: str, target_fn, scale: float, *, per_class: int = 1
     return loss, _common.aux(col(ok), col(active), col(jax.lax.stop_gradient(cos_true)),
                              col(_common.row_mean(sg, ~true)))
 
-  def init(rng, *, num_classes: int, dim: int) -> dict:
-    num_classes = hparams.integer("num_classes", num_classes, minimum=2)
-    return _common.init_proxies(rng, num_classes=num_classes * per_class, dim=dim)
-
-  return init, _common.class_objective(body, name=name, per_class=per_class,
-                                       class_similarity=class_cos)
+  apply = _common.class_objective(body, name=name, per_class=per_class,
+                                  class_similarity=class_cos)
+  return _common.proxy_init(proxy_norm, per_class=per_class), apply
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
@@ -94,23 +91,25 @@ margin_cross_entropy.defvjp(_margin_ce_fwd, _margin_ce_bwd)
 
 
 @register("normalized_softmax", parameters=True)
-def normalized_softmax(*, temperature: float = 0.05):
+def normalized_softmax(*, temperature: float = 0.05, proxy_norm: float = 1.0):
   """NormSoftmax (Zhai & Wu, BMVC 2019): softmax cross-entropy on ``cos(x, w_c) / T``.
 
   Default ``T = 0.05`` (the paper's best on CUB / Cars / SOP).
 
   Args:
     temperature: ``T > 0``, default 0.05.
+    proxy_norm: length of the class vectors at ``init`` (``> 0``), default 1 (see
+      ``objectives._common.init_proxies``).
 
   Returns:
     ``(init, apply)``; use ``make('normalized_softmax', ...)``.
   """
   temperature = hparams.number("temperature", temperature, positive=True)
-  return _softmax_objective("normalized_softmax", lambda c: c, 1.0 / temperature)
+  return _softmax_objective("normalized_softmax", lambda c: c, 1.0 / temperature, proxy_norm)
 
 
 @register("cosface", parameters=True)
-def cosface(*, margin: float = 0.35, scale: float = 64.0):
+def cosface(*, margin: float = 0.35, scale: float = 64.0, proxy_norm: float = 1.0):
   """CosFace / large margin cosine loss (Wang et al., CVPR 2018, eq. 4).
 
   The true class's logit is ``s (cos(theta_y) - m)``, the others ``s cos(theta_j)``. Defaults
@@ -119,13 +118,15 @@ def cosface(*, margin: float = 0.35, scale: float = 64.0):
   Args:
     margin: ``m``, default 0.35.
     scale: ``s > 0``, default 64.
+    proxy_norm: length of the class vectors at ``init`` (``> 0``), default 1 (see
+      ``objectives._common.init_proxies``).
 
   Returns:
     ``(init, apply)``; use ``make('cosface', ...)``.
   """
   margin = hparams.real("margin", margin)
   scale = hparams.number("scale", scale, positive=True)
-  return _softmax_objective("cosface", lambda c: c - margin, scale)
+  return _softmax_objective("cosface", lambda c: c - margin, scale, proxy_norm)
 
 
 def arcface_target(cos: jax.Array, margin: float) -> jax.Array:
@@ -140,7 +141,7 @@ def arcface_target(cos: jax.Array, margin: float) -> jax.Array:
 
 
 @register("arcface", parameters=True)
-def arcface(*, margin: float = 0.5, scale: float = 64.0):
+def arcface(*, margin: float = 0.5, scale: float = 64.0, proxy_norm: float = 1.0):
   """ArcFace / additive angular margin loss (Deng et al., CVPR 2019, eq. 3).
 
   The true class's logit is ``s cos(theta_y + m)`` (see :func:`arcface_target` for
@@ -150,13 +151,15 @@ def arcface(*, margin: float = 0.5, scale: float = 64.0):
   Args:
     margin: ``m`` in radians, in ``[0, pi/2)``, default 0.5.
     scale: ``s > 0``, default 64.
+    proxy_norm: length of the class vectors at ``init`` (``> 0``), default 1 (see
+      ``objectives._common.init_proxies``).
 
   Returns:
     ``(init, apply)``; use ``make('arcface', ...)``.
   """
   margin = _check_arcface_margin(margin)
   scale = hparams.number("scale", scale, positive=True)
-  return _softmax_objective("arcface", lambda c: arcface_target(c, margin), scale)
+  return _softmax_objective("arcface", lambda c: arcface_target(c, margin), scale, proxy_norm)
 
 
 def _check_arcface_margin(margin) -> float:
@@ -168,7 +171,8 @@ def _check_arcface_margin(margin) -> float:
 
 
 @register("subcenter_arcface", parameters=True)
-def subcenter_arcface(*, margin: float = 0.5, scale: float = 64.0, sub_centers: int = 3):
+def subcenter_arcface(*, margin: float = 0.5, scale: float = 64.0, sub_centers: int = 3,
+                      proxy_norm: float = 1.0):
   """Sub-center ArcFace (Deng et al., ECCV 2020): ArcFace with ``K`` centres per class, the
   class cosine being the largest of its centres' (robust to label noise: noisy examples gather
   at non-dominant centres).
@@ -181,6 +185,8 @@ def subcenter_arcface(*, margin: float = 0.5, scale: float = 64.0, sub_centers: 
     margin: ``m`` in radians, in ``[0, pi/2)``, default 0.5.
     scale: ``s > 0``, default 64.
     sub_centers: ``K >= 1``, default 3.
+    proxy_norm: length of the class vectors at ``init`` (``> 0``), default 1 (see
+      ``objectives._common.init_proxies``).
 
   Returns:
     ``(init, apply)``; use ``make('subcenter_arcface', ...)``.
@@ -189,12 +195,12 @@ def subcenter_arcface(*, margin: float = 0.5, scale: float = 64.0, sub_centers: 
   scale = hparams.number("scale", scale, positive=True)
   sub_centers = hparams.integer("sub_centers", sub_centers, minimum=1)
   return _softmax_objective("subcenter_arcface", lambda c: arcface_target(c, margin), scale,
-                            per_class=sub_centers)
+                            proxy_norm, per_class=sub_centers)
 
 
 @register("softtriple", parameters=True)
 def softtriple(*, centers_per_class: int = 10, la: float = 20.0, gamma: float = 0.1,
-               margin: float = 0.01):
+               margin: float = 0.01, proxy_norm: float = 1.0):
   """SoftTriple loss (Qian et al., ICCV 2019, eq. 10), without the centre regulariser.
 
   ``K`` centres per class; the class similarity is the soft maximum
@@ -208,6 +214,8 @@ def softtriple(*, centers_per_class: int = 10, la: float = 20.0, gamma: float = 
     la: scale ``lambda > 0``, default 20.
     gamma: softmax temperature over a class's centres ``> 0``, default 0.1.
     margin: ``delta``, default 0.01.
+    proxy_norm: length of the class vectors at ``init`` (``> 0``), default 1 (see
+      ``objectives._common.init_proxies``).
 
   Returns:
     ``(init, apply)``; use ``make('softtriple', ...)``.
@@ -217,7 +225,7 @@ def softtriple(*, centers_per_class: int = 10, la: float = 20.0, gamma: float = 
   gamma = hparams.number("gamma", gamma, positive=True)
   margin = hparams.real("margin", margin)
 
-  return _softmax_objective("softtriple", lambda c: c - margin, la,
+  return _softmax_objective("softtriple", lambda c: c - margin, la, proxy_norm,
                             per_class=centers_per_class,
                             class_cos=functools.partial(soft_class_similarity, gamma=gamma))
 

@@ -66,6 +66,26 @@ def test_proxy_nca_init_shapes():
   np.testing.assert_allclose(np.linalg.norm(p["proxies"], axis=1), 1.0, rtol=1e-5)
 
 
+PROXY_OBJECTIVES = [("proxy_nca", 1), ("proxy_anchor", 1), ("normalized_softmax", 1),
+                    ("cosface", 1), ("arcface", 1), ("subcenter_arcface", 3), ("softtriple", 10)]
+
+
+@pytest.mark.parametrize("name,per_class", PROXY_OBJECTIVES)
+def test_proxy_norm_sets_the_initial_length_and_not_the_loss(name, per_class):
+  key = jax.random.key(3)
+  unit = objectives.make(name).init(key, num_classes=5, dim=D)["proxies"]
+  long = objectives.make(name, proxy_norm=4.0).init(key, num_classes=5, dim=D)["proxies"]
+  assert unit.shape == long.shape == (5 * per_class, D)
+  np.testing.assert_allclose(np.linalg.norm(long, axis=1), 4.0, rtol=1e-5)
+  np.testing.assert_allclose(long, 4.0 * unit, rtol=1e-6)   # the same directions
+  labels = np.asarray(LABELS, np.int32) % 5
+  loss_unit = run(name, {"proxies": unit}, batch(0), labels)[0]
+  loss_long = run(name, {"proxies": long}, batch(0), labels)[0]
+  np.testing.assert_allclose(loss_long, loss_unit, rtol=1e-5)   # the losses see cosines
+  with pytest.raises(ValueError, match="proxy_norm must be a number > 0, got 0"):
+    objectives.make(name, proxy_norm=0)
+
+
 def test_proxy_nca_with_singleton_classes_is_finite():
   obj = objectives.make("proxy_nca")
   params = obj.init(jax.random.key(0), num_classes=NUM_CLASSES, dim=D)

@@ -40,7 +40,8 @@ def test_margin_with_default_hyperparameters_and_hparams():
       positive="random", negative="distance_weighted", alpha=0.2, beta="class", beta0=1.2,
       nu=0.0, similarity="cosine", cutoff=0.5, nonzero_loss_cutoff=1.4, fallback="negatives",
       reduction="nonzero")
-  assert objectives.make("proxy_nca").hparams == dict(temperature=1.0, denominator="negatives")
+  assert objectives.make("proxy_nca").hparams == dict(temperature=1.0, denominator="negatives",
+                                                      proxy_norm=1.0)
   assert objectives.make("trimmed_triplet").hparams == dict(
       positive="random", negative="semihard", margin=0.2, similarity="cosine",
       negative_reduction="mean", keep_fraction=0.9, distance="squared")
