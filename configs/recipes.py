@@ -132,14 +132,19 @@ EPS_LOSSES["margin"], EPS_LOSSES["eps_margin"] = _eps_losses(
 # DRO paper: BN-Inception (ImageNet) + a linear 1024-D embedding, Adam 1e-5, batch 80 (the
 # file sets 640 for In-Shop) of M = 5 per class (M as in its ablations). Not stated: training
 # length, image size, augmentation. Our choice (the MS-loss code the paper follows): frozen
-# BatchNorm, RandomResizedCrop 227 from 256 + flip, 10,000 steps; no weight decay (the MS-loss
-# code has Adam weight decay 5e-4: --config.optimizer.weight_decay=5e-4).
+# BatchNorm, RandomResizedCrop 227 + flip (the MS-loss code: area fraction 0.16-1 of the image
+# resized to 256; ours: 0.08-1, torchvision's default, of the full image), evaluation resized
+# to 256 and centre 227, 10,000 steps; no weight decay (the MS-loss code has Adam weight decay
+# 5e-4: --config.optimizer.weight_decay=5e-4). Inputs normalised as the BN-Inception weights
+# expect: pixels in [0, 255] minus (128, 117, 104) (R, G, B), which the model turns into the
+# port's BGR minus (104, 117, 128) (models.bn_inception.PORT_MEAN / PORT_STD).
 DRO = {
     "model.name": "bn_inception", "model.embedding_dim": 1024, "model.normalize": True,
     "model.pretrained": PRETRAINED["bn_inception"], "model.bn_mode": "frozen",
     "batch_size": 80, "data.group_size": 5,
     "data.image_size": 227, "data.resize_size": 256,
     "data.augmentation": "random_resized_crop",
+    "data.mean": (128 / 255, 117 / 255, 104 / 255), "data.std": (1 / 255, 1 / 255, 1 / 255),
     "num_train_steps": 10_000,
     "optimizer.name": "adam", "optimizer.learning_rate": 1e-5,
 }

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 
+import numpy as np
 import pytest
 
 from dml_jax import objectives
@@ -67,6 +68,28 @@ def test_config_schema_and_objective(spec, variant):
   assert obj.name == c.loss.name
   if variant:
     assert c.num_train_steps <= 50
+
+
+def _model_input(c, pixels):
+  """The input the model's first layer sees for RGB ``pixels`` uint8 ``[..., 3]`` under config
+  ``c`` (the data normalisation, then BN-Inception's channel reversal)."""
+  from dml_jax.data import augment  # pylint: disable=import-outside-toplevel
+  from dml_jax.models import bn_inception  # pylint: disable=import-outside-toplevel
+  x = augment.normalize_pixels(pixels, mean=tuple(c.data.mean), std=tuple(c.data.std))
+  return np.asarray(bn_inception.to_port_channels(x)) if c.model.name == "bn_inception" else x
+
+
+@pytest.mark.parametrize("spec", [s for s in EXPERIMENTS if load(s).model.pretrained])
+def test_pretrained_configs_normalise_as_their_weights_expect(spec):
+  """torchvision's ResNets: RGB in [0, 1] with ImageNet mean / std; the BN-Inception port
+  (the MS / DRO code's weights): BGR in [0, 255] minus (104, 117, 128)."""
+  c = load(spec)
+  rgb = np.array([[0, 0, 0], [255, 255, 255], [200, 100, 30], [7, 180, 250]], np.uint8)
+  if c.model.name == "bn_inception":
+    want = rgb[:, ::-1].astype(np.float32) - np.array([104.0, 117.0, 128.0], np.float32)
+  else:
+    want = (rgb / 255.0 - np.array([0.485, 0.456, 0.406])) / np.array([0.229, 0.224, 0.225])
+  np.testing.assert_allclose(_model_input(c, rgb), want, rtol=1e-5, atol=1e-4)
 
 
 def test_the_two_digits_configs_differ_only_in_the_positive():

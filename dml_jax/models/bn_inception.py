@@ -16,8 +16,11 @@ Module names follow the port's ``state_dict``: ``backbone.<name>.conv`` <- ``<na
 ``<name>.bias`` and ``backbone.<name>.bn`` <- ``<name>_bn.*`` for every ``<name>`` in
 ``conv_names()`` (e.g. ``inception_3a_double_3x3_1``); ``last_linear`` is not part of the model.
 
-Inputs as the port's ImageNet weights expect: **BGR** in [0, 255] minus the mean (104, 117,
-128), std 1 (the data pipeline's job). ``bn_momentum`` default 0.9 (flax; torch 0.1), the
+The port's ImageNet weights expect **BGR** in [0, 255] minus the mean (104, 117, 128), std 1.
+``BNInception`` takes **RGB**, the channel order of every dml_jax input, and reverses the
+channels before ``BNInceptionBackbone`` (the port's ``features``, BGR): the data pipeline
+normalises with ``data.mean = (128, 117, 104) / 255`` (R, G, B) and ``data.std = 1 / 255``
+(``PORT_MEAN`` / ``PORT_STD``; ``configs/recipes.py`` DRO). ``bn_momentum`` default 0.9 (flax; torch 0.1), the
 port's (pretrainedmodels 0.7.4, which the MS-loss code uses, keeps torch's default; only an
 early version of the port declared torch momentum 0.9); it matters only when training with
 batch statistics. BatchNorm modes, ``dtype`` and the other options are those of
@@ -47,6 +50,18 @@ INCEPTION_SPECS = (
     ("5a", 1056, 352, 192, 320, 160, 224, "avg", 128, 1),
     ("5b", 1024, 352, 192, 320, 192, 224, "max", 128, 1),
 )
+# The data normalisation of the port's weights in dml_jax's RGB order, ``(x / 255 - mean) /
+# std`` = ``x - (128, 117, 104)`` for pixels ``x`` in [0, 255]: after ``to_port_channels``
+# the port's BGR minus (104, 117, 128).
+PORT_MEAN = (128 / 255, 117 / 255, 104 / 255)
+PORT_STD = (1 / 255, 1 / 255, 1 / 255)
+
+
+def to_port_channels(x: jax.Array) -> jax.Array:
+  """RGB ``[..., 3]`` -> the port's BGR order ``[..., 3]`` (channels reversed)."""
+  return x[..., ::-1]
+
+
 # stem: name, in, out, kernel, stride, padding.
 STEM_SPECS = (
     ("conv1_7x7_s2", 3, 64, 7, 2, 3),
@@ -92,7 +107,7 @@ def max_pool_ceil(x: jax.Array, *, window: int = 3, stride: int = 2,
 
 
 class BNInceptionBackbone(nnx.Module):
-  """The port's ``features``: ``[B, H, W, 3] -> [B, H/32, W/32, 1024]`` in ``dtype``."""
+  """The port's ``features``: BGR ``[B, H, W, 3] -> [B, H/32, W/32, 1024]`` in ``dtype``."""
 
   num_features = 1024
 
@@ -136,7 +151,8 @@ class BNInceptionBackbone(nnx.Module):
 
 
 class BNInception(nnx.Module):
-  """BN-Inception backbone + embedding head: float ``[B, H, W, 3]`` -> float32 ``[B, D]``.
+  """BN-Inception backbone + embedding head: float RGB ``[B, H, W, 3]`` -> float32 ``[B, D]``
+  (the channels reversed to the port's BGR before the backbone; see the module docstring).
 
   Args:
     embedding_dim: ``D`` (512 in the MS / DRO papers).
@@ -172,10 +188,10 @@ class BNInception(nnx.Module):
                                     normalize=normalize, rngs=rngs)
 
   def feature_map(self, x: jax.Array) -> jax.Array:
-    """Backbone output ``[B, H/32, W/32, 1024]`` in the compute dtype."""
+    """Backbone output ``[B, H/32, W/32, 1024]`` in the compute dtype, of RGB images."""
     if x.ndim != 4 or x.shape[-1] != 3:
       raise ValueError(f"bn_inception expects images [B, H, W, 3], got shape {x.shape}.")
-    return self.backbone(x)
+    return self.backbone(to_port_channels(x))
 
   def pooled_features(self, x: jax.Array) -> jax.Array:
     """Globally pooled features, float32 ``[B, 1024]``."""

@@ -86,3 +86,13 @@ def test_port_module_names_and_conv_biases():
   assert model.backbone.inception_3c_3x3.conv.strides == (2, 2)
   with pytest.raises(ValueError, match=r"\[B, H, W, 3\], got shape \(2, 8, 8\)"):
     model.feature_map(jnp.ones((2, 8, 8)))
+
+
+def test_model_takes_rgb_and_feeds_the_port_backbone_bgr():
+  """dml_jax's inputs are RGB; the port's weights read BGR: the model reverses the channels."""
+  model = _filled()
+  rgb = jnp.asarray(np.random.default_rng(0).standard_normal((1, 64, 64, 3)), jnp.float32)
+  bgr = rgb[..., ::-1]
+  np.testing.assert_allclose(model.feature_map(rgb), model.backbone(bgr), rtol=1e-6, atol=1e-6)
+  assert not np.allclose(model.feature_map(rgb), model.backbone(rgb), atol=1e-3)
+  np.testing.assert_array_equal(bn_inception.to_port_channels(jnp.arange(3.0)), [2.0, 1.0, 0.0])
