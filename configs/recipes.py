@@ -79,8 +79,9 @@ EPHN_RELEASED = {"loss.reduction": "sum", "optimizer.momentum": 0.0}
 # defaults: weight decay 4e-4, coupled (L2 in the gradient, as torch.optim.Adam's
 # weight_decay), 150 epochs, RandomResizedCrop + flip. (The paper's appendix sets Adam's
 # "other parameters" to Kingma & Ba's defaults, which have no weight decay; it also says it
-# kept the framework's defaults: --config.optimizer.weight_decay=0 is the first reading.) Our choice: n = 4 per class (Roth's
-# default n = 2 would leave one positive per anchor, making EPS identical to the baseline).
+# kept the framework's defaults: --config.optimizer.weight_decay=0 is the first reading.)
+# Our choice: n = 4 per class (Roth's default n = 2 would leave one positive per anchor,
+# making EPS identical to the baseline).
 EPS = {
     "model.name": "resnet50", "model.embedding_dim": 128, "model.normalize": True,
     "model.pretrained": PRETRAINED["resnet50"], "model.bn_mode": "frozen",

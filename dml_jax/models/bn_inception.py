@@ -20,10 +20,10 @@ The port's ImageNet weights expect **BGR** in [0, 255] minus the mean (104, 117,
 ``BNInception`` takes **RGB**, the channel order of every dml_jax input, and reverses the
 channels before ``BNInceptionBackbone`` (the port's ``features``, BGR): the data pipeline
 normalises with ``data.mean = (128, 117, 104) / 255`` (R, G, B) and ``data.std = 1 / 255``
-(``PORT_MEAN`` / ``PORT_STD``; ``configs/recipes.py`` DRO). ``bn_momentum`` default 0.9 (flax; torch 0.1), the
-port's (pretrainedmodels 0.7.4, which the MS-loss code uses, keeps torch's default; only an
-early version of the port declared torch momentum 0.9); it matters only when training with
-batch statistics. BatchNorm modes, ``dtype`` and the other options are those of
+(``PORT_MEAN`` / ``PORT_STD``; ``configs/recipes.py`` DRO). ``bn_momentum`` default 0.9
+(flax; torch 0.1), the port's (pretrainedmodels 0.7.4, which the MS-loss code uses, keeps
+torch's default; only an early version of the port declared torch momentum 0.9); it matters
+only when training with batch statistics. BatchNorm modes, ``dtype`` and the other options are those of
 ``resnet.ResNet``.
 """
 
