@@ -8,7 +8,11 @@ unseen digits 6-9. Batches of 24 = 6 classes x 4.
 The argument picks the loss: ``triplet`` (FaceNet triplet, all positives, margin 0.2 on squared
 distance; ``loss.negative`` 'semihard_random' = random semi-hard, eq. 28, or 'semihard' =
 fixed semi-hard, eq. 29) or ``margin`` (Wu et al.'s margin loss with distance-weighted
-sampling, alpha 0.2, beta0 1.2); append ``,smoke`` (or pass ``smoke`` alone: triplet) for a 10-step run.
+sampling, alpha 0.2, beta0 1.2); append ``,smoke`` (or pass ``smoke`` alone: triplet) for a
+10-step run. Both depart from the paper's losses, which ``configs/label_noise.py`` follows
+(the triplet loss on the Euclidean distance; the margin loss with a fixed beta = 1.4, random
+semi-hard negatives and every positive pair): this small protocol compares negative
+selections under noise, and its recorded table was measured with these losses.
 
   python -m dml_jax.run.experiments sweep --config=configs/digits_label_noise.py:triplet \
       --grid='loss.negative=semihard_random,semihard' \
