@@ -66,13 +66,18 @@ def checks_table(tests: dict, cross: dict, tp: dict) -> list[str]:
       f"differ in {100 * ret['neighbour_lists_differ']:.2f} % of the queries |")
   ours = [r for row in tp["rows"] if "results" in row for r in row["results"]]
   torch = {r["mode"]: r for r in tp["rows"] if r.get("side") == "torch"}
-  for r in ours:
-    cached = f"cached {num(r['cached'])} ({100 * r['cached'] / r['synthetic']:.1f} % of synthetic)"
+  for r in ours:   # a row has the inputs its call measured (float32: synthetic alone)
+    parts = []
+    if "real" in r:
+      parts.append(f"JPEG pipeline {num(r['real'])} ({r['num_workers']} workers × "
+                   f"{r['num_threads']} threads)")
+    if "cached" in r:
+      parts.append(f"cached {num(r['cached'])} ({100 * r['cached'] / r['synthetic']:.1f} % of "
+                   "synthetic)")
+    parts.append(f"synthetic {num(r['synthetic'])}")
     line = (f"| `throughput`: ResNet-50 {r['image_size']} px {r['dtype']}, batch "
-            f"{r['batch_size']}, images/s | dml_jax: JPEG pipeline {num(r['real'])} "
-            f"({r['num_workers']} workers × {r['num_threads']} threads), {cached}, synthetic "
-            f"{num(r['synthetic'])}")
-    if torch:
+            f"{r['batch_size']}, images/s | dml_jax: {', '.join(parts)}")
+    if torch and r["dtype"] == "bfloat16":   # the peer runs bf16 autocast
       peer = "; ".join(f"PyTorch {t['torch'].split('+')[0]} {mode} {num(t['synthetic'])}"
                        for mode, t in torch.items())
       ratio = r["synthetic"] / torch["compiled"]["synthetic"] if "compiled" in torch else None

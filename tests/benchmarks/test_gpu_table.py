@@ -8,3 +8,31 @@ def test_the_tables_state_the_stamp_and_the_omniglot_rows():
   block = load_device_script("gpu_table").generate()
   assert "NVIDIA H200, JAX 0.11.2" in block and "commit `" in block
   assert "| Trip. + SH |" in block and "| EPS + Trip. + SH |" in block
+
+
+def _throughput_with_a_float32_row():
+  """The committed throughput summary plus the float32 synthetic-only report that
+  ``gpu_check.sh throughput`` also writes (no JPEG or cached input in that call)."""
+  import copy  # pylint: disable=import-outside-toplevel
+  gpu_table = load_device_script("gpu_table")
+  tp = copy.deepcopy(gpu_table.load("throughput"))
+  f32 = copy.deepcopy(tp["rows"][0])
+  row = f32["results"][0]
+  for key in ("real", "cached", "cache_build_s", "cache_gb", "loss"):
+    row.pop(key, None)
+  row.update(dtype="float32", synthetic=1000.0)
+  tp["rows"].insert(1, f32)
+  return gpu_table, tp
+
+
+def test_a_synthetic_only_float32_row_renders_without_the_bf16_peer():
+  gpu_table, tp = _throughput_with_a_float32_row()
+  lines = gpu_table.checks_table(gpu_table.load("tests"), gpu_table.load("cross_platform"), tp)
+  f32 = [line for line in lines if "float32" in line]
+  assert len(f32) == 1
+  assert "synthetic 1,000" in f32[0]
+  # the peer runs bf16 autocast: no float32 row is compared with it
+  assert "PyTorch" not in f32[0] and "torch.compile" not in f32[0]
+  assert "JPEG" not in f32[0] and "cached" not in f32[0]
+  bf16 = [line for line in lines if "bfloat16" in line]
+  assert len(bf16) == 1 and "dml_jax / torch.compile 1.00×" in bf16[0]
