@@ -86,20 +86,31 @@ def checks_table(tests: dict, cross: dict, tp: dict) -> list[str]:
   return rows
 
 
+def _seeds(n: int) -> str:
+  return f"{n} seed{'s' if n != 1 else ''}"
+
+
 def omniglot_table(om: dict) -> list[str]:
-  rows = ["| row (2 seeds) | letters R@1 | letters NMI | languages R@1 | languages NMI+ | "
-          "paper (ImageNet weights) |", "|---|---|---|---|---|---|"]
+  """The Omniglot rows (mean ± std over each row's finished seeds) and the runs' rates."""
+  counts = {name: max(m["n"] for m in metrics.values()) for name, metrics in om["rows"].items()}
+  same = len(set(counts.values())) == 1
+  rows = [f"| row{f' ({_seeds(next(iter(counts.values())))})' if same else ''} | letters R@1 | "
+          "letters NMI | languages R@1 | languages NMI+ | paper (ImageNet weights) |",
+          "|---|---|---|---|---|---|"]
   for name, metrics in sorted(om["rows"].items(),
                               key=lambda item: list(ROWS).index(item[0].rsplit("=", 1)[-1])):
     pos = name.rsplit("=", 1)[-1]
     cells = [f"{metrics[k]['mean']:.1f} ± {metrics[k]['std']:.1f}" for k in OMNIGLOT_KEYS]
     paper = " / ".join(f"{v:.1f}" for v in PAPER_OMNIGLOT[pos])
-    rows.append(f"| {ROWS[pos]} | " + " | ".join(cells) + f" | {paper} |")
-  rates = [r["images_per_s"] for r in om["runs"]]
+    label = ROWS[pos] if same else f"{ROWS[pos]} ({_seeds(counts[name])})"
+    rows.append(f"| {label} | " + " | ".join(cells) + f" | {paper} |")
+  rates = [r["images_per_s"] for r in om["runs"] if r.get("images_per_s")]
   steps = {r["final_step"] for r in om["runs"] if r["finished"]}
+  unfinished = sum(not r["finished"] for r in om["runs"])
   rows.append("")
   rows.append(
-      f"{len(om['runs'])} runs of {', '.join(map(str, sorted(steps)))} steps, all at once on "
+      f"{len(om['runs'])} runs{f' ({unfinished} of them unfinished)' if unfinished else ''} of "
+      f"{', '.join(map(str, sorted(steps)))} steps, all at once on "
       f"the GPU beside the `tests` part: {om['wall_seconds_all_runs']:.0f} s for all of them "
       f"(compilation, cache, training, evaluation), each training at "
       f"{num(min(rates))}–{num(max(rates))} images/s ({stamp(om)}).")

@@ -36,3 +36,17 @@ def test_a_synthetic_only_float32_row_renders_without_the_bf16_peer():
   assert "JPEG" not in f32[0] and "cached" not in f32[0]
   bf16 = [line for line in lines if "bfloat16" in line]
   assert len(bf16) == 1 and "dml_jax / torch.compile 1.00×" in bf16[0]
+
+
+def test_the_omniglot_rows_state_their_own_seed_count_and_an_unfinished_run():
+  import copy  # pylint: disable=import-outside-toplevel
+  gpu_table = load_device_script("gpu_table")
+  om = copy.deepcopy(gpu_table.load("omniglot"))
+  for metrics in om["rows"]["loss.positive=random"].values():
+    metrics["n"] = 1   # one of its two seeds did not finish
+  om["runs"][-1].update(finished=False, images_per_s=None)
+  om["runs"][-1].pop("final_step")
+  text = "\n".join(gpu_table.omniglot_table(om))
+  assert "| Trip. + SH (1 seed) |" in text and "| EPS + Trip. + SH (2 seeds) |" in text
+  assert "(2 seeds)" not in text.splitlines()[0]
+  assert "1 of them unfinished" in text
