@@ -180,12 +180,18 @@ def _script(path: str):
 
 def render_benchmark(summary: dict) -> str:
   """A benchmark report (``"script"`` names the benchmark): its table, by the script's own
-  ``table(report)``, and the line saying where and when it was measured."""
+  ``table(report)``, and the line saying where and when it was measured: the device when it
+  is not the CPU, the CPU, and the JAX and torch versions the stamp holds."""
   stamp = summary["stamp"]
   dates = " to ".join(dict.fromkeys(stamp["dates"])) if "dates" in stamp else stamp["date"]
+  device = (f"on {stamp['device']} ({stamp['backend']}), "
+            if stamp.get("backend", "cpu") != "cpu" and stamp.get("device") else "")
+  versions = ", ".join(f"{name} {stamp[key]}" for name, key in (("JAX", "jax"), ("torch", "torch"))
+                       if stamp.get(key))
   return (_script(summary["script"]).table(summary) + "\n\n"
-          f"`{stamp['command']}` at commit `{stamp['commit']}`, {dates}, "
-          f"{stamp['cpu_count']} CPU cores ({stamp.get('cpu', stamp['machine'])}).\n")
+          f"`{stamp['command']}` at commit `{stamp['commit']}`, {dates}, {device}"
+          f"{stamp['cpu_count']} CPU cores ({stamp.get('cpu', stamp['machine'])})"
+          f"{'; ' + versions if versions else ''}.\n")
 
 
 def render(name: str) -> str:

@@ -101,3 +101,14 @@ def test_summarize_takes_the_newest_collapse_report(tmp_path):
   seed = json.loads(summary.read_text())["runs"]["a"]["0"]
   assert seed["test"]["recall@1"] == 0.75
   assert seed["collapse:train"] == {"relative_spread": 0.1, "rho": 0.1}
+
+
+def test_a_benchmark_line_states_the_versions_and_a_gpu():
+  with open(os.path.join(ROOT, "docs", "results", "performance", "objectives.json")) as f:
+    summary = json.load(f)
+  line = tables.render_benchmark(summary).splitlines()[-1]
+  assert "JAX 0.10.2" in line and "torch 2.13.0+cpu" in line, line
+  # a report measured on a GPU (gpu_check.sh retrieval / clustering) names the GPU
+  summary["stamp"].update(backend="gpu", device="NVIDIA H200", cpu_count=16)
+  line = tables.render_benchmark(summary).splitlines()[-1]
+  assert "on NVIDIA H200 (gpu), 16 CPU cores" in line, line
