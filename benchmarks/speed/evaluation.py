@@ -191,9 +191,18 @@ def worker(method: str, n: int, dim: int, ks, *, noise: float, seed: int,
   result = RUNNERS[method](x, y, tuple(ks))
   seconds = time.perf_counter() - start
   peak = _proc_kib("VmHWM")
+  where = ({"jax": jax.__version__, "backend": jax.default_backend(),
+            "device": jax.devices()[0].device_kind} if method == "dml_jax" else {})
   return {"method": method, "n": n, "data": kind, "dim": dim, "seconds": seconds,
           "peak_mib_above": (peak - baseline) / 1024, "embeddings_mib": x.nbytes / 2**20,
-          "metrics": result}
+          "metrics": result, **where}
+
+
+def report_stamp(rows: list[dict]) -> dict:
+  """``harness.stamp()`` with the JAX version, backend and device of the first dml_jax row
+  that ran (the workers run in subprocesses; this process does not import JAX)."""
+  ran = next((r for r in rows if r["method"] == "dml_jax" and "backend" in r), {})
+  return {**harness.stamp(), **{k: ran[k] for k in ("jax", "backend", "device") if k in ran}}
 
 
 # ------------------------------------------------------------------------------ driver
@@ -294,7 +303,7 @@ def main(argv):
         print(f"{kind} N={n} {method}: {status}", flush=True)
   report = {"script": "benchmarks/speed/evaluation.py", "dim": dim, "ks": ks, "noise": FLAGS.noise, "seed": FLAGS.seed,
             "cpu_count": os.cpu_count(), "rows": rows, "checks": checks(rows),
-            "stamp": harness.stamp()}
+            "stamp": report_stamp(rows)}
   print(f"\nD = {dim}, about N/5 classes, query = gallery (self excluded); "
         f"{os.cpu_count()} CPU cores\n")
   print(table(report))

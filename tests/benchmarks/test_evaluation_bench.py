@@ -37,3 +37,14 @@ def test_table_and_checks():
   text = evaluation.table({"ks": [1], "rows": rows})
   assert "| unstructured | 1,000 | faiss | 2.0 | 0.50 | 100 | 0.00 | 10.00 | 20.00 |" in text
   assert "| unstructured | 1,000 | pml | skipped: not installed |" in text
+
+
+def test_the_report_names_the_device_its_dml_jax_worker_ran_on():
+  # the workers run in subprocesses: the parent never imports JAX, so its stamp alone would
+  # not say that a run was on a GPU
+  import jax  # pylint: disable=import-outside-toplevel
+  row = evaluation.worker("dml_jax", 300, 8, [1], noise=0.5, seed=0)
+  assert (row["jax"], row["backend"]) == (jax.__version__, jax.default_backend())
+  stamp = evaluation.report_stamp([{"method": "faiss", "n": 300}, row])
+  assert (stamp["jax"], stamp["backend"], stamp["device"]) == (
+      row["jax"], row["backend"], row["device"])
