@@ -123,7 +123,7 @@ def main(argv=None) -> int:
   cpu, accel = jax.devices("cpu")[0], jax.devices()[0]
   x, labels = clustered(rng, 32, args.batch // 32, args.dim, spread=0.6)
   result = {"device": str(accel.device_kind), "platform": accel.platform,
-            "jax": jax.__version__, "batch": args.batch, "dim": args.dim}
+            "jax": jax.__version__, "batch": args.batch, "dim": args.dim, "num": args.num}
   result["objectives"] = objective_rows(x, labels, precision=similarity.PRECISION,
                                         accel=accel, cpu=cpu, names=objectives.names())
   result["objectives_platform_default"] = objective_rows(x, labels, precision=None,

@@ -24,6 +24,8 @@ LOSS_FLOOR = 1e-3   # as cross_platform.loss_rel_diff: losses near 0 are compare
 PAPER_OMNIGLOT = {"random": (49.4, 66.2, 71.0, 38.7), "easy": (68.4, 79.6, 85.2, 52.6)}
 ROWS = {"random": "Trip. + SH", "easy": "EPS + Trip. + SH"}
 OMNIGLOT_KEYS = ("test/recall@1", "test/nmi", "test:alphabet/recall@1", "test:alphabet/nmi+")
+MODELS = {"resnet18": "ResNet-18", "resnet50": "ResNet-50"}
+CROSS_NUM = 20000   # cross_platform.py's --num, for summaries that did not record it
 
 
 def load(name: str) -> dict:
@@ -61,8 +63,8 @@ def checks_table(tests: dict, cross: dict, tp: dict) -> list[str]:
       f"{grad_before:.1e} ({names}) |")
   ret = cross["retrieval"]
   rows.append(
-      f"| `cross`: exact kNN and retrieval metrics of 20,000 clustered 128-D embeddings, GPU "
-      f"against CPU | metrics differ by ≤ {ret['max_metric_abs_diff']:.1e}; neighbour lists "
+      f"| `cross`: exact kNN and retrieval metrics of {num(cross.get('num', CROSS_NUM))} "
+      f"clustered {cross['dim']}-D embeddings, GPU against CPU | metrics differ by ≤ {ret['max_metric_abs_diff']:.1e}; neighbour lists "
       f"differ in {100 * ret['neighbour_lists_differ']:.2f} % of the queries |")
   ours = [r for row in tp["rows"] if "results" in row for r in row["results"]]
   torch = {r["mode"]: r for r in tp["rows"] if r.get("side") == "torch"}
@@ -75,7 +77,7 @@ def checks_table(tests: dict, cross: dict, tp: dict) -> list[str]:
       parts.append(f"cached {num(r['cached'])} ({100 * r['cached'] / r['synthetic']:.1f} % of "
                    "synthetic)")
     parts.append(f"synthetic {num(r['synthetic'])}")
-    line = (f"| `throughput`: ResNet-50 {r['image_size']} px {r['dtype']}, batch "
+    line = (f"| `throughput`: {MODELS.get(r['model'], r['model'])} {r['image_size']} px {r['dtype']}, batch "
             f"{r['batch_size']}, images/s | dml_jax: {', '.join(parts)}")
     if torch and r["dtype"] == "bfloat16":   # the peer runs bf16 autocast
       peer = "; ".join(f"PyTorch {t['torch'].split('+')[0]} {mode} {num(t['synthetic'])}"
@@ -117,9 +119,15 @@ def omniglot_table(om: dict) -> list[str]:
   return rows
 
 
+def checks_header(tests: dict, cross: dict, tp: dict) -> str:
+  """Where and when the checks ran: the ``tests`` stamp, and ``cross``'s where it differs."""
+  other = f"; cross: {stamp(cross)}" if stamp(cross) != stamp(tests) else ""
+  return f"Checks: {stamp(tests)}{other}; throughput: {stamp(tp)}."
+
+
 def generate() -> str:
   tests, cross, tp, om = (load(n) for n in ("tests", "cross_platform", "throughput", "omniglot"))
-  lines = [f"Checks: {stamp(tests)}; throughput: {stamp(tp)}.", ""]
+  lines = [checks_header(tests, cross, tp), ""]
   lines += checks_table(tests, cross, tp)
   lines += ["", "EPS paper, Table 3 on Omniglot at the paper's scale from random weights "
             "(`configs/omniglot_resnet50.py`, 15 epochs; `gpu_check.sh omniglot`; "

@@ -50,3 +50,21 @@ def test_the_omniglot_rows_state_their_own_seed_count_and_an_unfinished_run():
   assert "| Trip. + SH (1 seed) |" in text and "| EPS + Trip. + SH (2 seeds) |" in text
   assert "(2 seeds)" not in text.splitlines()[0]
   assert "1 of them unfinished" in text
+
+
+def test_the_checks_name_the_model_sizes_and_stamps_their_summaries_hold():
+  import copy  # pylint: disable=import-outside-toplevel
+  gpu_table, tp = _throughput_with_a_float32_row()
+  for report in tp["rows"][:2]:
+    report["results"][0].update(model="resnet18", image_size=32)
+  cross = copy.deepcopy(gpu_table.load("cross_platform"))
+  cross.update(dim=8, num=600)
+  cross["stamp"].update(commit="abc1234", date="2026-12-01")
+  tests = gpu_table.load("tests")
+  text = "\n".join(gpu_table.checks_table(tests, cross, tp))
+  assert "ResNet-50" not in text and "ResNet-18 32 px bfloat16" in text
+  assert "of 600 clustered 8-D embeddings" in text
+  header = gpu_table.checks_header(tests, cross, tp)
+  assert "cross: NVIDIA H200, JAX 0.11.2, 2026-12-01, commit `abc1234`" in header
+  # the committed summaries: one stamp for the checks, and the text as before
+  assert "cross:" not in gpu_table.checks_header(tests, gpu_table.load("cross_platform"), tp)
