@@ -31,7 +31,9 @@
 #               --xla_gpu_enable_command_buffer=+CONVOLUTION), each in a fresh process (the
 #               bf16 step compiled in 29 s on an H200: keep to about six variants per call)
 #               -> step.json
-# Each part ends within 8 minutes on one H100 / H200 with 16 CPU cores. Needs on the machine:
+# Timeouts bound each part (on one H100 / H200 with 16 CPU cores): 7.5 minutes for tests, cross
+# and omniglot, 9 for throughput, 150 s a variant for step (the four default variants: 10
+# minutes) and a WORKERS entry for workers; main and profile's analysis have none. Needs on the machine:
 # Python 3.12 with JAX (CUDA), Flax, optax, orbax, chex, absl, numpy, scikit-learn, pillow,
 # matplotlib, tqdm, pytest, pytest-xdist, PyTorch + torchvision (the peer); the wheels of the
 # five packages such machines often lack go in .whl/ and are installed first (7 MB):
