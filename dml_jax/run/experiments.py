@@ -17,7 +17,11 @@ Each (grid point, seed) trains in ``<workdir>/<point>/seed_<s>`` through
 ``training.train_and_evaluate`` with ``config.seed = seed_offset + s``. A run is *finished*
 when its final ``eval_step_<num_train_steps>.json`` exists; finished runs are skipped (their
 results are read back), so an interrupted sweep resumes where it stopped (an unfinished run
-resumes from its own newest checkpoint). At the end it writes into ``<workdir>``:
+resumes from its own newest checkpoint). A run directory trained with a config that differs in
+a key train.py would refuse on a rerun (``workdir.check_rerun``) stops the sweep with one line
+before any run; a finished run whose length (``num_train_steps``, ``num_epochs``) or
+evaluation (``eval.*``) changed is rerun, resuming from its checkpoint. At the end it writes
+into ``<workdir>``:
 
 * ``sweep.json``: ``{'axes', 'seeds', 'runs': [{'point', 'name', 'seed', 'workdir',
   'results'}], 'summary': {name: report.aggregate(...)}}``;
@@ -121,6 +125,12 @@ def read_final_results(workdir: str, num_train_steps: int) -> dict | None:
     return None
   with open(path) as f:
     return json.load(f)["results"]
+
+
+def changes_results(key: str) -> bool:
+  """Whether a resumable config ``key`` changed on a finished run changes its final results
+  (the run's length, its evaluation), so the sweep reruns it instead of reading them back."""
+  return key in ("num_train_steps", "num_epochs") or key.startswith("eval.")
 
 
 def summarize(runs: Sequence[Mapping]) -> dict:
@@ -244,6 +254,15 @@ def sweep(config: ml_collections.ConfigDict, *, grid: Sequence[str] = (), seeds:
   for _, cfg in configs:   # every point checked before the first run starts
     config_lib.validate(cfg)
     objectives.make(**cfg.loss.to_dict())
+  # every run directory too: one trained with another config is refused, one whose
+  # evaluation or length changed is rerun (resumed) instead of skipped
+  stale = {}
+  for point, cfg in configs:
+    for s in range(seeds):
+      run_dir = os.path.join(workdir, point_name(point), f"seed_{seed_offset + s}")
+      changes = workdir_lib.check_rerun(overrides_lib.apply(cfg, {"seed": seed_offset + s}),
+                                        run_dir)
+      stale[run_dir] = any(changes_results(key) for key, _, _ in changes)
   runs = []
   total, done = len(points) * seeds, 0
   for point, cfg in configs:
@@ -253,7 +272,7 @@ def sweep(config: ml_collections.ConfigDict, *, grid: Sequence[str] = (), seeds:
       run_dir = os.path.join(workdir, name, f"seed_{seed}")
       run_cfg = overrides_lib.apply(cfg, {"seed": seed})
       results = (read_final_results(run_dir, workdir_lib.final_step(run_dir, run_cfg))
-                 if os.path.exists(run_dir) else None)
+                 if os.path.exists(run_dir) and not stale[run_dir] else None)
       done += 1
       if results is None:
         log(f"[{done}/{total}] training {name} seed {seed} -> {run_dir}")

@@ -195,3 +195,49 @@ def test_cli_shows_each_runs_log_lines(tmp_path, monkeypatch, caplog):
   finally:
     absl_logging.set_verbosity(before)
   assert "step 2/4: loss 0.5" in caplog.text
+
+
+def recording_train(values):
+  """``fake_train`` that also writes ``config.json`` and ``run.json`` as train.py does."""
+  from dml_jax.run import workdir as workdir_lib
+  train_fn, calls = fake_train(values)
+
+  def train(config, workdir):
+    out = train_fn(config, workdir)
+    workdir_lib.write_config(config, workdir)
+    workdir_lib.write_run_info(workdir, num_train_steps=config.num_train_steps,
+                               steps_per_epoch=1)
+    return out
+
+  return train, calls
+
+
+def test_a_rerun_with_another_config_is_refused_not_answered_from_the_old_runs(tmp_path):
+  """The same sweep directory with a --set that changes the runs: the finished runs were
+  trained with the other config, so their results must not be reported as the new ones."""
+  train_fn, calls = recording_train({("easy", 0): 0.6, ("easy", 1): 0.8})
+  wd = str(tmp_path)
+  experiments.sweep(small_config(10), grid=["loss.positive=easy"], seeds=2, workdir=wd,
+                    train_fn=train_fn, log=lambda s: None)
+  calls.clear()
+  with pytest.raises(ValueError, match=r"trained with a different config \(optimizer"):
+    experiments.sweep(small_config(10), grid=["loss.positive=easy"], seeds=2, workdir=wd,
+                      overrides={"optimizer.learning_rate": "0.5"}, train_fn=train_fn,
+                      log=lambda s: None)
+  assert calls == []
+
+
+def test_a_rerun_with_more_steps_extends_the_finished_runs(tmp_path):
+  """--set num_train_steps=20 on a sweep of 10 steps resumes each run to step 20 (as train.py
+  does) instead of reporting the step-10 results as the 20-step sweep's."""
+  train_fn, calls = recording_train({("easy", 0): 0.6, ("easy", 1): 0.8})
+  wd = str(tmp_path)
+  experiments.sweep(small_config(10), grid=["loss.positive=easy"], seeds=2, workdir=wd,
+                    train_fn=train_fn, log=lambda s: None)
+  calls.clear()
+  experiments.sweep(small_config(10), grid=["loss.positive=easy"], seeds=2, workdir=wd,
+                    overrides={"num_train_steps": "20"}, train_fn=train_fn, log=lambda s: None)
+  assert calls == [("easy", 0), ("easy", 1)]
+  with open(os.path.join(wd, "sweep.json")) as f:
+    assert [r["workdir"] for r in json.load(f)["runs"]]
+  assert os.path.exists(os.path.join(wd, "loss.positive=easy", "seed_0", "eval_step_20.json"))
