@@ -300,5 +300,24 @@ def test_validate_is_the_check_of_every_binary():
   with pytest.raises(ValueError, match="Unknown augmentation 'crop'"):
     config_lib.validate(c)
 
+
+@pytest.mark.parametrize("key", ["scatter_every_steps", "eval.retrieval_grid"])
+def test_a_plot_of_the_first_protocol_needs_a_protocol(key):
+  """``eval.splits=()`` (no evaluation) is allowed, but not with the scatter diagram or the
+  retrieval grid, which draw the first protocol: one line before training, not an IndexError
+  at the first scatter step."""
+  from configs import default  # pylint: disable=import-outside-toplevel
+  c = default.get_config()
+  c.eval.splits = ()
+  config_lib.validate(c)
+  *parents, leaf = key.split(".")
+  node = c
+  for part in parents:
+    node = node[part]
+  node[leaf] = 4
+  with pytest.raises(ValueError, match=f"config.{key}=4 draws the first protocol of "
+                                       r"eval.splits, which is empty"):
+    config_lib.validate(c)
+
 if __name__ == "__main__":
   write_golden()

@@ -203,3 +203,16 @@ def test_evaluation_benchmark_smoke(tmp_path):
   # clustered embeddings are found, unstructured ones hardly
   assert (rows["clustered", "dml_jax"]["metrics"]["recall@1"]
           > 10 * rows["unstructured", "dml_jax"]["metrics"]["recall@1"])
+
+
+def test_a_grid_or_an_export_of_a_run_without_protocols_is_one_line(runs, tmp_path):
+  """A run trained with ``eval.splits=()``: the retrieval grid and the embedding export take
+  the first protocol, so they are refused with one line (not an IndexError after embedding)."""
+  workdir = str(tmp_path / "noeval")
+  shutil.copytree(next(iter(runs)), workdir)
+  config = workdir_lib.load_config(workdir)
+  config.eval.splits = ()
+  workdir_lib.write_config(config, workdir)
+  for options in ({"grid": {"num_queries": 4}}, {"export_embeddings": True}):
+    with pytest.raises(ValueError, match="eval.splits is empty"):
+      eval_checkpoints.evaluate_checkpoint(workdir, **options)

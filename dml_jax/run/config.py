@@ -145,6 +145,12 @@ def validate(config: ml_collections.ConfigDict, splits: Mapping | None = None) -
               "max_checkpoints_to_keep"):
     if not isinstance(value := config[key], int) or value < 0:
       raise ValueError(f"config.{key} must be an integer >= 0, got {value!r}.")
+  if not config.eval.splits:   # no evaluation: nothing to draw either
+    for key, value in (("scatter_every_steps", config.scatter_every_steps),
+                       ("eval.retrieval_grid", config.eval.get("retrieval_grid", 0))):
+      if value:
+        raise ValueError(f"config.{key}={value} draws the first protocol of eval.splits, which "
+                         "is empty (no evaluation); set eval.splits or 0.")
   if not isinstance(value := config.data.prefetch, int) or value < 0:
     raise ValueError(f"config.data.prefetch must be an integer >= 0 (batches decoded ahead), "
                      f"got {value!r}.")

@@ -162,6 +162,10 @@ def evaluate_checkpoints(model: restore.RestoredModel, workdir: str, *, steps=No
   config_lib.validate(config, splits)
   for protocol in protocols or ():
     protocols_lib.parse_protocol(protocol, splits)
+  if (grid or export_embeddings) and not (protocols or tuple(config.eval.splits)):
+    raise ValueError(f"{'the retrieval grid' if grid else 'the embedding export'} draws the "
+                     "first evaluation protocol, and the run's config.eval.splits is empty "
+                     "(no evaluation).")
   if grid:
     protocols_lib.check_retrieval_grid((protocols or tuple(config.eval.splits))[0],
                                        splits, num_queries=grid["num_queries"],
