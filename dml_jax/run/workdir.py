@@ -232,10 +232,17 @@ def format_change(key: str, old: Any, new: Any) -> str:
 
 
 def check_path(workdir: str) -> None:
-  """``ValueError`` when ``workdir`` exists but is not a directory (before any work)."""
+  """``ValueError`` when ``workdir`` exists but is not a directory, or cannot be created
+  because a folder on its path is a file (before any work)."""
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise ValueError(f"the workdir {workdir!r} is a file, not a directory; give a new directory "
                      "or an earlier run's.")
+  parent = os.path.dirname(os.path.abspath(workdir))
+  while not os.path.exists(parent):   # the folder it would be created in
+    parent = os.path.dirname(parent)
+  if not os.path.isdir(parent):
+    raise ValueError(f"the workdir {workdir!r} is inside {parent!r}, a file, so it cannot be "
+                     "created; give a new directory or an earlier run's.")
 
 
 def check_rerun(config: ml_collections.ConfigDict, workdir: str) -> list[tuple[str, Any, Any]]:

@@ -153,3 +153,13 @@ def test_a_file_as_workdir_is_refused_before_any_work(tmp_path):
   with pytest.raises(ValueError, match=r"^the workdir '.*notes.txt' is a file, not a directory"):
     training.train_and_evaluate(small_config(2), str(path), show_progress=False)
   assert path.read_text() == "mine"
+
+
+def test_a_workdir_under_a_file_is_refused_before_any_work(tmp_path):
+  path = tmp_path / "notes.txt"
+  path.write_text("mine")
+  with pytest.raises(ValueError, match=r"^the workdir '.*notes.txt/run' is inside .*notes.txt"
+                                       r"', a file"):
+    training.train_and_evaluate(small_config(2), str(path / "run"), show_progress=False)
+  assert path.read_text() == "mine"
+
