@@ -351,6 +351,7 @@ def start_run(config: ml_collections.ConfigDict, workdir: str, *,
   Raises:
     workdir.WorkdirConflictError: ``workdir`` was trained with a different config (named keys).
     checkpointing.CheckpointMismatchError: the checkpoint's shapes differ from the config's.
+    ValueError: the newest checkpoint is past the run's final step.
   """
   workdir_lib.check_path(workdir)
   changes = [] if overwrite else workdir_lib.check_rerun(config, workdir)
@@ -363,6 +364,12 @@ def start_run(config: ml_collections.ConfigDict, workdir: str, *,
       workdir, max_to_keep=config.max_checkpoints_to_keep or None)   # 0: all
   try:
     restored = checkpointing.restore(manager, setup.init_state)
+    if restored is not None and restored[0] > setup.num_train_steps:
+      raise ValueError(
+          f"{workdir}'s newest checkpoint is step {restored[0]}, past num_train_steps="
+          f"{setup.num_train_steps}: training would not run and that checkpoint would be "
+          f"reported as this run. Give num_train_steps >= {restored[0]}, evaluate an earlier "
+          f"checkpoint with eval.py --workdir={workdir} --step=N, or use a new --workdir.")
   except Exception:
     manager.close()
     raise

@@ -163,3 +163,11 @@ def test_a_workdir_under_a_file_is_refused_before_any_work(tmp_path):
     training.train_and_evaluate(small_config(2), str(path / "run"), show_progress=False)
   assert path.read_text() == "mine"
 
+
+def test_a_rerun_shorter_than_the_newest_checkpoint_is_refused_and_changes_nothing(copy):
+  """num_train_steps=15 on a workdir whose newest checkpoint is step 20: training would not
+  run, and the step-20 model would be evaluated and reported as the 15-step run's."""
+  before = snapshot(copy)
+  with pytest.raises(ValueError, match=r"newest checkpoint is step 20, past num_train_steps=15"):
+    training.train_and_evaluate(small_config(15), copy, show_progress=False)
+  assert snapshot(copy) == before
