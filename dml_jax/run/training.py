@@ -354,6 +354,8 @@ def start_run(config: ml_collections.ConfigDict, workdir: str, *,
     ValueError: the newest checkpoint is past the run's final step.
   """
   workdir_lib.check_path(workdir)
+  overrides.import_user_modules(config.get("user_modules", ()))
+  config_lib.validate(config)   # a bad value is named as such, not as a change of the config
   changes = [] if overwrite else workdir_lib.check_rerun(config, workdir)
   setup = build(config)
   if overwrite and workdir_lib.is_main_process():

@@ -171,3 +171,14 @@ def test_a_rerun_shorter_than_the_newest_checkpoint_is_refused_and_changes_nothi
   with pytest.raises(ValueError, match=r"newest checkpoint is step 20, past num_train_steps=15"):
     training.train_and_evaluate(small_config(15), copy, show_progress=False)
   assert snapshot(copy) == before
+
+
+def test_a_bad_value_on_a_rerun_is_named_as_a_bad_value_not_as_a_change(copy):
+  """A misspelt objective mode on an existing workdir: the line says what is allowed (as on a
+  new workdir), instead of calling it a config change that --overwrite would accept."""
+  before = snapshot(copy)
+  with pytest.raises(ValueError, match=r"positive=.esay. is not allowed; choose one of") as e:
+    training.train_and_evaluate(small_config(20, **{"loss.positive": "esay"}), copy,
+                                show_progress=False)
+  assert not isinstance(e.value, workdir_lib.WorkdirConflictError)
+  assert snapshot(copy) == before
