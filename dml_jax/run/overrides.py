@@ -182,7 +182,7 @@ def apply(base: ml_collections.ConfigDict, overrides: Mapping[str, Any], *,
     node[leaf] = value
   # Every hyper-parameter of the objective is recorded (config.json), defaults included.
   config.loss = ml_collections.ConfigDict({"name": name, **defaults, **loss})
-  if "num_train_steps" in overrides and config.get("num_epochs", 0):
+  if "num_train_steps" in overrides and config.get("num_epochs", 0) > 0:
     raise ValueError(
         f"num_train_steps={overrides['num_train_steps']} has no effect: this config trains "
         f"num_epochs={config.num_epochs} epochs; add --config.num_epochs=0 to train by steps "

@@ -131,3 +131,13 @@ def test_a_user_objective_registers_and_overrides_like_a_builtin(user_objective)
     objectives.register("bad_objective", lambda margin: None)
   with pytest.raises(ValueError, match="cannot be imported"):
     overrides.import_user_modules(["no_such_module_here"])
+
+
+def test_a_negative_num_epochs_is_not_taken_for_training_by_epochs():
+  """--config.num_epochs=-1 with num_train_steps: the bad value is left to config.validate,
+  which names it, instead of a message that says the config trains -1 epochs."""
+  from dml_jax.run import config as config_lib  # pylint: disable=import-outside-toplevel
+  config = overrides.apply(overrides.load_config_file(EPS),
+                           {"num_train_steps": 30, "num_epochs": -1})
+  with pytest.raises(ValueError, match=r"config.num_epochs must be an integer >= 0, got -1"):
+    config_lib.validate(config)
