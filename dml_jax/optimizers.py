@@ -89,10 +89,12 @@ def check(opt: ml_collections.ConfigDict) -> None:
     raise ValueError(f"optimizer.decay_objective={opt.decay_objective!r} is not allowed: it "
                      "must be True or False.")
   for key in ("decay_steps", "decay_epochs"):
-    bad = [v for v in opt.get(key, ()) if v < 0]
-    if bad:
-      raise ValueError(f"optimizer.{key}={tuple(opt[key])} is not allowed: every entry must be "
-                       ">= 0.")
+    value = opt.get(key, ())
+    if not isinstance(value, (tuple, list)) or any(
+        isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 for v in value):
+      shown = tuple(value) if isinstance(value, (tuple, list)) else value
+      raise ValueError(f"optimizer.{key}={shown!r} is not allowed: it must be a tuple of "
+                       "numbers >= 0.")
 
 
 def make_optimizer(opt: ml_collections.ConfigDict, *, num_train_steps: int,

@@ -202,6 +202,14 @@ def test_sampler_epoch_reaches_the_sampler_and_the_epoch_length():
   assert one.num_train_steps == 3 * one.sampler.steps_per_epoch
 
 
+@pytest.mark.parametrize("key,value", [("decay_epochs", ("abc",)), ("decay_steps", (10, None))])
+def test_decay_points_that_are_not_numbers_are_one_line(key, value):
+  """``--config.optimizer.decay_epochs=abc`` arrives as ``('abc',)``: a one-line ValueError,
+  not a TypeError traceback from comparing a string with 0."""
+  with pytest.raises(ValueError, match=rf"^optimizer.{key}=.* is not allowed: .*numbers >= 0"):
+    config_lib.validate(small_config(**{f"optimizer.{key}": value}))
+
+
 def test_label_noise_and_clean_topline_change_only_the_train_split():
   clean = training.build(small_config())
   noisy = training.build(small_config(**{"data.label_noise": 0.4, "data.noise_seed": 3}))
