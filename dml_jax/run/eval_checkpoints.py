@@ -22,6 +22,7 @@ from dml_jax.run import checkpointing
 from dml_jax.run import config as config_lib
 from dml_jax.run import eval_input
 from dml_jax.run import restore
+from dml_jax.run import summary as summary_lib
 from dml_jax.run import workdir as workdir_lib
 from dml_jax.run import writers
 
@@ -296,11 +297,12 @@ def evaluate_workdirs(workdirs, *, step: int | None = None, output: str | None =
 
 
 def config_differences(workdirs) -> list[str]:
-  """The config keys (besides ``seed`` and the keys a rerun may change) in which the runs of
-  ``workdirs`` differ, as ``'key: v1 (run 0), v2 (run 1)'``."""
+  """The config keys (besides ``seed`` and the keys a rerun may change that leave the numbers
+  as they are: ``summary.compared_key``) in which the runs of ``workdirs`` differ, as
+  ``'key: v1 (run 0), v2 (run 1)'``."""
   trees = [workdir_lib.read_config_json(w) for w in workdirs]
   keys = sorted({k for t in trees[1:] for k, _, _ in workdir_lib.config_changes(trees[0], t)
-                 if k != "seed" and not workdir_lib.is_resumable(k)})
+                 if k != "seed" and summary_lib.compared_key(k)})
   flat = [workdir_lib.flatten(t) for t in trees]
   return [f"{k}: " + ", ".join(f"{f.get(k)!r} (run {i})" for i, f in enumerate(flat))
           for k in keys]

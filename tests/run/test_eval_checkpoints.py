@@ -13,3 +13,17 @@ def test_machine_settings_replace_the_recorded_ones(tmp_path):
   assert eval_checkpoints.load_config(str(tmp_path)).data.num_threads == 8
   assert workdir_lib.load_config(str(tmp_path)).data.num_threads == 8   # the file is unchanged
 
+
+
+def test_runs_of_other_lengths_or_evaluations_are_named_as_differences(tmp_path):
+  """eval.py --workdirs warns when its mean ± std mixes runs that differ in more than the seed:
+  also in their length and their evaluation (keys a rerun may change, but which change the
+  numbers), as the HTML summary groups them."""
+  workdirs = []
+  for i, (steps, overrides) in enumerate(((20, {}), (20, {"seed": 1}),
+                                          (20, {"eval.similarity": "cosine"}), (40, {}))):
+    workdirs.append(str(tmp_path / f"run{i}"))
+    workdir_lib.write_config(small_config(steps, **overrides), workdirs[-1])
+  assert eval_checkpoints.config_differences(workdirs[:2]) == []
+  assert [d.split(":")[0] for d in eval_checkpoints.config_differences(workdirs)] == [
+      "eval.similarity", "num_train_steps"]
