@@ -180,7 +180,11 @@ def plot_summary(summary: Mapping, points: Mapping[str, Mapping[str, str]], *, p
   scale = 100.0 if report.is_fraction(metric) else 1.0
 
   def stat(name):
-    cell = summary[name][protocol][metric]
+    row = summary[name][protocol]
+    if metric not in row:
+      raise ValueError(f"--metric={metric!r} is not a metric of protocol {protocol!r}; its "
+                       f"metrics: {', '.join(sorted(row, key=report.metric_sort_key))}.")
+    cell = row[metric]
     return scale * cell["mean"], scale * cell["std"]
 
   fig, ax = plt.subplots(figsize=(7, 4.5), dpi=90)
@@ -213,6 +217,31 @@ def plot_summary(summary: Mapping, points: Mapping[str, Mapping[str, str]], *, p
   fig.savefig(path)
   plt.close(fig)
   return path
+
+
+def check_plot_options(points: Sequence[Mapping[str, str]],
+                       configs: Sequence[ml_collections.ConfigDict], *,
+                       protocol: str | None, x: str | None) -> None:
+  """Checks :func:`plot_summary`'s ``protocol`` and ``x`` against the grid before any run.
+
+  Raises:
+    ValueError: ``x`` is not a grid key or has a non-numeric value, or ``protocol`` is not
+      one of the runs' ``eval.splits`` (one line naming what is allowed).
+  """
+  if x is not None:
+    keys = sorted({k for point in points for k in point})
+    if x not in keys:
+      raise ValueError(f"--x={x!r} is not a grid key; grid keys: {keys}.")
+    for point in points:
+      try:
+        float(point[x])
+      except ValueError:
+        raise ValueError(f"--x={x!r} must be a numeric grid key (the line plot's axis), got "
+                         f"{point[x]!r}.") from None
+  for cfg in configs if protocol is not None else ():
+    if protocol not in tuple(cfg.eval.splits):
+      raise ValueError(f"--protocol={protocol!r} is not one of the runs' eval.splits: "
+                       f"{', '.join(cfg.eval.splits)}.")
 
 
 def sweep(config: ml_collections.ConfigDict, *, grid: Sequence[str] = (), seeds: int = 1,
@@ -254,6 +283,7 @@ def sweep(config: ml_collections.ConfigDict, *, grid: Sequence[str] = (), seeds:
   for _, cfg in configs:   # every point checked before the first run starts
     config_lib.validate(cfg)
     objectives.make(**cfg.loss.to_dict())
+  check_plot_options(points, [cfg for _, cfg in configs], protocol=protocol, x=x)
   # every run directory too: one trained with another config is refused, one whose
   # evaluation or length changed is rerun (resumed) instead of skipped
   stale = {}

@@ -241,3 +241,26 @@ def test_a_rerun_with_more_steps_extends_the_finished_runs(tmp_path):
   with open(os.path.join(wd, "sweep.json")) as f:
     assert [r["workdir"] for r in json.load(f)["runs"]]
   assert os.path.exists(os.path.join(wd, "loss.positive=easy", "seed_0", "eval_step_20.json"))
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"x": "data.group_size"}, r"--x='data.group_size' is not a grid key; grid keys: "
+                               r"\['loss.positive'\]"),
+    ({"x": "loss.positive"}, r"--x='loss.positive' must be a numeric grid key"),
+    ({"protocol": "val"}, r"--protocol='val' is not one of the runs' eval.splits"),
+])
+def test_plot_options_are_checked_before_any_run(tmp_path, options, message):
+  train_fn, calls = fake_train({("easy", 0): 0.9, ("random", 0): 0.5})
+  with pytest.raises(ValueError, match=message):
+    experiments.sweep(small_config(10), grid=["loss.positive=easy,random"], workdir=str(tmp_path),
+                      train_fn=train_fn, log=lambda s: None, **options)
+  assert calls == []
+
+
+def test_an_unknown_metric_to_plot_is_one_line_naming_the_metrics(tmp_path):
+  train_fn, _ = fake_train({("easy", 0): 0.9})
+  with pytest.raises(ValueError, match=r"--metric='recal@1' is not a metric of protocol 'test'; "
+                                       r"its metrics: recall@1, nmi"):
+    experiments.sweep(small_config(10), grid=["loss.positive=easy"], workdir=str(tmp_path),
+                      train_fn=train_fn, log=lambda s: None, metric="recal@1")
+  assert os.path.exists(os.path.join(tmp_path, "sweep.json"))   # the results are kept
