@@ -120,6 +120,8 @@ def override_error(argv: Sequence[str], error: Exception) -> str:
   if specs:
     try:
       base = overrides.load_config_file(specs[-1])
+    except ValueError as e:   # the file itself: missing, or not a config file
+      return str(e)
     except Exception:  # pylint: disable=broad-except  (then the error's own text)
       base = None
     for key in keys if base is not None else ():

@@ -36,7 +36,7 @@ def load_config_file(spec: str) -> ml_collections.ConfigDict:
   its variants, ``dml_jax/run/config.py``).
 
   Raises:
-    ValueError: the file does not exist.
+    ValueError: the file does not exist or defines no ``get_config``.
   """
   path, _, arg = spec.partition(":")
   if not os.path.isfile(path):
@@ -47,6 +47,9 @@ def load_config_file(spec: str) -> ml_collections.ConfigDict:
   module_spec = importlib.util.spec_from_file_location("_dml_jax_config", path)
   module = importlib.util.module_from_spec(module_spec)
   module_spec.loader.exec_module(module)
+  if not callable(getattr(module, "get_config", None)):
+    raise ValueError(f"config file {path} has no get_config() function (a config file defines "
+                     "get_config(arg='') returning the config; see configs/*.py)")
   return module.get_config(arg) if arg else module.get_config()
 
 

@@ -93,3 +93,16 @@ def test_a_compilation_cache_that_cannot_be_a_folder_is_off_with_a_warning(tmp_p
   assert cli.enable_compilation_cache(str(blocker / "cache")) is None   # under a file
   assert "JAX compilation cache off: " in caplog.text and "cannot be its folder" in caplog.text
   assert cli.describe_cache(None).startswith("JAX compilation cache: off")
+
+
+def test_a_python_file_that_is_not_a_config_is_named(capsys, tmp_path, monkeypatch):
+  """--config=a .py file without get_config(): the line names the file and what it lacks,
+  not a 'bad --config override' (no override was given)."""
+  import sys  # pylint: disable=import-outside-toplevel
+  # ml_collections loads into sys.modules['config_config'], keeping an earlier test's names
+  monkeypatch.delitem(sys.modules, "config_config", raising=False)
+  path = tmp_path / "notes.py"
+  path.write_text("x = 1\n")
+  err = error_line(capsys, ["train.py", f"--config={path}"])
+  assert err == (f"train.py: config file {path} has no get_config() function (a config file "
+                 "defines get_config(arg='') returning the config; see configs/*.py)\n")
