@@ -234,6 +234,9 @@ def format_change(key: str, old: Any, new: Any) -> str:
 def check_path(workdir: str) -> None:
   """``ValueError`` when ``workdir`` exists but is not a directory, or cannot be created
   because a folder on its path is a file (before any work)."""
+  if not workdir:
+    raise ValueError("the workdir is empty (''); give a directory: a new one or an earlier "
+                     "run's.")
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise ValueError(f"the workdir {workdir!r} is a file, not a directory; give a new directory "
                      "or an earlier run's.")

@@ -182,3 +182,9 @@ def test_a_bad_value_on_a_rerun_is_named_as_a_bad_value_not_as_a_change(copy):
                                 show_progress=False)
   assert not isinstance(e.value, workdir_lib.WorkdirConflictError)
   assert snapshot(copy) == before
+
+
+def test_an_empty_workdir_is_refused_before_any_work():
+  """--workdir= (an empty value): one line saying so, not "No such file or directory: ''"."""
+  with pytest.raises(ValueError, match=r"^the workdir is empty \(''\); give a directory"):
+    training.train_and_evaluate(small_config(2), "", show_progress=False)
