@@ -356,6 +356,8 @@ def start_run(config: ml_collections.ConfigDict, workdir: str, *,
   workdir_lib.check_path(workdir)
   overrides.import_user_modules(config.get("user_modules", ()))
   config_lib.validate(config)   # a bad value is named as such, not as a change of the config
+  if overwrite:
+    workdir_lib.check_overwrite(workdir)
   changes = [] if overwrite else workdir_lib.check_rerun(config, workdir)
   setup = build(config)
   if overwrite and workdir_lib.is_main_process():

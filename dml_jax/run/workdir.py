@@ -273,6 +273,24 @@ def check_rerun(config: ml_collections.ConfigDict, workdir: str) -> list[tuple[s
   return changes
 
 
+def check_overwrite(workdir: str) -> None:
+  """``ValueError`` (before anything is deleted) when ``--overwrite`` would delete files of
+  another program: ``workdir`` holds a ``config.json`` that is not a dml_jax config, or a
+  ``checkpoints`` folder with entries that are not Orbax step folders (``<step>``)."""
+  try:
+    read_config_json(workdir)
+  except ValueError as e:
+    raise ValueError(f"--overwrite: {workdir!r} is not a dml_jax workdir ({e}); nothing was "
+                     "deleted. Give a new --workdir.") from None
+  folder = os.path.join(workdir, "checkpoints")
+  foreign = sorted(name for name in (os.listdir(folder) if os.path.isdir(folder) else ())
+                   if not (name[:1].isdigit() and os.path.isdir(os.path.join(folder, name))))
+  if foreign:
+    raise ValueError(f"--overwrite: {workdir!r} is not a dml_jax workdir ({folder} holds "
+                     f"{', '.join(foreign[:3])}, not checkpoint steps); nothing was deleted. "
+                     "Give a new --workdir.")
+
+
 def clear(workdir: str) -> list[str]:
   """Deletes what ``train.py`` wrote into ``workdir`` (``--overwrite``; other files stay).
 

@@ -188,3 +188,19 @@ def test_an_empty_workdir_is_refused_before_any_work():
   """--workdir= (an empty value): one line saying so, not "No such file or directory: ''"."""
   with pytest.raises(ValueError, match=r"^the workdir is empty \(''\); give a directory"):
     training.train_and_evaluate(small_config(2), "", show_progress=False)
+
+
+@pytest.mark.parametrize("config_json", ['{"lr": 0.1}', None])
+def test_overwrite_refuses_a_folder_that_is_not_a_dml_jax_workdir(tmp_path, config_json):
+  """--overwrite on a folder of another program (its own config.json, or checkpoints/ with
+  files that are not Orbax step folders) deletes nothing of it."""
+  folder = tmp_path / "project"
+  (folder / "checkpoints").mkdir(parents=True)
+  (folder / "checkpoints" / "model_best.pt").write_text("weights")
+  if config_json is not None:
+    (folder / "config.json").write_text(config_json)
+  before = snapshot(str(folder))
+  with pytest.raises(ValueError, match=r"--overwrite: .*project.* is not a dml_jax workdir"):
+    training.train_and_evaluate(small_config(2), str(folder), show_progress=False,
+                                overwrite=True)
+  assert snapshot(str(folder)) == before
