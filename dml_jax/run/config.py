@@ -193,6 +193,10 @@ def validate(config: ml_collections.ConfigDict, splits: Mapping | None = None) -
     raise ValueError(
         f"config.data.image_size={config.data.image_size}: the in-memory dataset "
         f"{config.data.name!r} has a fixed size; use 0 (its native size).")
+  elif config.data.get("augmentation", "none") != "none":
+    raise ValueError(
+        f"config.data.augmentation={config.data.augmentation!r}: the in-memory dataset "
+        f"{config.data.name!r} is not augmented (only the image datasets are); use 'none'.")
   model = config.model
   conv.conv_function(model.get("conv_impl", "auto"))   # one line listing conv.CONV_IMPLS
   if model.name != "small_cnn":

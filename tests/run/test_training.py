@@ -355,3 +355,11 @@ def test_clean_topline_on_many_two_image_classes_drops_the_emptied_ones(caplog):
   assert len(top.labels) == 240 and 100 < len(kept) < 300
   assert any(f"{300 - len(kept)} of 300 training classes" in r.getMessage()
              for r in caplog.records)
+
+
+def test_augmentation_on_the_in_memory_digits_is_refused_not_ignored():
+  """The 8x8 digits are not read through the image pipeline, so data.augmentation would be
+  ignored silently: a run the user believes augmented is not."""
+  with pytest.raises(ValueError, match=r"^config.data.augmentation='pad_crop': the in-memory "
+                                       r"dataset 'digits_evenodd' is not augmented"):
+    config_lib.validate(small_config(**{"data.augmentation": "pad_crop"}))
