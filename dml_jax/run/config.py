@@ -129,7 +129,6 @@ def validate(config: ml_collections.ConfigDict, splits: Mapping | None = None) -
   # pylint: disable=import-outside-toplevel  (the library, only when a config is checked)
   from dml_jax import data as data_lib
   from dml_jax import memory as memory_lib
-  from dml_jax import objectives
   from dml_jax import optimizers
   from dml_jax.run import writers
   from dml_jax.data import augment
@@ -156,7 +155,6 @@ def validate(config: ml_collections.ConfigDict, splits: Mapping | None = None) -
     raise ValueError(f"config.data.prefetch must be an integer >= 0 (batches decoded ahead), "
                      f"got {value!r}.")
   optimizers.check(config.optimizer)
-  objectives.make(**config.loss.to_dict())   # the objective's own check of its values
   pipeline.resolve_workers(config.data.num_workers, config.data.num_threads, platform="cpu",
                            cpus=1)   # only checks the value
   cache_lib.check_mode(config.data.cache, config.data.cache_max_gb)

@@ -355,7 +355,9 @@ def start_run(config: ml_collections.ConfigDict, workdir: str, *,
   """
   workdir_lib.check_path(workdir)
   overrides.import_user_modules(config.get("user_modules", ()))
-  config_lib.validate(config)   # a bad value is named as such, not as a change of the config
+  # a bad value is named as such, not as a change of the config
+  config_lib.validate(config)
+  objectives.make(**config.loss.to_dict())
   if overwrite:
     workdir_lib.check_overwrite(workdir)
   changes = [] if overwrite else workdir_lib.check_rerun(config, workdir)
