@@ -96,8 +96,11 @@ RESUMABLE_KEYS = (
 # What train.py writes into a workdir (removed by ``--overwrite``, nothing else is).
 OUTPUTS = ("checkpoints", CONFIG_FILE, RUN_INFO_FILE, METRICS_FILE, "eval_step_*.json",
            "eval_all_steps.json", "eval_all_steps.png", "train_labels.npz",
-           "train_labels.json", "*_step_*.png", "tensorboard", "wandb_run_id.txt",
-           "embeddings_step_*.npz")
+           "train_labels.json", "tensorboard", "wandb_run_id.txt", "embeddings_step_*.npz",
+           # the drawings of train.py / eval.py and of the analysis tools (dml_jax.analysis)
+           "scatter_*_step_*.png", "embedding_*_step_*.png", "retrieval_grid_*_step_*.png",
+           "similarity_distributions_step_*.png", "tsne_step_*.png",
+           "triplet_scatter_*_step_*.png", "sampling_skew_*_step_*.png")
 
 
 DATA_CACHE_DIR = "data_cache"

@@ -75,8 +75,9 @@ def test_resumable_keys_may_change(copy):
 
 
 def test_overwrite_starts_afresh(copy):
-  with open(os.path.join(copy, "notes.txt"), "w") as f:
-    f.write("mine")
+  for name in ("notes.txt", "my_plot_step_3.png", "scatter_test_step_20.png"):
+    with open(os.path.join(copy, name), "w") as f:
+      f.write("mine" if name.startswith(("notes", "my_")) else "ours")
   training.train_and_evaluate(small_config(10, **{"loss.positive": "random"}), copy,
                               show_progress=False, overwrite=True)
   manager = checkpointing.make_manager(copy, read_only=True)
@@ -85,6 +86,8 @@ def test_overwrite_starts_afresh(copy):
   assert not os.path.exists(os.path.join(copy, "eval_step_20.json"))
   assert max(r["step"] for r in workdir_lib.read_metrics(copy)) == 10
   assert os.path.exists(os.path.join(copy, "notes.txt"))   # not ours: kept
+  assert os.path.exists(os.path.join(copy, "my_plot_step_3.png"))
+  assert not os.path.exists(os.path.join(copy, "scatter_test_step_20.png"))
 
 
 def test_stop_flag_saves_the_current_step(tmp_path):
