@@ -192,9 +192,11 @@ def build(source: str) -> str:
   if os.path.exists(path):
     return path
   # Compile beside the target and rename: concurrent builds (test workers) never see a
-  # partial file.
-  fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache)
-  os.close(fd)
+  # partial file. The compiler creates the file in a folder of its own, so that it gets the
+  # usual mode (readable by all where the umask allows: a shared cache), not a private
+  # temporary file's.
+  scratch = tempfile.mkdtemp(dir=cache)
+  tmp = os.path.join(scratch, os.path.basename(path))
   try:
     done = subprocess.run([cxx, *FLAGS, "-I", include, "-I", folder, src, "-o", tmp],
                           capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
@@ -203,6 +205,5 @@ def build(source: str) -> str:
                     f"{done.stderr.strip()[-2000:]}")
     os.replace(tmp, path)
   finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
+    shutil.rmtree(scratch, ignore_errors=True)
   return path

@@ -32,6 +32,19 @@ def test_build_compiles_once_then_reuses_the_cached_library(fresh_cache):
   assert os.listdir(fresh_cache) == [os.path.basename(path)], "no temporary file is left"
 
 
+def test_the_cached_library_has_the_mode_the_umask_gives(fresh_cache):
+  # a cache shared by several users (DML_JAX_KERNEL_CACHE) must be loadable by all of them:
+  # the library gets the linker's usual mode, not that of a private temporary file
+  require_compiler()
+  old = os.umask(0o022)
+  try:
+    path = kernels.build("soft_pool.cc")
+  finally:
+    os.umask(old)
+  assert os.stat(path).st_mode & 0o777 == 0o755
+  assert os.listdir(fresh_cache) == [os.path.basename(path)], "no temporary file is left"
+
+
 def test_load_registers_the_handlers():
   require_kernel("top_m.cc")
   assert kernels.load("top_m.cc") == {"merge_rows": "dml_jax_top_m_merge_rows",
