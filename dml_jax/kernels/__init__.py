@@ -26,6 +26,7 @@ import functools
 import hashlib
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -158,13 +159,15 @@ def source_path(source: str) -> str:
   return os.path.join(os.path.dirname(os.path.abspath(__file__)), source)
 
 
-def compiler() -> str:
-  """The C++ compiler command (``$CXX`` or ``c++``); ``OSError`` when there is none."""
+def compiler() -> list[str]:
+  """The C++ compiler command, ``$CXX`` (words as a shell splits them, e.g. ``ccache g++``) or
+  ``c++``, its program resolved on PATH; ``OSError`` when there is none."""
   name = os.environ.get("CXX", "c++")
-  path = shutil.which(name)
+  words = shlex.split(name)
+  path = shutil.which(words[0]) if words else None
   if path is None:
     raise OSError(f"no C++ compiler {name!r} on PATH (install g++ or set CXX)")
-  return path
+  return [path, *words[1:]]
 
 
 def build(source: str) -> str:
@@ -174,7 +177,7 @@ def build(source: str) -> str:
   ``subprocess.TimeoutExpired``.
   """
   cxx = compiler()
-  version = subprocess.run([cxx, "--version"], capture_output=True, text=True,
+  version = subprocess.run([*cxx, "--version"], capture_output=True, text=True,
                            timeout=60).stdout.splitlines()[:1]
   src = source_path(source)
   folder = os.path.dirname(src)
@@ -198,10 +201,10 @@ def build(source: str) -> str:
   scratch = tempfile.mkdtemp(dir=cache)
   tmp = os.path.join(scratch, os.path.basename(path))
   try:
-    done = subprocess.run([cxx, *FLAGS, "-I", include, "-I", folder, src, "-o", tmp],
+    done = subprocess.run([*cxx, *FLAGS, "-I", include, "-I", folder, src, "-o", tmp],
                           capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
     if done.returncode != 0:
-      raise OSError(f"{os.path.basename(cxx)} failed on {source}: "
+      raise OSError(f"{os.path.basename(cxx[-1])} failed on {source}: "
                     f"{done.stderr.strip()[-2000:]}")
     os.replace(tmp, path)
   finally:

@@ -103,6 +103,14 @@ def test_no_compiler_warns_once_and_falls_back(fresh_cache, monkeypatch):
     assert kernels._load.__wrapped__("top_m.cc") is None
 
 
+def test_cxx_may_be_a_command_with_words(fresh_cache, monkeypatch):
+  require_compiler()
+  cxx = kernels.compiler()
+  monkeypatch.setenv("CXX", f"env DML_JAX_TEST=1 {' '.join(cxx)}")   # e.g. 'ccache g++'
+  assert kernels.compiler()[1:] == ["DML_JAX_TEST=1", *cxx]
+  assert os.path.exists(kernels.build("top_m.cc"))
+
+
 def test_a_failed_compile_reports_the_compiler_message(fresh_cache, tmp_path, monkeypatch):
   require_compiler()
   bad = tmp_path / "bad.cc"
