@@ -43,11 +43,14 @@ def inverse_cdf_rows(key: jax.Array, weights: jax.Array, num_draws: int) -> jax.
 
   Inverse CDF: ``c = cumsum(w)``, ``u ~ U[0, 1)``, ``j = min{j : c_j > u c_N}`` via a row-wise
   ``searchsorted`` (``O(B N log N)`` time, ``O(B N)`` memory). A zero-weight entry is never
-  drawn (clamped to the row's last positive entry against rounding). Rows that are all zero
-  give an arbitrary index. Returns int32 ``[B, num_draws]``.
+  drawn: XLA's ``cumsum`` (a windowed reduction) does not add in sequence, so by
+  rounding ``c`` can step up at a zero weight or down elsewhere; the searched row is therefore
+  the running maximum of ``c`` over the positive entries (exact), flat across zero weights, and
+  the draw is clamped to the row's last positive entry. Rows that are all zero give an
+  arbitrary index. Returns int32 ``[B, num_draws]``.
   """
   b, n = weights.shape
-  cdf = jnp.cumsum(weights, axis=1)
+  cdf = jax.lax.cummax(jnp.where(weights > 0, jnp.cumsum(weights, axis=1), 0.0), axis=1)
   u = jax.random.uniform(key, (b, num_draws), jnp.float32)
   idx = search_rows(cdf, u * cdf[:, -1:], side="right")
   last = (n - 1 - jnp.argmax(weights[:, ::-1] > 0, axis=1)).astype(jnp.int32)
