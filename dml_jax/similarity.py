@@ -39,13 +39,22 @@ def l2_normalize(x: jax.Array, *, axis: int = -1, eps: float = 1e-12) -> jax.Arr
     x: float array, e.g. ``[B, D]``.
     axis: the axis to normalise.
     eps: lower bound of the norm, so that a zero vector stays zero (finite gradient).
+      A vector whose squared norm overflows float32 is rescaled first and still comes out
+      of unit norm.
 
   Returns:
     Array of the shape and dtype of ``x``.
   """
-  sq = jnp.sum(jnp.square(x.astype(jnp.float32)), axis=axis, keepdims=True)
+  xf = x.astype(jnp.float32)
+  sq = jnp.sum(jnp.square(xf), axis=axis, keepdims=True)
+  # |x|^2 overflows float32 from |x| ~ 1.8e19 on; such vectors are first divided by their
+  # largest |x_k| (the others are divided by 1, so their result is unchanged).
+  big = jnp.isinf(sq)
+  scale = jnp.where(big, jnp.max(jnp.abs(xf), axis=axis, keepdims=True), 1.0)
+  xs = x / scale
+  sq = jnp.where(big, jnp.sum(jnp.square(xs), axis=axis, keepdims=True), sq)
   inv = jax.lax.rsqrt(jnp.maximum(sq, eps * eps))
-  return (x * inv).astype(x.dtype)
+  return (xs * inv).astype(x.dtype)
 
 
 def inner_products(x: jax.Array, y: jax.Array) -> jax.Array:
