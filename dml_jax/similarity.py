@@ -152,6 +152,10 @@ def label_masks(labels: jax.Array, other_labels: jax.Array | None = None,
     raise ValueError(f"labels must have rank 1 [B], got shape {labels.shape}.")
   if not jnp.issubdtype(labels.dtype, jnp.integer):
     raise ValueError(f"labels must be integers, got dtype {labels.dtype}.")
+  if other_labels is not None and other_labels.ndim != 1:
+    raise ValueError(f"reference labels must have rank 1 [B'], got shape {other_labels.shape}.")
+  if other_labels is not None and not jnp.issubdtype(other_labels.dtype, jnp.integer):
+    raise ValueError(f"reference labels must be integers, got dtype {other_labels.dtype}.")
   same_batch = other_labels is None
   other = labels if same_batch else other_labels
   if exclude_self is None:

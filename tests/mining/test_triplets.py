@@ -54,6 +54,14 @@ def test_label_masks_reject_float_labels():
     sim.label_masks(jnp.zeros((4,), jnp.float32))
 
 
+def test_label_masks_check_the_reference_labels_too():
+  labels = jnp.arange(4)
+  with pytest.raises(ValueError, match=r"reference labels must have rank 1 \[B'\], got shape \(3, 1\)"):
+    sim.label_masks(labels, jnp.arange(3).reshape(3, 1))
+  with pytest.raises(ValueError, match="reference labels must be integers, got dtype float32"):
+    sim.label_masks(labels, jnp.arange(3, dtype=jnp.float32))
+
+
 # ----------------------------------------------------------------------------- positives
 
 
