@@ -198,7 +198,7 @@ def negatives(s: jax.Array, neg_mask: jax.Array, pairs: jax.Array, *, mode: str,
     pairs: bool ``[B, N]`` selected (anchor, positive) pairs, e.g. from :func:`positive_pairs`.
     mode: one of ``NEGATIVE_MODES``.
     margin: ``'semihard_random'`` and ``'semihard_band'`` only: the triplet margin (the band
-      width) in the units of ``s``.
+      width) in the units of ``s``, a number ``>= 0``.
     key: PRNG key, required for ``'semihard_random'``, ``'semihard_band'``, ``'random'``,
       ``'distance_weighted'``.
     dim, cutoff, nonzero_loss_cutoff, fallback: ``'distance_weighted'`` only (see
@@ -209,6 +209,8 @@ def negatives(s: jax.Array, neg_mask: jax.Array, pairs: jax.Array, *, mode: str,
     index per term and bool ``[B, N]`` validity, ``valid = pairs & (a negative was found)``.
   """
   check_negative_mode(mode)
+  if mode in MARGIN_MODES and not isinstance(margin, jax.Array):   # arrays may be traced
+    margin = hparams.number("margin", margin, positive=False)
   s = _common.check_inputs(s, neg_mask, "neg_mask")
   if pairs.shape != s.shape:
     raise ValueError(f"pairs must have the shape of the scores {s.shape}, got {pairs.shape}.")
@@ -314,13 +316,15 @@ def negatives_per_anchor(s: jax.Array, neg_mask: jax.Array, pos_idx: jax.Array, 
     pos_idx: int ``[B]`` each anchor's positive (arbitrary where the anchor has none: its term
       is invalid anyway).
     mode: one of ``PER_ANCHOR_NEGATIVE_MODES``.
-    margin: ``'semihard_random'`` and ``'semihard_band'`` only, in the units of ``s``.
+    margin: ``'semihard_random'`` and ``'semihard_band'`` only, in the units of ``s``, ``>= 0``.
     key: PRNG key, required for ``'semihard_random'``, ``'semihard_band'`` and ``'random'``.
 
   Returns:
     ``(idx, found)``: int32 ``[B]`` negative per anchor, bool ``[B]`` whether one was found.
   """
   hparams.mode("per-anchor negative mode", mode, PER_ANCHOR_NEGATIVE_MODES)
+  if mode in MARGIN_MODES and not isinstance(margin, jax.Array):   # arrays may be traced
+    margin = hparams.number("margin", margin, positive=False)
   s = _common.check_inputs(s, neg_mask, "neg_mask")
   if pos_idx.shape != s.shape[:1]:
     raise ValueError(f"pos_idx must have shape [{s.shape[0]}], got {pos_idx.shape}.")

@@ -249,6 +249,17 @@ def test_random_negative_needs_a_key():
     mining.select(jnp.zeros((B, B)), pos, neg, positive="easy", negative="random")
 
 
+@pytest.mark.parametrize("positive", ["easy", "all"])
+@pytest.mark.parametrize("negative", ["semihard_random", "semihard_band"])
+@pytest.mark.parametrize("margin", [float("nan"), -0.5, "0.2"])
+def test_margin_modes_reject_a_margin_that_is_not_a_number_at_least_0(positive, negative, margin):
+  """A NaN margin dropped every term (or fell back to uniform) without a word."""
+  pos, neg = sim.label_masks(jnp.asarray(LABELS))
+  with pytest.raises(ValueError, match="margin must be a number >= 0"):
+    mining.select(jnp.zeros((B, B)), pos, neg, positive=positive, negative=negative,
+                  margin=margin, key=jax.random.key(0))
+
+
 def test_no_negatives_and_no_positives_give_no_valid_term():
   s = jnp.asarray(np_scores(batch(5, b=4)), jnp.float32)
   same = jnp.zeros((4,), jnp.int32)        # one class: no negatives
