@@ -6,7 +6,11 @@ Every miner and loss works on a similarity matrix ``S [B, B']``. Three kinds exi
   embedding head returns) this is the dot product and ``d_ij^2 = 2 - 2 S_ij``.
 * ``'dot'``: ``S_ij = <x_i, y_j>``, no normalisation.
 * ``'neg_sq_euclidean'``: ``S_ij = -|x_i - y_j|^2``, for unnormalised embeddings (e.g. the 2-D
-  embedding of the digits even/odd experiment); ``d_ij^2 = -S_ij``.
+  embedding of the digits even/odd experiment); ``d_ij^2 = -S_ij``. Computed as
+  ``2 <x_i, y_j> - |x_i|^2 - |y_j|^2``, whose float32 rounding grows with ``|x|^2``: for
+  embeddings far from the origin compared with their distances (a norm of 200 against
+  distances near 1 loses most digits), subtract their mean first (the retrieval evaluation's
+  search does so itself, ``evaluation.knn``).
 
 Precision. Every similarity is computed in float32 at full precision on every platform: the
 operands are cast to float32 (also when the model runs in bfloat16) and the matrix product
