@@ -36,11 +36,9 @@
 # minutes) and a WORKERS entry for workers; main and profile's analysis have none. Needs on the machine:
 # Python 3.12 with JAX (CUDA), Flax, optax, orbax, chex, absl, numpy, scikit-learn, pillow,
 # matplotlib, tqdm, pytest, pytest-xdist, PyTorch + torchvision (the peer); the wheels of the
-# five packages such machines often lack go in .whl/ and are installed first (7 MB):
-#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-#     --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl \
-#     ml_collections==1.1.0 tensorboardX==2.6.5 grain==0.2.18 array-record==0.8.6 portpicker==1.6.0
+# five packages such machines often lack go in .whl/ and are installed first (7 MB).
 # Data: the official Omniglot zips (15 MB) in OMNIGLOT_ROOT (default .gpu_data/omniglot).
+# benchmarks/device/prepare.sh OMNIGLOT_DIR fills both folders (git-ignored; carry them).
 # Results go to $OUT (default runs/gpu_check); benchmarks/device/gpu_table.py makes the docs'
 # table of them.
 set -u

@@ -77,3 +77,27 @@ def test_profile_and_step_parts_with_a_small_step(tmp_path):
   assert step["stamp"]["part"] == "step"
   assert "variant 3 (--set=model.bogus=1) failed: no result" in r.stdout
   assert "variant 4 (XLA_FLAGS=--xla_no_such_flag) failed: no result" in r.stdout
+
+
+PREPARE = os.path.join(ROOT, "benchmarks", "device", "prepare.sh")
+
+
+def test_prepare_copies_the_omniglot_zips_and_names_a_missing_one(tmp_path):
+  src = tmp_path / "omniglot"
+  src.mkdir()
+  (src / "images_background.zip").write_bytes(b"background")
+  env = {**os.environ, "PREPARE_DIR": str(tmp_path / "repo"), "WHEELS": "0"}
+  (tmp_path / "repo").mkdir()
+  r = subprocess.run(["bash", PREPARE, str(src)], env=env, capture_output=True, text=True,
+                     timeout=60, check=False)
+  assert r.returncode == 2
+  assert f"{src}/images_evaluation.zip does not exist" in r.stderr
+  assert not (tmp_path / "repo" / ".gpu_data").exists()     # nothing half-done
+  (src / "images_evaluation.zip").write_bytes(b"evaluation")
+  r = subprocess.run(["bash", PREPARE, str(src)], env=env, capture_output=True, text=True,
+                     timeout=60, check=False)
+  assert r.returncode == 0, r.stderr
+  copied = tmp_path / "repo" / ".gpu_data" / "omniglot"
+  assert sorted(p.name for p in copied.iterdir()) == ["images_background.zip",
+                                                      "images_evaluation.zip"]
+  assert (copied / "images_evaluation.zip").read_bytes() == b"evaluation"
