@@ -158,11 +158,13 @@ def _raise_if_any(what, missing, unexpected, mismatched):
 
 
 def save_weights(weights: Mapping[str, np.ndarray], path: str, *, arch: str) -> None:
-  """Writes ``{flax path: array}`` (backbone-relative) as the ``.npz`` weight file."""
+  """Writes ``{flax path: array}`` (backbone-relative) as the ``.npz`` weight file, creating
+  its folder (``weights/`` of a fresh checkout)."""
   _check_arch(arch)
   arrays = {f"backbone/{k}": np.asarray(v) for k, v in weights.items()}
   arrays["__arch__"] = np.array(arch)
   arrays["__format__"] = np.array(FORMAT)
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   with open(path, "wb") as f:
     np.savez(f, **arrays)
 

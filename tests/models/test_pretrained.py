@@ -109,6 +109,14 @@ def test_save_load_round_trip_fills_backbone_not_head(tmp_path):
     pretrained.load_pretrained(model, str(tmp_path / "plain.npz"))
 
 
+def test_save_weights_creates_the_folder_of_the_documented_path(tmp_path):
+  """docs/models.md converts to weights/resnet50.npz, a folder a fresh checkout lacks."""
+  weights = pretrained.convert_state_dict(_fake_state_dict("resnet18"), "resnet18")
+  path = str(tmp_path / "weights" / "resnet18.npz")
+  pretrained.save_weights(weights, path, arch="resnet18")
+  assert pretrained.read_weights(path)[0] == "resnet18"
+
+
 def test_cli_table_and_convert(tmp_path, capsys):
   assert pretrained.main(["table", "--arch", "resnet18"]) == 0
   out = capsys.readouterr().out
