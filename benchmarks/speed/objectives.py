@@ -65,6 +65,7 @@ summaries (memory growth, the speed targets) make one report; the PML pairs are 
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import math
 import os
@@ -389,6 +390,23 @@ def summary_lines(report: dict) -> list[str]:
   lines.extend(g["line"] for g in goals(report["results"]))
   lines.extend(f"skipped: {s}" for s in report["skipped"])
   return lines
+
+
+def merge_paths(patterns: Sequence[str]) -> list[str]:
+  """The report files of ``--merge``: each entry a path or a glob pattern, expanded here (the
+  shell leaves ``--merge=runs/objectives/*.json`` as it is), sorted within a pattern.
+
+  Raises:
+    ValueError: a pattern that matches no file, or a path that does not exist (naming it).
+  """
+  paths = []
+  for pattern in patterns:
+    found = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+    missing = [p for p in found if not os.path.isfile(p)]
+    if not found or missing:
+      raise ValueError(f"{pattern!r} names no report file (a JSON that --out wrote).")
+    paths.extend(found)
+  return paths
 
 
 def merge(reports: Sequence[dict]) -> dict:
@@ -726,7 +744,8 @@ def define_flags():
                      "(PML's O(B^3) losses then fail with an error instead of being killed; "
                      "0 = no cap).")
   flags.DEFINE_list("merge", [], "Instead of running: merge these reports (one run per "
-                    "objective, one commit) into --out, and print their table.")
+                    "objective, one commit; paths or glob patterns) into --out, and print "
+                    "their table.")
   flags.DEFINE_bool("smoke", False, f"B={SMOKE_BATCH_SIZES[0]}, {SMOKE_REPEATS} repeats.")
   flags.DEFINE_integer("seed", 0, "Inputs and PRNG keys.")
   flags.DEFINE_enum("host_memory", "default", ["default", "keep"],
@@ -739,11 +758,11 @@ def main(argv):
   del argv
   f = FLAGS
   if f.merge:
-    reports = []
-    for path in f.merge:
-      with open(path) as fh:
-        reports.append(json.load(fh))
     try:
+      reports = []
+      for path in merge_paths(f.merge):
+        with open(path) as fh:
+          reports.append(json.load(fh))
       merged = merge(reports)
     except ValueError as e:
       raise SystemExit(f"--merge: {e}") from None

@@ -3,6 +3,7 @@ documents."""
 
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -199,3 +200,19 @@ def test_a_table_without_pml_has_no_pml_columns():
 def test_merge_refuses_runs_of_different_commits():
   with pytest.raises(ValueError, match="different commits"):
     bench.merge([_report("abc", 2.0, 3.0), _report("def", 2.0, 3.0)])
+
+
+def test_merge_takes_the_glob_pattern_the_docs_pass(tmp_path, monkeypatch):
+  """docs/performance.md runs ``--merge=runs/objectives/*.json``: the shell does not expand a
+  pattern inside ``--merge=``, so the script does."""
+  monkeypatch.chdir(tmp_path)
+  os.makedirs("runs/objectives")
+  for name in ("triplet", "nca"):
+    with open(f"runs/objectives/{name}.json", "w") as f:
+      json.dump(_report("abc", 2.0, 3.0, label=name), f)
+  assert bench.merge_paths(["runs/objectives/*.json"]) == [
+      "runs/objectives/nca.json", "runs/objectives/triplet.json"]
+  assert bench.merge_paths(["runs/objectives/nca.json"]) == ["runs/objectives/nca.json"]
+  for bad in ("runs/none/*.json", "runs/objectives/missing.json"):
+    with pytest.raises(ValueError, match="names no report file"):
+      bench.merge_paths([bad])
