@@ -235,11 +235,16 @@ def format_change(key: str, old: Any, new: Any) -> str:
 
 
 def check_path(workdir: str) -> None:
-  """``ValueError`` when ``workdir`` exists but is not a directory, or cannot be created
-  because a folder on its path is a file (before any work)."""
+  """``ValueError`` when ``workdir`` is a URL (``gs://...``: the run's files are written with
+  the local file system), exists but is not a directory, or cannot be created because a folder
+  on its path is a file (before any work)."""
   if not workdir:
     raise ValueError("the workdir is empty (''); give a directory: a new one or an earlier "
                      "run's.")
+  if "://" in workdir:
+    raise ValueError(f"the workdir {workdir!r} is a URL; give a directory of a mounted file "
+                     "system (on several hosts one that every host mounts, e.g. NFS or "
+                     "gcsfuse).")
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise ValueError(f"the workdir {workdir!r} is a file, not a directory; give a new directory "
                      "or an earlier run's.")

@@ -187,6 +187,16 @@ def test_a_bad_value_on_a_rerun_is_named_as_a_bad_value_not_as_a_change(copy):
   assert snapshot(copy) == before
 
 
+def test_a_url_workdir_is_refused_before_any_work(tmp_path, monkeypatch):
+  """--workdir=gs://bucket/W: os.makedirs would make a local folder 'gs:' and Orbax fail on
+  the first checkpoint with a traceback."""
+  monkeypatch.chdir(tmp_path)
+  with pytest.raises(ValueError, match=r"^the workdir 'gs://bucket/W' is a URL; give a "
+                                       r"directory of a mounted file system"):
+    training.train_and_evaluate(small_config(2), "gs://bucket/W", show_progress=False)
+  assert not os.listdir(tmp_path)
+
+
 def test_an_empty_workdir_is_refused_before_any_work():
   """--workdir= (an empty value): one line saying so, not "No such file or directory: ''"."""
   with pytest.raises(ValueError, match=r"^the workdir is empty \(''\); give a directory"):
