@@ -1,5 +1,6 @@
 """The documentation: the site builds with warnings as errors, its API reference holds every
-public function and class of ``dml_jax``, and the README's library example runs.
+public function and class of ``dml_jax``, the README's library example runs, and every
+documented command names configs, config keys and flags that exist.
 
 The site is built with ``mkdocs build --strict`` (broken links, unknown references and
 docstrings the reference cannot parse fail); ``requirements-test.txt`` installs mkdocs, so
@@ -148,3 +149,108 @@ def test_the_options_the_departures_table_names_exist():
       assert name in hparams, f"docs/papers.md names loss.{name}, which no objective takes"
     else:
       assert name in config[group], f"docs/papers.md names {key}, not a config key"
+
+
+def _documented_commands() -> list[tuple[str, str]]:
+  """``(where, command)`` of every ``python ...`` command of the README, docs/*.md,
+  benchmarks/README.md (fenced blocks and inline code) and the docstrings of configs/*.py and
+  experiments/*.py, with line continuations joined and comments dropped."""
+  import ast  # pylint: disable=g-import-not-at-top
+  texts = [(p, p.read_text()) for p in
+           [README, ROOT / "benchmarks" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]]
+  texts += [(p, ast.get_docstring(ast.parse(p.read_text())) or "") for p in
+            sorted([*(ROOT / "configs").glob("*.py"), *(ROOT / "experiments").glob("*.py")])]
+  found = []
+  for path, text in texts:
+    chunks = [m.group(1) for m in re.finditer(r"```\w*\n(.*?)```", text, re.S)]
+    chunks += re.findall(r"`([^`\n]*python3? [^`\n]*)`", text)
+    if path.suffix == ".py":
+      chunks.append(text)
+    for chunk in chunks:
+      for line in re.sub(r"\\\n\s*", " ", chunk).splitlines():
+        for part in re.split(r"\s*(?:&&|;)\s*", re.sub(r"\s+#.*$", "", line)):
+          if re.match(r"(?:\S+=\S+ )*python3? ", part.strip()):
+            found.append((path.relative_to(ROOT).as_posix(), part.strip()))
+  return found
+
+
+def _tokens(command: str) -> list[str]:
+  import shlex  # pylint: disable=g-import-not-at-top
+  try:
+    return shlex.split(command)
+  except ValueError:
+    return command.split()
+
+
+_PLACEHOLDER = re.compile(r"\.\.\.|\b(?:NAME|ROW|X|ARCH|KIND|W|K|N|DIR|FILE|L)\b|<")
+
+
+def test_every_documented_config_spec_and_key_exists():
+  """Each ``--config=FILE[:variant]`` of a documented command resolves, and each key it sets
+  (``--config.KEY=``, the sweep's ``--set KEY=`` and ``--grid KEY=``) is a key of that config
+  (``loss.*``: a hyper-parameter of the objective it trains); placeholders (``NAME``, ``ROW``,
+  ``...``) and commands with a user ``--module`` are left out."""
+  from dml_jax import objectives  # pylint: disable=g-import-not-at-top
+  from dml_jax.run import config as config_lib  # pylint: disable=g-import-not-at-top
+  checked = 0
+  for where, command in _documented_commands():
+    tokens = _tokens(command)
+    specs = [t.split("=", 1)[1] for t in tokens if t.startswith("--config=")]
+    if not specs or _PLACEHOLDER.search(specs[0]) or any(t.startswith("--module") for t in tokens):
+      continue
+    spec = specs[0]
+    config = config_lib.resolve(os.path.join(ROOT, spec))
+    keys = [t[len("--config."):].split("=", 1)[0] for t in tokens if t.startswith("--config.")]
+    for i, t in enumerate(tokens):
+      value = t[len("--set="):] if t.startswith("--set=") else (
+          tokens[i + 1] if t in ("--set", "--grid") and i + 1 < len(tokens) else
+          t[len("--grid="):] if t.startswith("--grid=") else None)
+      if value is not None:
+        keys += value.split("=", 1)[0].split("+")
+    flat = config_lib.flatten(config)
+    name = dict(t[len("--config."):].split("=", 1) for t in tokens
+                if t.startswith("--config.loss.name=")).get("loss.name", config.loss.name)
+    for key in keys:
+      if key.startswith("loss."):
+        assert key == "loss.name" or key[5:] in objectives.hparam_defaults(name), (
+            f"{where}: {command!r} sets {key}, which objective {name!r} does not take")
+      else:
+        assert key in flat or key.startswith("data.options."), (
+            f"{where}: {command!r} sets {key}, not a key of {spec}")
+    checked += 1
+  assert checked > 40, checked
+
+
+def _flag_names(*command: str) -> set[str]:
+  """The flag names a binary's ``--helpfull`` / ``--help`` lists (``--[no]x``: both)."""
+  proc = subprocess.run([sys.executable, *command], cwd=ROOT, capture_output=True, text=True,
+                        timeout=120, check=False)
+  names = set()
+  for negatable, name in re.findall(r"--(\[no\])?([A-Za-z_][\w-]*)", proc.stdout + proc.stderr):
+    names |= {name, "no" + name} if negatable else {name}
+  assert "workdir" in names, proc.stdout + proc.stderr
+  return names
+
+
+@pytest.mark.slow
+def test_every_documented_flag_of_the_binaries_exists():
+  """Every ``--flag`` of a documented ``train.py``, ``eval.py`` or sweep command is one the
+  binary defines (``--config.*`` overrides: the test above)."""
+  binaries = {"train.py": ("train.py", "--helpfull"), "eval.py": ("eval.py", "--helpfull"),
+              "dml_jax.run.experiments": ("-m", "dml_jax.run.experiments", "sweep", "--help")}
+  known = {name: _flag_names(*argv) for name, argv in binaries.items()}
+  checked = 0
+  for where, command in _documented_commands():
+    tokens = _tokens(command)
+    start = next((i for i, t in enumerate(tokens) if re.fullmatch(r"python3?", t)), None)
+    program = tokens[start + 1:start + 3] if start is not None else []
+    binary = (program[0] if program[:1] in (["train.py"], ["eval.py"]) else
+              program[1] if program == ["-m", "dml_jax.run.experiments"] else None)
+    if binary is None:
+      continue
+    for t in tokens[start + 1:]:
+      name = t[2:].split("=", 1)[0].strip("\"'")   # a command inside quotes (gcloud --command)
+      if t.startswith("--") and not name.startswith("config."):
+        assert name in known[binary], f"{where}: {command!r}: {binary} has no flag --{name}"
+    checked += 1
+  assert checked > 40, checked
