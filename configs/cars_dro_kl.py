@@ -7,6 +7,9 @@ sampled from p* at K = 160, as the released code (loss.mode='weight' weights all
 instead); margin pair loss m = 0.2, lambda = 0.5;
 the DRO recipe (BN-Inception, 1024-D, Adam 1e-5, batch 80 = 16 x 5).
 
+Needs Cars196 prepared (docs/datasets.md) and weights/bn_inception.npz (docs/models.md);
+``smoke`` needs only the dataset.
+
   python train.py --config=configs/cars_dro_kl.py --workdir=runs/cars_dro_kl
   python train.py --config=configs/cars_dro_kl.py:smoke --workdir=/tmp/smoke
 """

@@ -7,6 +7,9 @@ setting of Wang et al. that the table adopts: 64-D embedding, batch 80 = 16 x 5;
 recipe otherwise (BN-Inception, Adam 1e-5). gamma_pos = gamma_neg = 1 is the lifted-structure
 identity (tests/objectives/test_dro.py).
 
+Needs Cars196 prepared (docs/datasets.md) and weights/bn_inception.npz (docs/models.md);
+``smoke`` needs only the dataset.
+
   python train.py --config=configs/cars_dro_kl_grouped.py --workdir=runs/cars_dro_kl_grouped
   python train.py --config=configs/cars_dro_kl_grouped.py:smoke --workdir=/tmp/smoke
 """

@@ -5,6 +5,9 @@ Cars196 classes 0-97 train / 98-195 test; ResNet-50 (ImageNet), 512-D, batch 128
 n = 16, 2nd-order loss (temperature 0.1), SGD 0.005 divided by 10 after epochs 20 and 30,
 40 epochs.
 
+Needs Cars196 prepared (docs/datasets.md) and weights/resnet50.npz (docs/models.md);
+``smoke`` needs only the dataset.
+
   python train.py --config=configs/cars_ephn_2nd.py --workdir=runs/cars_ephn_2nd
   python train.py --config=configs/cars_ephn_2nd.py:smoke --workdir=/tmp/smoke
 """

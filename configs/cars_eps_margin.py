@@ -6,6 +6,9 @@ negatives and the easiest positive (EPS) instead of a random one; the EPS recipe
 128-D, Adam 1e-5, batch 160; see configs/recipes.py for the settings the paper leaves to
 Roth et al.'s framework).
 
+Needs Cars196 prepared (docs/datasets.md) and weights/resnet50.npz (docs/models.md);
+``smoke`` needs only the dataset.
+
   python train.py --config=configs/cars_eps_margin.py --workdir=runs/cars_eps_margin
   python train.py --config=configs/cars_eps_margin.py:smoke --workdir=/tmp/smoke
 """

@@ -6,6 +6,9 @@ lower end of its grid {160, 200, 240, 280}; the chosen K is not stated) with the
 loss m = 0.2, lambda = 0.5; the DRO recipe (BN-Inception, 1024-D, Adam 1e-5, batch 80 = 16 x 5).
 For the binomial variant: --config.loss.pair_loss=binomial.
 
+Needs CUB prepared (docs/datasets.md) and weights/bn_inception.npz (docs/models.md);
+``smoke`` needs only the dataset.
+
   python train.py --config=configs/cub_dro_topk.py --workdir=runs/cub_dro_topk
   python train.py --config=configs/cub_dro_topk.py:smoke --workdir=/tmp/smoke
 """

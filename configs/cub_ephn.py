@@ -11,6 +11,9 @@ values printed). The 2nd-order paper's Table 1 row "EPHN-1st (512)" (R@1 64.9, R
 n = 16 and SGD 0.0001: that row is configs/cub_epshn.py (docs/papers.md "Departures from the
 papers").
 
+Needs CUB prepared (docs/datasets.md) and weights/resnet50.npz (docs/models.md);
+``smoke`` needs only the dataset.
+
   python train.py --config=configs/cub_ephn.py --workdir=runs/cub_ephn
   python train.py --config=configs/cub_ephn.py:smoke --workdir=/tmp/smoke
 """

@@ -5,6 +5,9 @@ Multi-similarity loss with alpha 2, beta 50, lambda (base) 1 as the paper states
 negative mining kept and its positive mining replaced by the easiest positive (EPS); the
 EPS recipe (ResNet-50, 128-D, Adam 1e-5, batch 160).
 
+Needs CUB prepared (docs/datasets.md) and weights/resnet50.npz (docs/models.md);
+``smoke`` needs only the dataset.
+
   python train.py --config=configs/cub_eps_ms.py --workdir=runs/cub_eps_ms
   python train.py --config=configs/cub_eps_ms.py:smoke --workdir=/tmp/smoke
 """

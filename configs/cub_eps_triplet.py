@@ -5,6 +5,9 @@ Triplet loss on squared distances with margin 0.2 (not stated in the paper: Roth
 default), the easiest positive (EPS) and a semi-hard negative chosen for it; the EPS recipe
 (ResNet-50, 128-D, Adam 1e-5, batch 160).
 
+Needs CUB prepared (docs/datasets.md) and weights/resnet50.npz (docs/models.md);
+``smoke`` needs only the dataset.
+
   python train.py --config=configs/cub_eps_triplet.py --workdir=runs/cub_eps_triplet
   python train.py --config=configs/cub_eps_triplet.py:smoke --workdir=/tmp/smoke
 """

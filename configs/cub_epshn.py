@@ -7,6 +7,9 @@ paper's CUB rate) divided by 10 after epochs 20 and 30, 40 epochs. As the releas
 the paper's time, the loss is the sum over the anchors (not their mean) and SGD has no
 momentum: the paper's rates are for these (recipes.EPHN_RELEASED).
 
+Needs CUB prepared (docs/datasets.md) and weights/resnet50.npz (docs/models.md);
+``smoke`` needs only the dataset.
+
   python train.py --config=configs/cub_epshn.py --workdir=runs/cub_epshn
   python train.py --config=configs/cub_epshn.py:smoke --workdir=/tmp/smoke
 """

@@ -12,6 +12,8 @@ group of n images per hotel, drawn anew each epoch, as its sampler did
 (data.epoch='one_group_per_class'; 'every_example' passes over every image, an epoch several
 times longer).
 
+Needs weights/resnet50.npz (docs/models.md).
+
   python train.py --config=configs/hotels_epshn.py --config.data.options.path=hotels.csv \
       --workdir=runs/hotels_epshn
   python train.py --config=configs/hotels_epshn.py:smoke --config.data.options.path=L \

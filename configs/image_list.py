@@ -12,6 +12,8 @@ The argument picks the format (dml_jax/data/image_lists.py describes each):
 
 Append ``,smoke`` for a tiny run.
 
+Needs weights/resnet50.npz (docs/models.md).
+
   python train.py --config=configs/image_list.py --config.data.options.path=list.csv --workdir=W
   python train.py --config=configs/image_list.py:image_folder \
       --config.data.options.root=/data/birds --workdir=W

@@ -7,6 +7,9 @@ query@gallery evaluation. K = 1280 = 2B: the paper selected Table 3's K from {64
 imbalance (sec. 4.2.2) and running-time experiments. (Fig. 2's best K = 1280 is for
 DRO-TopK_M, not TopK-PN; docs/papers.md "Departures from the papers".)
 
+Needs In-Shop in data/inshop/ (docs/datasets.md) and weights/bn_inception.npz
+(docs/models.md); ``smoke`` needs only the dataset.
+
   python train.py --config=configs/inshop_dro_topk_pn.py --workdir=runs/inshop_dro_topk_pn
   python train.py --config=configs/inshop_dro_topk_pn.py:smoke --workdir=/tmp/smoke
 """

@@ -6,6 +6,8 @@ In-Shop official partition (3,997 train items; 14,218 query / 12,612 gallery ima
 n = 2, 2nd-order loss, SGD 0.005 divided by 10 after epochs 20 and 30, 40 epochs.
 data.options.root must hold img/ and list_eval_partition.txt (docs/datasets.md).
 
+Needs weights/resnet50.npz (docs/models.md).
+
   python train.py --config=configs/inshop_ephn_2nd.py --workdir=runs/inshop_ephn_2nd
   python train.py --config=configs/inshop_ephn_2nd.py:smoke --workdir=/tmp/smoke
 """

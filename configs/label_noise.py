@@ -27,6 +27,9 @@ Label noise (eq. 6) is set by ``data.label_noise`` (applied once, seed ``data.no
 clean labels kept as label set 'clean'); the topline, the ratio of Fig. (d), trains on a clean
 1 - p fraction (``data.clean_fraction``; SOP classes left without an example are dropped).
 
+Needs the dataset prepared (docs/datasets.md) and, for cub and flowers, weights/resnet34.npz
+(docs/models.md); ``smoke`` needs only the dataset.
+
   python train.py --config=configs/label_noise.py:cub,margin --workdir=runs/cub_noise_margin
   python train.py --config=configs/label_noise.py:cub,margin,smoke --workdir=/tmp/smoke
   python -m dml_jax.run.experiments sweep \

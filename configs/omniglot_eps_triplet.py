@@ -12,6 +12,9 @@ al.'s sampler (classes drawn with replacement) gives about 22.3 alphabets x 7.2 
 average; 20 x 8 is the closest composition with distinct classes (recipes.OMNIGLOT_BATCH).
 configs/omniglot_cpu.py is the CPU-scale version of this table that we ran.
 
+Needs Omniglot prepared (docs/datasets.md) and weights/resnet50.npz (docs/models.md);
+``smoke`` needs only the dataset.
+
   python train.py --config=configs/omniglot_eps_triplet.py --workdir=runs/omniglot_eps_triplet
   python train.py --config=configs/omniglot_eps_triplet.py:smoke --workdir=/tmp/smoke
 """

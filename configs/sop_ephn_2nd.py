@@ -5,6 +5,9 @@ SOP official train (11,318 classes) / test (11,316 classes); ResNet-50 (ImageNet
 batch 128 with n = 2 (so the easy positive is the only positive), 2nd-order loss, SGD 0.005
 divided by 10 after epochs 20 and 30, 40 epochs.
 
+Needs SOP prepared (docs/datasets.md) and weights/resnet50.npz (docs/models.md);
+``smoke`` needs only the dataset.
+
   python train.py --config=configs/sop_ephn_2nd.py --workdir=runs/sop_ephn_2nd
   python train.py --config=configs/sop_ephn_2nd.py:smoke --workdir=/tmp/smoke
 """

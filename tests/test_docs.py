@@ -254,3 +254,22 @@ def test_every_documented_flag_of_the_binaries_exists():
         assert name in known[binary], f"{where}: {command!r}: {binary} has no flag --{name}"
     checked += 1
   assert checked > 40, checked
+
+
+def test_each_config_docstring_says_what_its_commands_need():
+  """A config's documented command runs once its data and weights are there: the docstring
+  names the converted weights file its default row loads and, for data that is not built in
+  (the digits), where the data comes from (docs/datasets.md or a ``data.options`` path)."""
+  import ast  # pylint: disable=g-import-not-at-top
+  from dml_jax.run import config as config_lib  # pylint: disable=g-import-not-at-top
+  built_in = {"digits", "digits_evenodd", "digits_png"}
+  for path in sorted((ROOT / "configs").glob("*.py")):
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    if "python train.py" not in doc:
+      continue
+    config = config_lib.resolve(str(path))
+    if config.model.pretrained:
+      assert config.model.pretrained in doc, f"{path.name}: needs {config.model.pretrained}"
+    if config.data.name not in built_in:
+      assert re.search(r"datasets\.md|data\.options\.(root|path)", doc), (
+          f"{path.name}: says not where its data ({config.data.name}) comes from")
