@@ -5,7 +5,8 @@ PyTorch).
 Regenerate (in an environment with requirements-bench.txt: torch CPU + PML 2.9)::
 
   python3 -m venv .venv-bench && . .venv-bench/bin/activate
-  pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && pip install -r requirements-bench.txt
+  pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+  pip install -r requirements-bench.txt
   python tests/golden/make_pml_reference.py
 
 Each case is ``(name, our objective, its hyper-parameters, PML's loss)``, evaluated on several
