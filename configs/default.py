@@ -79,6 +79,9 @@ def get_config() -> ml_collections.ConfigDict:
   # How convolutions are computed (every model; the same parameters and results to rounding):
   # 'auto' | 'lax' | 'matmul' | 'lax_aligned' (dml_jax.models.conv.CONV_IMPLS)
   c.model.conv_impl = "auto"
+  # BN-Inception: the RGB images are reversed to its weights' BGR (False: fed as they are, as
+  # runs recorded before this key were).
+  c.model.rgb_input = True
 
   c.loss = ml_collections.ConfigDict()
   c.loss.name = "nca"

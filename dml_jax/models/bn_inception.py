@@ -167,6 +167,9 @@ class BNInception(nnx.Module):
     dtype: ``'float32'`` (default) or ``'bfloat16'`` compute; float32 params and output.
     conv_impl: ``'auto'`` (default), ``'lax'``, ``'matmul'`` or ``'lax_aligned'``: how
       convolutions and pooling are computed (as ``resnet.ResNet``'s).
+    rgb_input: ``True`` (default): the images are RGB, reversed to the port's BGR before the
+      backbone; ``False``: fed to the backbone as they are (runs trained before this option,
+      ``config.model.rgb_input``).
     rngs: ``nnx.Rngs``.
   """
 
@@ -174,14 +177,17 @@ class BNInception(nnx.Module):
                embedding_hidden: tuple[int, ...] = (), bn_mode: str = "train",
                bn_momentum: float = 0.9, bn_epsilon: float = 1e-5,
                bn_axis_name: str | None = None, dtype: str = "float32",
-               conv_impl: str = "auto", rngs: nnx.Rngs):
+               conv_impl: str = "auto", rgb_input: bool = True, rngs: nnx.Rngs):
     compute_dtype = check_options(pooling=pooling, bn_mode=bn_mode, dtype=dtype,
                                   conv_impl=conv_impl)
     if not 0.0 <= bn_momentum < 1.0:
       raise ValueError(f"bn_momentum={bn_momentum} must be in [0, 1).")
     bn = dict(frozen=bn_mode == "frozen", momentum=bn_momentum, epsilon=bn_epsilon,
               axis_name=bn_axis_name)
+    if not isinstance(rgb_input, bool):
+      raise ValueError(f"rgb_input={rgb_input!r} must be True or False.")
     self.arch = "bn_inception"
+    self.rgb_input = rgb_input
     self.backbone = BNInceptionBackbone(bn=bn, dtype=compute_dtype, impl=conv_impl, rngs=rngs)
     self.head = heads.EmbeddingHead(self.backbone.num_features, embedding_dim,
                                     pooling=pooling, hidden=tuple(embedding_hidden),
@@ -191,7 +197,7 @@ class BNInception(nnx.Module):
     """Backbone output ``[B, H/32, W/32, 1024]`` in the compute dtype, of RGB images."""
     if x.ndim != 4 or x.shape[-1] != 3:
       raise ValueError(f"bn_inception expects images [B, H, W, 3], got shape {x.shape}.")
-    return self.backbone(to_port_channels(x))
+    return self.backbone(to_port_channels(x) if self.rgb_input else x)
 
   def pooled_features(self, x: jax.Array) -> jax.Array:
     """Globally pooled features, float32 ``[B, 1024]``."""

@@ -197,6 +197,8 @@ def validate(config: ml_collections.ConfigDict, splits: Mapping | None = None) -
         f"{config.data.name!r} is not augmented (only the image datasets are); use 'none'.")
   model = config.model
   conv.conv_function(model.get("conv_impl", "auto"))   # one line listing conv.CONV_IMPLS
+  if not isinstance(model.get("rgb_input", True), bool):
+    raise ValueError(f"config.model.rgb_input={model.rgb_input!r} must be True or False.")
   if model.name != "small_cnn":
     resnet.check_options(pooling=model.get("pooling", "") or "avg",
                          bn_mode=model.get("bn_mode", "train"),

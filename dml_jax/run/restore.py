@@ -33,12 +33,14 @@ def model_options(model: ml_collections.ConfigDict) -> dict:
   """The backbone options of ``config.model`` that differ from the defaults, as keyword
   arguments of ``models.make`` (so the small CNN, which has none, gets none)."""
   defaults = {"dtype": "float32", "pooling": "", "bn_mode": "train", "embedding_hidden": (),
-              "conv_impl": "auto"}
+              "conv_impl": "auto", "rgb_input": True}
+  cls = models.MODELS.get(model.name)
+  takes = inspect.signature(cls.__init__).parameters if cls is not None else {}
   options = {}
   for key, default in defaults.items():
     value = model.get(key, default)
     value = tuple(value) if isinstance(value, (list, tuple)) else value
-    if value != default:
+    if value != default and (key != "rgb_input" or key in takes):   # BN-Inception's only
       options[key] = value
   return options
 

@@ -40,7 +40,8 @@ RUN_INFO_FILE = "run.json"
 METRICS_FILE = "metrics.jsonl"
 
 # Keys added to the config schema after workdirs were first written, with the value that
-# reproduces the older behaviour; load_config fills them into older config.json files.
+# reproduces the older behaviour (or a function of the older config.json's tree giving it);
+# load_config fills them into older config.json files.
 ADDED_CONFIG_KEYS = {
     "num_devices": 0,
     "model.conv_impl": "auto",
@@ -77,6 +78,9 @@ ADDED_CONFIG_KEYS = {
     "data.cache": "none",
     "data.cache_max_gb": 8.0,
     "eval.cache": "none",
+    "data.epoch": "every_example",
+    # BN-Inception runs were fed RGB as it came; the key changes nothing for other models
+    "model.rgb_input": lambda tree: tree.get("model", {}).get("name") != "bn_inception",
 }
 
 # Dotted keys (a trailing '.' means the whole block) that a rerun may change on a workdir
@@ -132,7 +136,9 @@ def _fill_added_keys(tree: dict) -> dict:
     node = tree
     for p in parents:
       node = node.setdefault(p, {})
-    node.setdefault(leaf, list(value) if isinstance(value, tuple) else value)
+    if leaf not in node:
+      value = value(tree) if callable(value) else value
+      node[leaf] = list(value) if isinstance(value, tuple) else value
   loss = tree.get("loss", {})
   if loss.get("name") in objectives.names():
     for key, value in objectives.hparam_defaults(loss["name"]).items():

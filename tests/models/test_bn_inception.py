@@ -1,12 +1,15 @@
 """Tests of the BN-Inception backbone (Cadene's pretrainedmodels port layout)."""
 
 import chex
+import ml_collections
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
+from dml_jax import models
 from dml_jax.models import bn_inception, heads, pretrained
+from dml_jax.run import restore
 
 
 def _torch_ceil_max_pool_oracle(x, window, stride):
@@ -96,3 +99,18 @@ def test_model_takes_rgb_and_feeds_the_port_backbone_bgr():
   np.testing.assert_allclose(model.feature_map(rgb), model.backbone(bgr), rtol=1e-6, atol=1e-6)
   assert not np.allclose(model.feature_map(rgb), model.backbone(rgb), atol=1e-3)
   np.testing.assert_array_equal(bn_inception.to_port_channels(jnp.arange(3.0)), [2.0, 1.0, 0.0])
+
+
+def test_rgb_input_false_feeds_the_images_as_they_are():
+  """``rgb_input=False`` (runs recorded before the option) gives the backbone its input
+  unchanged; ``make_model`` passes the key to BN-Inception only."""
+  model = models.make("bn_inception", embedding_dim=8, rgb_input=False,
+                      rngs=nnx.Rngs(params=0))
+  x = jnp.asarray(np.random.default_rng(1).standard_normal((1, 64, 64, 3)), jnp.float32)
+  np.testing.assert_allclose(model.feature_map(x), model.backbone(x), rtol=1e-6, atol=1e-6)
+  with pytest.raises(ValueError, match="rgb_input='no' must be True or False"):
+    models.make("bn_inception", embedding_dim=8, rgb_input="no", rngs=nnx.Rngs(params=0))
+  old = ml_collections.ConfigDict({"name": "resnet18", "rgb_input": False})
+  assert "rgb_input" not in restore.model_options(old)
+  old.name = "bn_inception"
+  assert restore.model_options(old) == {"rgb_input": False}

@@ -302,6 +302,48 @@ def test_older_workdir_config_gets_keys_added_since(tmp_path):
   config_lib.validate(loaded)
 
 
+# The schema keys a workdir's config.json has always had; every key added since is in
+# workdir.ADDED_CONFIG_KEYS with the value that reproduces the older runs.
+ORIGINAL_KEYS = {
+    "batch_size", "checkpoint_every_steps", "data.clean_fraction", "data.group_size",
+    "data.image_size", "data.label_noise", "data.name", "data.small_class", "eval.batch_size",
+    "eval.kmeans", "eval.kmeans_n_init", "eval.ks", "eval.metrics", "eval.overcluster",
+    "eval.plot", "eval.rho_skip", "eval.similarity", "eval.splits", "eval_every_steps",
+    "log_every_steps", "max_checkpoints_to_keep", "model.bn_mode", "model.dtype",
+    "model.embedding_dim", "model.embedding_hidden", "model.freeze_bn", "model.name",
+    "model.normalize", "model.pooling", "model.pretrained", "num_train_steps",
+    "optimizer.decay_factor", "optimizer.decay_steps", "optimizer.learning_rate",
+    "optimizer.momentum", "optimizer.name", "optimizer.objective_learning_rate",
+    "optimizer.schedule", "optimizer.warmup_steps", "optimizer.weight_decay", "seed"}
+
+
+def test_every_key_added_to_the_schema_has_its_older_value():
+  from configs import default  # pylint: disable=import-outside-toplevel
+  keys = {k for k in config_lib.flatten(default.get_config())
+          if not k.startswith(("loss.", "data.options."))}
+  missing = sorted(keys - ORIGINAL_KEYS - set(workdir_lib.ADDED_CONFIG_KEYS))
+  assert not missing, (f"{missing}: add them to workdir.ADDED_CONFIG_KEYS with the value that "
+                       "reproduces runs recorded before them")
+
+
+def test_workdir_before_the_sampler_epoch_and_rgb_input_keys_resumes_as_it_was(tmp_path):
+  config = small_config()
+  del config.data["epoch"]
+  del config.model["rgb_input"]
+  workdir_lib.write_config(config, str(tmp_path))
+  loaded = workdir_lib.load_config(str(tmp_path))
+  assert loaded.data.epoch == "every_example" and loaded.model.rgb_input is True
+  assert workdir_lib.check_rerun(small_config(), str(tmp_path)) == []   # resumes unchanged
+  # a BN-Inception run of then was fed RGB as it came: it keeps that, and a rerun with
+  # today's default is named as a change, never silently fed reversed channels
+  bn = small_config(**{"model.name": "bn_inception"})
+  del bn.model["rgb_input"]
+  workdir_lib.write_config(bn, str(tmp_path / "bn"))
+  assert workdir_lib.load_config(str(tmp_path / "bn")).model.rgb_input is False
+  with pytest.raises(workdir_lib.WorkdirConflictError, match="model.rgb_input False -> True"):
+    workdir_lib.check_rerun(small_config(**{"model.name": "bn_inception"}), str(tmp_path / "bn"))
+
+
 def test_scatter_diagram_is_logged_during_training(tmp_path):
   workdir = str(tmp_path)
   training.train_and_evaluate(small_config(10, scatter_every_steps=5), workdir,
