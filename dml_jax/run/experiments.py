@@ -282,6 +282,7 @@ def sweep(config: ml_collections.ConfigDict, *, grid: Sequence[str] = (), seeds:
              for point in points]
   for _, cfg in configs:   # every point checked before the first run starts
     config_lib.validate(cfg)
+    config_lib.validate_training(cfg)
     objectives.make(**cfg.loss.to_dict())
   check_plot_options(points, [cfg for _, cfg in configs], protocol=protocol, x=x)
   # every run directory too: one trained with another config is refused, one whose

@@ -97,6 +97,7 @@ def build(config: ml_collections.ConfigDict) -> Setup:
   """
   overrides.import_user_modules(config.get("user_modules", ()))
   config_lib.validate(config)
+  config_lib.validate_training(config)
   objective = objectives.make(**config.loss.to_dict())   # its values checked before the data
   mesh = parallel.make_mesh(config.num_devices)
   parallel.check_batch_size(config.batch_size, mesh)
@@ -357,6 +358,7 @@ def start_run(config: ml_collections.ConfigDict, workdir: str, *,
   overrides.import_user_modules(config.get("user_modules", ()))
   # a bad value is named as such, not as a change of the config
   config_lib.validate(config)
+  config_lib.validate_training(config)
   objectives.make(**config.loss.to_dict())
   if overwrite:
     workdir_lib.check_overwrite(workdir)
