@@ -373,11 +373,15 @@ def start_run(config: ml_collections.ConfigDict, workdir: str, *,
   try:
     restored = checkpointing.restore(manager, setup.init_state)
     if restored is not None and restored[0] > setup.num_train_steps:
+      epochs = config.num_epochs > 0
+      key = "num_epochs" if epochs else "num_train_steps"
+      needed = -(-restored[0] // setup.sampler.steps_per_epoch) if epochs else restored[0]
       raise ValueError(
-          f"{workdir}'s newest checkpoint is step {restored[0]}, past num_train_steps="
-          f"{setup.num_train_steps}: training would not run and that checkpoint would be "
-          f"reported as this run. Give num_train_steps >= {restored[0]}, evaluate an earlier "
-          f"checkpoint with eval.py --workdir={workdir} --step=N, or use a new --workdir.")
+          f"{workdir}'s newest checkpoint is step {restored[0]}, past the final step "
+          f"{setup.num_train_steps} of {key}={config[key]}: training would not run and that "
+          f"checkpoint would be reported as this run. Give {key} >= {needed}, evaluate an "
+          f"earlier checkpoint with eval.py --workdir={workdir} --step=N, or use a new "
+          "--workdir.")
   except Exception:
     manager.close()
     raise

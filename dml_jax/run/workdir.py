@@ -352,6 +352,40 @@ def final_step(workdir: str, config: ml_collections.ConfigDict) -> int:
   return int(config.num_train_steps)
 
 
+def newest_checkpoint_step(workdir: str) -> int | None:
+  """The step of the newest checkpoint folder (``checkpoints/<step>``) in ``workdir``, or
+  ``None`` when there is none (read from the folder names, without opening them)."""
+  folder = os.path.join(workdir, "checkpoints")
+  steps = [int(n) for n in (os.listdir(folder) if os.path.isdir(folder) else ())
+           if n.isdigit() and os.path.isdir(os.path.join(folder, n))]
+  return max(steps) if steps else None
+
+
+def check_not_past_the_end(workdir: str, config: ml_collections.ConfigDict) -> None:
+  """``ValueError`` when ``workdir``'s newest checkpoint is past the final step ``config``
+  would train to there (a shortened rerun: that checkpoint would be reported as the shorter
+  run); with ``num_epochs``, the epoch length is the one ``run.json`` recorded."""
+  newest = newest_checkpoint_step(workdir)
+  if newest is None:
+    return
+  epochs = config.get("num_epochs", 0)
+  path = os.path.join(workdir, RUN_INFO_FILE)
+  if epochs > 0 and not os.path.exists(path):
+    return   # the epoch length is known once train.py has built the sampler
+  if epochs > 0:
+    with open(path) as f:
+      per_epoch = int(json.load(f)["steps_per_epoch"])
+    final, key, needed = epochs * per_epoch, "num_epochs", -(-newest // per_epoch)
+  else:
+    final, key, needed = int(config.num_train_steps), "num_train_steps", newest
+  if newest > final:
+    raise ValueError(
+        f"{workdir}'s newest checkpoint is step {newest}, past the final step {final} of "
+        f"{key}={config[key]}: training would not run and that checkpoint would be reported "
+        f"as this run. Give {key} >= {needed}, evaluate an earlier checkpoint with eval.py "
+        f"--workdir={workdir} --step=N, or use a new workdir.")
+
+
 # ---------------------------------------------------------------------------- metrics
 
 

@@ -243,6 +243,23 @@ def test_a_rerun_with_more_steps_extends_the_finished_runs(tmp_path):
   assert os.path.exists(os.path.join(wd, "loss.positive=easy", "seed_0", "eval_step_20.json"))
 
 
+def test_a_shortened_rerun_is_refused_before_any_run(tmp_path):
+  """--set num_train_steps=5 on a sweep of 10 steps whose runs hold a step-10 checkpoint:
+  refused before the first run, not in the middle of the sweep."""
+  train_fn, calls = recording_train({("easy", 0): 0.6, ("easy", 1): 0.8})
+  wd = str(tmp_path)
+  experiments.sweep(small_config(10), grid=["loss.positive=easy"], seeds=2, workdir=wd,
+                    train_fn=train_fn, log=lambda s: None)
+  os.makedirs(os.path.join(wd, "loss.positive=easy", "seed_1", "checkpoints", "10"))
+  calls.clear()
+  with pytest.raises(ValueError, match=r"seed_1's newest checkpoint is step 10, past the final "
+                                       r"step 5 of num_train_steps=5"):
+    experiments.sweep(small_config(10), grid=["loss.positive=easy"], seeds=2, workdir=wd,
+                      overrides={"num_train_steps": "5"}, train_fn=train_fn,
+                      log=lambda s: None)
+  assert calls == []
+
+
 @pytest.mark.parametrize("options,message", [
     ({"x": "data.group_size"}, r"--x='data.group_size' is not a grid key; grid keys: "
                                r"\['loss.positive'\]"),

@@ -171,9 +171,24 @@ def test_a_rerun_shorter_than_the_newest_checkpoint_is_refused_and_changes_nothi
   """num_train_steps=15 on a workdir whose newest checkpoint is step 20: training would not
   run, and the step-20 model would be evaluated and reported as the 15-step run's."""
   before = snapshot(copy)
-  with pytest.raises(ValueError, match=r"newest checkpoint is step 20, past num_train_steps=15"):
+  with pytest.raises(ValueError, match=r"newest checkpoint is step 20, past the final step 15 "
+                                       r"of num_train_steps=15: .* Give num_train_steps >= 20"):
     training.train_and_evaluate(small_config(15), copy, show_progress=False)
   assert snapshot(copy) == before
+  # the check a sweep makes before any run, from the folder names and run.json
+  with pytest.raises(ValueError, match=r"step 20, past the final step 15"):
+    workdir_lib.check_not_past_the_end(copy, small_config(15))
+  workdir_lib.check_not_past_the_end(copy, small_config(20))
+
+
+
+def test_a_shortened_epoch_run_is_named_in_epochs(tmp_path):
+  os.makedirs(tmp_path / "checkpoints" / "20")
+  (tmp_path / "run.json").write_text(json.dumps({"num_train_steps": 24, "steps_per_epoch": 8}))
+  with pytest.raises(ValueError, match=r"step 20, past the final step 16 of num_epochs=2: .* "
+                                       r"Give num_epochs >= 3,"):
+    workdir_lib.check_not_past_the_end(str(tmp_path), small_config(**{"num_epochs": 2}))
+  workdir_lib.check_not_past_the_end(str(tmp_path), small_config(**{"num_epochs": 3}))
 
 
 def test_a_bad_value_on_a_rerun_is_named_as_a_bad_value_not_as_a_change(copy):
