@@ -299,11 +299,16 @@ def _host() -> str:
 def remove_stale_temps(path: str) -> None:
   """Removes the ``temp_name`` files of ``path`` written on this host by a process that no
   longer runs (a build that was killed: they would stay, as large as the cache, at every
-  kill). Another host's files are left alone (a workdir shared by the hosts of a run)."""
+  kill), and ``<path>.tmp`` of earlier versions. Another host's files are left alone (a
+  workdir shared by the hosts of a run)."""
   folder = os.path.dirname(os.path.abspath(path))
   prefix = f"{os.path.basename(path)}.{_host()}-"
   if not os.path.isdir(folder):
     return
+  try:   # the one temporary name of earlier versions (``<path>.tmp``), left by a killed build
+    os.remove(path + ".tmp")
+  except FileNotFoundError:
+    pass
   for name in os.listdir(folder):
     pid = name[len(prefix):].split("-", 1)[0]
     if not (name.startswith(prefix) and name.endswith(".tmp") and pid.isdigit()):

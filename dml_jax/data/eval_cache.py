@@ -124,8 +124,10 @@ def build(images: LazyImages, *, path: str = "", num_threads: int = 8,
   last = t0
   if path:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    if os.path.exists(path + ".json"):   # a stale key must never describe new pixels
+    try:   # a stale key must never describe new pixels (another build may remove it first)
       os.remove(path + ".json")
+    except FileNotFoundError:
+      pass
     data = cache_lib.temp_name(path + ".npy")   # this build's own file (concurrent builds)
     pixels = np.lib.format.open_memmap(data, mode="w+", dtype=np.uint8, shape=images.shape)
   else:

@@ -187,8 +187,8 @@ def build(source: str) -> str:
     with open(name, "rb") as f:
       code += f.read()   # the source and the headers it may include
   include = jax.ffi.include_dir()
-  key = hashlib.sha256(repr((code, FLAGS, version, jax.__version__, jax.lib.__version__,
-                             sys.platform)).encode()).hexdigest()[:16]
+  key = hashlib.sha256(repr((code, FLAGS, cxx[1:], version, jax.__version__,
+                             jax.lib.__version__, sys.platform)).encode()).hexdigest()[:16]
   cache = os.path.expanduser(os.environ.get(CACHE_ENV) or DEFAULT_CACHE)
   os.makedirs(cache, exist_ok=True)
   path = os.path.join(cache, f"{source.removesuffix('.cc')}-{key}.so")
@@ -204,7 +204,7 @@ def build(source: str) -> str:
     done = subprocess.run([*cxx, *FLAGS, "-I", include, "-I", folder, src, "-o", tmp],
                           capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
     if done.returncode != 0:
-      raise OSError(f"{os.path.basename(cxx[-1])} failed on {source}: "
+      raise OSError(f"{' '.join([os.path.basename(cxx[0]), *cxx[1:]])} failed on {source}: "
                     f"{done.stderr.strip()[-2000:]}")
     os.replace(tmp, path)
   finally:

@@ -191,7 +191,7 @@ def test_a_killed_builds_temporary_file_is_removed_by_the_next(tmp_path):
   host = cache._host()   # pylint: disable=protected-access
   for name in (f"toy.u8.{host}-{dead}-0a1b2c3d.tmp", f"toy.u8.{host}-{os.getpid()}-0a1b2c3d.tmp",
                "toy.u8.notes.tmp", f"other.u8.{host}-{dead}-0a1b2c3d.tmp",
-               f"toy.u8.otherhost-{dead}-0a1b2c3d.tmp"):
+               f"toy.u8.otherhost-{dead}-0a1b2c3d.tmp", "toy.u8.tmp", "toy.npz.tmp"):
     (tmp_path / name).write_bytes(b"partial")
   cache.build(lazy(recs), spec, path=str(stem))
   assert sorted(os.listdir(tmp_path)) == sorted([

@@ -108,7 +108,10 @@ def test_cxx_may_be_a_command_with_words(fresh_cache, monkeypatch):
   cxx = kernels.compiler()
   monkeypatch.setenv("CXX", f"env DML_JAX_TEST=1 {' '.join(cxx)}")   # e.g. 'ccache g++'
   assert kernels.compiler()[1:] == ["DML_JAX_TEST=1", *cxx]
-  assert os.path.exists(kernels.build("top_m.cc"))
+  first = kernels.build("top_m.cc")
+  assert os.path.exists(first)
+  monkeypatch.setenv("CXX", f"env DML_JAX_TEST=2 {' '.join(cxx)}")   # other words, other .so
+  assert kernels.build("top_m.cc") != first
 
 
 def test_a_failed_compile_reports_the_compiler_message(fresh_cache, tmp_path, monkeypatch):
