@@ -27,14 +27,9 @@ from pytorch_metric_learning.miners import distance_weighted_miner
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 import torch
 
+from make_pml_reference import COMPOSITIONS, DIM   # the objectives' batches of 12
+
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pml_miners.npz")
-DIM = 8
-COMPOSITIONS = {
-    "n_per_class": [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3],
-    "singleton": [0, 0, 0, 1, 1, 1, 1, 2, 2, 3, 3, 5],
-    "two_classes": [4, 4, 4, 4, 4, 4, 4, 4, 1, 1, 1, 1],
-    "random": None,
-}
 SEEDS = (0, 1, 2)
 # BatchEasyHardMiner (pos_strategy, neg_strategy). PML names the closest negative 'hard' and
 # the farthest 'easy', as dml_jax does.
