@@ -362,7 +362,10 @@ def start_run(config: ml_collections.ConfigDict, workdir: str, *,
   objectives.make(**config.loss.to_dict())
   if overwrite:
     workdir_lib.check_overwrite(workdir)
-  changes = [] if overwrite else workdir_lib.check_rerun(config, workdir)
+    changes = []
+  else:
+    changes = workdir_lib.check_rerun(config, workdir)
+    workdir_lib.check_not_past_the_end(workdir, config)
   setup = build(config)
   if overwrite and workdir_lib.is_main_process():
     removed = workdir_lib.clear(workdir)
@@ -372,16 +375,6 @@ def start_run(config: ml_collections.ConfigDict, workdir: str, *,
       workdir, max_to_keep=config.max_checkpoints_to_keep or None)   # 0: all
   try:
     restored = checkpointing.restore(manager, setup.init_state)
-    if restored is not None and restored[0] > setup.num_train_steps:
-      epochs = config.num_epochs > 0
-      key = "num_epochs" if epochs else "num_train_steps"
-      needed = -(-restored[0] // setup.sampler.steps_per_epoch) if epochs else restored[0]
-      raise ValueError(
-          f"{workdir}'s newest checkpoint is step {restored[0]}, past the final step "
-          f"{setup.num_train_steps} of {key}={config[key]}: training would not run and that "
-          f"checkpoint would be reported as this run. Give {key} >= {needed}, evaluate an "
-          f"earlier checkpoint with eval.py --workdir={workdir} --step=N, or use a new "
-          "--workdir.")
   except Exception:
     manager.close()
     raise
