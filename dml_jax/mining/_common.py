@@ -38,23 +38,78 @@ def uniform_in_range(key: jax.Array, lo: jax.Array, count: jax.Array) -> jax.Arr
   return lo + offset
 
 
+def _cdf_rows(weights: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Per row of ``weights [B, N]`` (>= 0): its CDF, searched by the draws, and the index of its
+  last positive entry (int32 ``[B]``, the clamp of a draw).
+
+  XLA's ``cumsum`` (a windowed reduction) does not add in sequence, so by rounding ``c`` can
+  step up at a zero weight or down elsewhere; the returned CDF is therefore the running
+  maximum of ``c`` over the positive entries (exact), flat across zero weights, and a draw
+  searched in it never lands on a zero weight once clamped to the row's last positive entry.
+  """
+  n = weights.shape[1]
+  cdf = jax.lax.cummax(jnp.where(weights > 0, jnp.cumsum(weights, axis=1), 0.0), axis=1)
+  last = (n - 1 - jnp.argmax(weights[:, ::-1] > 0, axis=1)).astype(jnp.int32)
+  return cdf, last
+
+
 def inverse_cdf_rows(key: jax.Array, weights: jax.Array, num_draws: int) -> jax.Array:
   """Per row of ``weights [B, N]`` (>= 0), ``num_draws`` independent draws ``j ~ w_j / sum w``.
 
   Inverse CDF: ``c = cumsum(w)``, ``u ~ U[0, 1)``, ``j = min{j : c_j > u c_N}`` via a row-wise
   ``searchsorted`` (``O(B N log N)`` time, ``O(B N)`` memory). A zero-weight entry is never
-  drawn: XLA's ``cumsum`` (a windowed reduction) does not add in sequence, so by
-  rounding ``c`` can step up at a zero weight or down elsewhere; the searched row is therefore
-  the running maximum of ``c`` over the positive entries (exact), flat across zero weights, and
-  the draw is clamped to the row's last positive entry. Rows that are all zero give an
-  arbitrary index. Returns int32 ``[B, num_draws]``.
+  drawn (:func:`_cdf_rows`). Rows that are all zero give an arbitrary index. A row resolves
+  weights down to float32's rounding of its total (``~6e-8`` of it); for draws over a whole
+  matrix use :func:`inverse_cdf_matrix`. Returns int32 ``[B, num_draws]``.
   """
-  b, n = weights.shape
-  cdf = jax.lax.cummax(jnp.where(weights > 0, jnp.cumsum(weights, axis=1), 0.0), axis=1)
+  b, _ = weights.shape
+  cdf, last = _cdf_rows(weights)
   u = jax.random.uniform(key, (b, num_draws), jnp.float32)
   idx = search_rows(cdf, u * cdf[:, -1:], side="right")
-  last = (n - 1 - jnp.argmax(weights[:, ::-1] > 0, axis=1)).astype(jnp.int32)
   return jnp.minimum(idx, last[:, None])
+
+
+def search_gathered(sorted_rows: jax.Array, rows: jax.Array, values: jax.Array) -> jax.Array:
+  """``searchsorted(sorted_rows[rows[k]], values[k], side='right')`` for every ``k``.
+
+  A binary search that reads one entry of the selected row per step (``O(K log N)`` time,
+  ``O(K)`` memory; no ``[K, N]`` gather). ``sorted_rows [B, N]`` non-decreasing rows, ``rows``
+  int ``[K]``, ``values`` ``[K]`` -> int32 ``[K]`` in ``[0, N]``.
+  """
+  n = sorted_rows.shape[1]
+  lo = jnp.zeros(rows.shape, jnp.int32)
+  hi = jnp.full(rows.shape, n, jnp.int32)
+  for _ in range(n.bit_length()):   # the interval [lo, hi) halves each step
+    mid = (lo + hi) // 2
+    right = sorted_rows[rows, jnp.minimum(mid, n - 1)] <= values
+    open_ = lo < hi
+    lo = jnp.where(open_ & right, mid + 1, lo)
+    hi = jnp.where(open_ & ~right, mid, hi)
+  return lo
+
+
+def inverse_cdf_matrix(key: jax.Array, weights: jax.Array, num_draws: int) -> jax.Array:
+  """``num_draws`` independent draws of an entry ``(r, j) ~ w_rj / sum w`` of ``weights [B, N]``.
+
+  Two stages, each from its own uniform: a row ``r`` by inverse CDF over the row totals, then
+  a column ``j`` by inverse CDF over row ``r`` (:func:`search_gathered`). One float32 CDF over
+  all ``B N`` entries cannot do this: its total's rounding step (``~6e-8`` of it) is already a
+  sizeable part of a typical entry at ``B N ~ 10^5`` and exceeds it beyond ``~10^7``, so entries
+  lighter than their neighbours are drawn too rarely or never. In two stages a row total is
+  resolved to ``~6e-8`` of the matrix total and an entry to ``~6e-8`` of its row's. A
+  zero-weight entry (and a zero row) is never drawn; an all-zero matrix gives an arbitrary
+  index. ``O(B N + num_draws (log B + log N))`` time, ``O(B N + num_draws)`` memory.
+
+  Returns:
+    int32 ``[num_draws]`` flat indices ``r N + j``.
+  """
+  n = weights.shape[1]
+  key_row, key_col = jax.random.split(key)
+  rows = inverse_cdf_rows(key_row, jnp.sum(weights, axis=1)[None, :], num_draws)[0]
+  cdf, last = _cdf_rows(weights)
+  u = jax.random.uniform(key_col, (num_draws,), jnp.float32)
+  cols = jnp.minimum(search_gathered(cdf, rows, u * cdf[rows, -1]), last[rows])
+  return rows * n + cols
 
 
 # --- Compacted rows: few True entries per row as a fixed [B, P] index array ---------------

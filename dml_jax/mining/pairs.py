@@ -179,8 +179,9 @@ def kl_sample_pairs(key: jax.Array, losses: jax.Array, mask: jax.Array, *, gamma
 
   The DRO paper's p-sampling (§3.2): instead of weighting every pair by ``p*``
   (:func:`kl_weights`), sample pairs from ``p*`` and average their gradients. Inverse CDF over
-  the flattened ``[B N]`` weights (``O(B N + num log(B N))`` time, ``O(B N + num)`` memory).
-  ``E[counts] = num p*``.
+  the weights in two stages, a row from the row totals and then an entry of that row
+  (``O(B N + num log(B N))`` time, ``O(B N + num)`` memory): one float32 CDF over all ``B N``
+  pairs would round away the lighter pairs of large batches. ``E[counts] = num p*``.
 
   Args:
     key: PRNG key.
@@ -194,6 +195,6 @@ def kl_sample_pairs(key: jax.Array, losses: jax.Array, mask: jax.Array, *, gamma
   """
   hparams.integer("num", num, minimum=1)
   p = kl_weights(losses, mask, gamma=gamma)
-  idx = _common.inverse_cdf_rows(key, p.reshape(1, -1), num)[0]
+  idx = _common.inverse_cdf_matrix(key, p, num)
   counts = jnp.zeros(p.size, jnp.int32).at[idx].add(1).reshape(p.shape)
   return jnp.where(mask, counts, 0)
