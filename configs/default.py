@@ -35,9 +35,11 @@ def get_config() -> ml_collections.ConfigDict:
   # by sampling with replacement, the released EPHN code) or 'skip'. Groups of larger classes
   # are always complete (samplers.NPerClassSampler).
   c.data.small_class = "all"
-  # What an epoch holds: 'every_example' (every class cut into all its groups of n) or
+  # What an epoch holds: 'every_example' (every class cut into all its groups of n),
   # 'one_group_per_class' (one group of n per class, drawn anew each epoch: the released EPHN
-  # code's sampler on SOP, In-Shop and Hotels-50K).
+  # code's sampler on SOP, In-Shop and Hotels-50K) or 'pad_to_largest' (every class padded
+  # with repeats to the largest class, visited in rounds: the released EPHN code's sampler on
+  # CUB-200-2011 and Cars196).
   c.data.epoch = "every_example"
   c.data.image_size = 0           # image datasets: crop side (224); 0 for the in-memory digits
   c.data.resize_size = 0          # shorter side before the crop; 0: image_size * 8/7 (256)

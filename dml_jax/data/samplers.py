@@ -65,6 +65,18 @@ groups of the same batch. An epoch is built as follows (host-side numpy):
   epoch has ``S = ceil(K / c)`` batches for ``K`` classes (a class with ``N_c < n`` with
   ``'skip'`` gives none), and the other examples of a class are seen in later epochs.
 
+* ``'pad_to_largest'`` (the EPHN paper's released code on CUB-200-2011 and Cars196, as of the
+  paper): every class is brought to ``L`` examples, the largest class's size rounded up to a
+  multiple of ``n`` (100 rounded up when the largest class has over 1,000 examples, as the
+  release), by adding examples of its own drawn with replacement (duplicates), or by drawing
+  ``L`` without replacement if it has more; shuffled and cut into ``L / n`` groups. The classes are shuffled once per epoch, and the epoch is ``L / n`` rounds, each
+  visiting every class in that order with its next group; the batches are consecutive runs
+  of ``c`` groups of that sequence (a batch can span two rounds), so within an epoch a class
+  meets in its batches only the classes near it in the order. ``S = ceil(K L / B)`` batches;
+  the free slots of the last one are topped up with full groups as in 4. ``small_class`` has
+  no effect on the epoch's own groups (every class is padded, as the release does;
+  ``'skip'`` is refused).
+
 So every batch has exactly ``B`` indices, and with ``'replace'`` and ``'all'`` an epoch of
 ``'every_example'`` visits every example at least once. With ``'all'`` and ``'skip'`` an example appears at most
 once in a batch except in that last-resort case; with ``'replace'`` a class with ``N_c < n``
@@ -83,7 +95,7 @@ from absl import logging
 import numpy as np
 
 SMALL_CLASS_MODES = ("all", "replace", "skip")
-EPOCH_MODES = ("every_example", "one_group_per_class")
+EPOCH_MODES = ("every_example", "one_group_per_class", "pad_to_largest")
 
 
 class NPerClassSampler:
@@ -104,14 +116,16 @@ class NPerClassSampler:
     small_class: ``'all'`` (default), ``'replace'`` or ``'skip'``: the treatment of classes
       with fewer than ``n`` examples (see the module docstring; groups of larger classes are
       complete, but for a top-up group cut to the batch's last free slots).
-    epoch: ``'every_example'`` (default: an epoch passes over every example) or
-      ``'one_group_per_class'`` (one group of each class per epoch; module docstring).
+    epoch: ``'every_example'`` (default: an epoch passes over every example),
+      ``'one_group_per_class'`` (one group of each class per epoch) or ``'pad_to_largest'``
+      (every class padded to the largest, in rounds; module docstring).
     cache_epochs: how many epochs' batch tables to keep (each is ``[S, B]`` int64).
 
   Raises:
     ValueError: ``group_size < 2``, ``group_size > batch_size``, ``batch_size`` not a
       multiple of ``group_size``, fewer (usable) classes than ``batch_size // group_size``,
-      an unknown ``small_class`` or ``epoch``, a negative seed or malformed labels.
+      an unknown ``small_class`` or ``epoch``, ``'skip'`` with ``'pad_to_largest'``, a
+      negative seed or malformed labels.
   """
 
   def __init__(self, labels: np.ndarray, *, batch_size: int, group_size: int, seed: int,
@@ -137,6 +151,9 @@ class NPerClassSampler:
                        f"{', '.join(SMALL_CLASS_MODES)}.")
     if epoch not in EPOCH_MODES:
       raise ValueError(f"Unknown epoch {epoch!r}; allowed: {', '.join(EPOCH_MODES)}.")
+    if epoch == "pad_to_largest" and small_class == "skip":
+      raise ValueError("small_class='skip' drops the classes that epoch='pad_to_largest' pads; "
+                       "use 'all' or 'replace'.")
     if seed < 0:
       raise ValueError(f"seed={seed} must be non-negative.")
     if cache_epochs < 1:
@@ -162,6 +179,11 @@ class NPerClassSampler:
       self._groups_per_class = -(-self.class_counts // n)
     if epoch == "one_group_per_class":   # a class's first group: a random subset of it
       self._groups_per_class = np.minimum(self._groups_per_class, 1)
+    # 'pad_to_largest': every class brought to L examples, L / n groups each
+    largest = int(self.class_counts.max())
+    self._padded_size = -(-(100 if largest > 1000 else largest) // n) * n
+    if epoch == "pad_to_largest":
+      self._groups_per_class = np.full(len(self.classes), self._padded_size // n)
     usable = int(np.count_nonzero(self._groups_per_class))
     # Classes that may contribute top-up groups: with 'skip', only classes with >= n; with
     # 'all', classes with >= 2 examples (a one-example top-up would be a lone anchor).
@@ -235,6 +257,8 @@ class NPerClassSampler:
 
   def _build_epoch(self, rng: np.random.Generator) -> np.ndarray:
     """The ``[S, B]`` batch table of one epoch, drawn with ``rng``."""
+    if self.epoch_mode == "pad_to_largest":
+      return self._build_padded_epoch(rng)
     groups, sizes, first_group = self._make_groups(rng)
     num_classes, c = len(self.classes), self.classes_per_batch
     remaining = self._groups_per_class.copy()
@@ -256,6 +280,29 @@ class NPerClassSampler:
       parts = [groups[g, :sizes[g]] for g in group_ids]
       table[b] = self._top_up(parts, chosen.tolist(), rng)
     assert not remaining.any()
+    return table
+
+  def _build_padded_epoch(self, rng: np.random.Generator) -> np.ndarray:
+    """The ``[S, B]`` table of a ``'pad_to_largest'`` epoch (module docstring)."""
+    n, size, c = self.group_size, self._padded_size, self.classes_per_batch
+    rows = []
+    for k, count in enumerate(self.class_counts.tolist()):
+      members = self._by_class[self._starts[k]:self._starts[k] + count]
+      if count >= size:
+        rows.append(rng.permutation(members)[:size])
+      else:
+        extra = rng.choice(members, size=size - count, replace=True)
+        rows.append(rng.permutation(np.concatenate([members, extra])))
+    order = rng.permutation(len(rows))
+    # [K, L] -> [K, L / n, n] -> rounds first: group t of every class, in the epoch's order
+    groups = np.stack(rows)[order].reshape(len(rows), size // n, n).transpose(1, 0, 2)
+    group_classes = np.tile(order, size // n)
+    groups = groups.reshape(-1, n)
+    table = np.empty((self.steps_per_epoch, self.batch_size), np.int64)
+    for b in range(self.steps_per_epoch):
+      ids = range(b * c, min((b + 1) * c, len(groups)))
+      table[b] = self._top_up([groups[g] for g in ids], [int(group_classes[g]) for g in ids],
+                              rng)
     return table
 
   def _make_groups(self, rng: np.random.Generator):
@@ -306,14 +353,15 @@ class NPerClassSampler:
     first_top_up = len(parts)
     if free:
       present = set(classes)
+      cut = self.small_class == "all" and self.epoch_mode != "pad_to_largest"
       for k in rng.permutation(self._filler_classes).tolist():
-        if free < (2 if self.small_class == "all" else 1):
+        if free < (2 if cut else 1):
           break
         if k in present:
           continue
-        if self.small_class == "all":
+        if cut:
           size = min(self.group_size, free, int(self.class_counts[k]))
-        else:  # 'replace' and 'skip' groups are always full.
+        else:  # 'replace', 'skip' and 'pad_to_largest' groups are always full.
           size = self.group_size
         parts.append(self._class_sample(k, size, rng))
         classes.append(k)

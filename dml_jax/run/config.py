@@ -172,6 +172,9 @@ def validate(config: ml_collections.ConfigDict, splits: Mapping | None = None) -
                        ("epoch", data_lib.EPOCH_MODES)):
     if (value := config.data[key]) not in allowed:
       raise ValueError(f"Unknown data.{key} {value!r}; allowed: {', '.join(allowed)}.")
+  if config.data.epoch == "pad_to_largest" and config.data.small_class == "skip":
+    raise ValueError("data.small_class='skip' drops the classes that data.epoch='pad_to_largest' "
+                     "pads; use 'all' or 'replace'.")
   noise.check_options(label_noise=config.data.label_noise,
                       clean_fraction=config.data.clean_fraction, prefix="config.data.")
   if config.data.label_noise and config.data.clean_fraction != 1.0:

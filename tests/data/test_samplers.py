@@ -185,6 +185,60 @@ def test_one_group_per_class_epoch(small_class):
                                 s.batch_indices(3 * s.steps_per_epoch + 1))
 
 
+@pytest.mark.parametrize("small_class", ["all", "replace"])
+def test_pad_to_largest_epoch_is_the_released_cub_cars_sampler(small_class):
+  # Classes of 3-13 examples, n = 4: L = 16 (13 rounded up to a multiple of n), 4 groups per
+  # class; 11 classes in rounds of 11 groups; batches of 3 groups: 15 batches, the last one
+  # holds the epoch's last 2 groups and one top-up group.
+  counts = np.array([3, 13, 7, 9, 4, 12, 5, 8, 11, 6, 10])
+  labels = np.random.default_rng(0).permutation(np.repeat(np.arange(11), counts))
+  n, b, size, k = 4, 12, 16, 11
+  s = NPerClassSampler(labels, batch_size=b, group_size=n, seed=2, small_class=small_class,
+                       epoch="pad_to_largest")
+  assert s.steps_per_epoch == 15 == -(-k * size // b)
+  for epoch in range(3):
+    table = s.epoch_batches(epoch)
+    groups = table.reshape(-1, n)
+    group_labels = labels[groups]
+    assert (group_labels == group_labels[:, :1]).all()     # a group is one class
+    seq = group_labels[:, 0]
+    own = k * size // n                                     # the epoch's own groups: 44
+    order = seq[:k]
+    assert sorted(order) == list(range(k))                   # every class once per round
+    np.testing.assert_array_equal(seq[:own], np.tile(order, size // n))
+    for batch in table:                                      # distinct classes in a batch
+      assert len(set(labels[batch].tolist())) == b // n
+    assert seq[own] not in seq[own - 2:own]                  # the top-up: a class not there
+    for c in range(k):
+      picked = groups[:own][seq[:own] == c].ravel()
+      assert len(picked) == size
+      members = np.flatnonzero(labels == c)
+      assert set(picked.tolist()) == set(members.tolist())   # all of it, padded by repeats
+      assert len(picked) - len(np.unique(picked)) == size - counts[c]
+  assert not np.array_equal(s.epoch_batches(0), s.epoch_batches(1))
+  again = NPerClassSampler(labels, batch_size=b, group_size=n, seed=2, small_class=small_class,
+                           epoch="pad_to_largest")
+  np.testing.assert_array_equal(again.batch_indices(17), s.batch_indices(17))
+
+
+def test_pad_to_largest_keeps_a_multiple_of_n_and_refuses_skip():
+  labels = np.repeat(np.arange(4), [8, 8, 5, 2])
+  s = NPerClassSampler(labels, batch_size=4, group_size=2, seed=0, epoch="pad_to_largest")
+  assert s.steps_per_epoch == 8   # L = 8: 4 classes x 4 groups, 2 groups a batch
+  # The release's cut: a largest class of over 1,000 examples gives L = 100 (rounded up to a
+  # multiple of n); a class above L gives L distinct examples.
+  big = np.repeat(np.arange(3), [1001, 150, 40])
+  s = NPerClassSampler(big, batch_size=16, group_size=8, seed=0, epoch="pad_to_largest")
+  table = s.epoch_batches(0)
+  assert s.steps_per_epoch == 3 * 104 // 16 + 1   # 19.5 -> 20 (the last one topped up)
+  for c, distinct in ((0, 104), (1, 104), (2, 40)):
+    own = table.ravel()[:3 * 104][big[table.ravel()[:3 * 104]] == c]
+    assert len(own) == 104 and len(np.unique(own)) == distinct
+  with pytest.raises(ValueError, match="small_class='skip' drops the classes"):
+    NPerClassSampler(labels, batch_size=4, group_size=2, seed=0, small_class="skip",
+                     epoch="pad_to_largest")
+
+
 def test_skip_mode_visits_full_groups_and_never_small_classes():
   labels = _labels(0)
   s = NPerClassSampler(labels, batch_size=12, group_size=3, seed=0, small_class="skip")
@@ -269,7 +323,7 @@ def test_epoch_of_and_returned_batches_are_copies():
     (dict(batch_size=8, group_size=2, small_class="pad"), "'pad'.*all, replace, skip"),
     (dict(batch_size=8, group_size=2, seed=-1), "seed=-1"),
     (dict(batch_size=8, group_size=2, epoch="one"),
-     "'one'.*every_example, one_group_per_class"),
+     "'one'.*every_example, one_group_per_class, pad_to_largest"),
 ])
 def test_errors(kwargs, match):
   labels = np.repeat(np.arange(6), 3)

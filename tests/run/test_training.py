@@ -200,6 +200,20 @@ def test_sampler_epoch_reaches_the_sampler_and_the_epoch_length():
   per_batch = one.config.batch_size // one.config.data.group_size
   assert one.sampler.steps_per_epoch == -(-num_classes // per_batch)
   assert one.num_train_steps == 3 * one.sampler.steps_per_epoch
+  padded = training.build(small_config(**{"data.epoch": "pad_to_largest", "num_epochs": 2}))
+  labels = padded.splits["train"].labels
+  size = -(-np.bincount(labels).max() // padded.config.data.group_size) \
+      * padded.config.data.group_size
+  assert padded.sampler.epoch_mode == "pad_to_largest"
+  assert padded.sampler.steps_per_epoch == -(-num_classes * size // padded.config.batch_size)
+  assert padded.num_train_steps == 2 * padded.sampler.steps_per_epoch
+
+
+def test_skip_with_pad_to_largest_is_refused_before_any_work():
+  with pytest.raises(ValueError, match=r"^data.small_class='skip' drops the classes that "
+                     r"data.epoch='pad_to_largest' pads; use 'all' or 'replace'.$"):
+    config_lib.validate(small_config(**{"data.epoch": "pad_to_largest",
+                                        "data.small_class": "skip"}))
 
 
 @pytest.mark.parametrize("key,value", [("decay_epochs", ("abc",)), ("decay_steps", (10, None))])
