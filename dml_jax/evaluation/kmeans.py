@@ -31,6 +31,11 @@ the cosine geometry) and returns the assignment of the restart of lowest inertia
   (``top_m_kernel.argmax_rows_kernel``: XLA:CPU's argmax cost twice the product) with the same
   result. Memory: ``x`` and the centres on the device plus one ``[rows, k]`` tile
   (``memory_bytes``, default 256 MiB) and the bounds' ``[N, 64]`` distances to the movers.
+  That form rounds with ``|x|^2``, so the points are first moved by their mean rounded to whole
+  numbers (k-means does not change; unit embeddings, whose mean coordinates lie below 0.5
+  unless they collapsed, are not moved) and the centres moved back: the rounding follows the
+  points' spread, not their distance from the origin (without it, 30 clusters of spread 0.1
+  at 4096 from the origin in 16 dimensions came out as 6, NMI 0.32).
 
 Restarts draw their seeds from ``seed`` (``jax.random``), so the result is a deterministic
 function of ``(x, k, seed, n_init)`` on a platform; it is not scikit-learn's random stream, so
@@ -379,6 +384,11 @@ def kmeans(x, *, n_clusters: int, seed: int = 0, n_init: int = 1, max_iter: int 
   """
   x = _check(x, n_clusters, n_init, max_iter, tol, seeding_rounds, seedings)
   kernels.choose("top_m.cc", selection)   # a bad or unavailable selection: one clear error
+  # |x - c|^2 = |x|^2 - 2 <x, c> + |c|^2 rounds with |x|^2: less the points' mean, rounded to
+  # whole numbers (integer coordinates stay exact; unit embeddings are rarely moved), the
+  # clustering does not change and the rounding follows the spread, not the offset
+  shift = np.round(x.mean(axis=0, dtype=np.float64)).astype(np.float32)
+  x = x - shift
   n, k = x.shape[0], int(n_clusters)
   rows = block_rows(n, k, memory_bytes)
   _, per_round, trials = seeding_schedule(k, seeding_rounds, greedy)
@@ -419,5 +429,6 @@ def kmeans(x, *, n_clusters: int, seed: int = 0, n_init: int = 1, max_iter: int 
     if best is None or inertia < best[2]:
       best = (a, centres, inertia, iterations)
   a, centres, inertia, iterations = best
-  return KMeansResult(assignment=np.asarray(a), centres=np.asarray(centres), inertia=inertia,
+  return KMeansResult(assignment=np.asarray(a), centres=np.asarray(centres) + shift,
+                      inertia=inertia,
                       iterations=iterations, inertias=tuple(inertias))

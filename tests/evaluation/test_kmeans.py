@@ -203,3 +203,22 @@ def test_the_lower_bounds_hold_after_every_iteration():
 
 def test_movers_start_at_64_clusters():
   assert [kmeans.movers(k) for k in (1, 63, 64, 200, 600, 11316)] == [0, 0, 8, 25, 64, 64]
+
+
+@pytest.mark.parametrize("offset", [256.0, 4096.0])
+def test_a_common_offset_changes_nothing(offset):
+  # k-means is translation invariant; computed as |x|^2 - 2 <x, c> + |c|^2 its float32
+  # distances would round with |x|^2 (an offset of 256 in 16 dimensions: |x|^2 ~ 1e6, steps
+  # of ~0.1 against distances of ~0.1): every point moved by the same whole-number offset
+  # (exactly representable here) must give the same clustering, centres moved by it
+  rng = np.random.default_rng(3)
+  centres = rng.normal(size=(30, 16)) * 0.3
+  x = centres[np.arange(600) % 30] + 0.1 * rng.normal(size=(600, 16))
+  x = (np.round(x * 64) / 64).astype(np.float32)   # multiples of 1/64: x + offset is exact
+  x -= np.round(x.mean(axis=0))
+  want = kmeans.kmeans(x, n_clusters=30, seed=0, n_init=2)
+  got = kmeans.kmeans(x + np.float32(offset), n_clusters=30, seed=0, n_init=2)
+  np.testing.assert_array_equal(got.assignment, want.assignment)
+  np.testing.assert_allclose(got.inertias, want.inertias, rtol=1e-6)
+  np.testing.assert_array_equal(got.centres, want.centres + np.float32(offset))
+  assert got.iterations == want.iterations
