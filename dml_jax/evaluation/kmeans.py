@@ -54,6 +54,7 @@ import tqdm
 
 from dml_jax import kernels
 from dml_jax import similarity
+from dml_jax.evaluation import knn
 from dml_jax.evaluation import top_m_kernel
 from dml_jax.evaluation.kmeans_seeding import SEEDING_ROUNDS
 from dml_jax.evaluation.kmeans_seeding import row_blocks as _blocks
@@ -385,9 +386,8 @@ def kmeans(x, *, n_clusters: int, seed: int = 0, n_init: int = 1, max_iter: int 
   x = _check(x, n_clusters, n_init, max_iter, tol, seeding_rounds, seedings)
   kernels.choose("top_m.cc", selection)   # a bad or unavailable selection: one clear error
   # |x - c|^2 = |x|^2 - 2 <x, c> + |c|^2 rounds with |x|^2: less the points' mean, rounded to
-  # whole numbers (integer coordinates stay exact; unit embeddings are rarely moved), the
-  # clustering does not change and the rounding follows the spread, not the offset
-  shift = np.round(x.mean(axis=0, dtype=np.float64)).astype(np.float32)
+  # whole numbers, the clustering does not change and the rounding follows the spread
+  shift = knn.euclidean_shift(x)
   x = x - shift
   n, k = x.shape[0], int(n_clusters)
   rows = block_rows(n, k, memory_bytes)

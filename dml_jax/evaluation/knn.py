@@ -359,15 +359,24 @@ def _plan(query, gallery, *, k: int, similarity: str, block_size: int | None,
     g = q if exclude_self else np.asarray(_normalize(g))
     kind = "dot"
   elif similarity == "neg_sq_euclidean":
-    # -|x - y|^2 = 2 <x, y> - |x|^2 - |y|^2 rounds with |x|^2: less the gallery's mean, rounded
-    # to whole numbers (integer coordinates and their ties stay exact), the distances do not
-    # change and the rounding follows the spread, not the offset
-    shift = np.round(g.mean(axis=0, dtype=np.float64)).astype(np.float32)
+    shift = euclidean_shift(g)
     q = q - shift
     g = q if exclude_self else g - shift
   return _Plan(q=q, g=g, num_query=num_query,
                num_gallery=np.int32(num_gallery), qb=qb, gb=gb, kind=kind,
                exclude_self=exclude_self)
+
+
+def euclidean_shift(gallery) -> np.ndarray:
+  """float32 ``[D]``: the mean of ``gallery [N, D]`` rounded to whole numbers, by which the
+  ``'neg_sq_euclidean'`` search moves queries and gallery alike.
+
+  ``-|x - y|^2 = 2 <x, y> - |x|^2 - |y|^2`` rounds with ``|x|^2``; less this shift the
+  distances do not change and the rounding follows the embeddings' spread, not their offset
+  from the origin (integer coordinates and their ties stay exact; unit embeddings are rarely
+  moved). Every tool that shows ``'neg_sq_euclidean'`` similarities moves its embeddings by it.
+  """
+  return np.round(np.asarray(gallery).mean(axis=0, dtype=np.float64)).astype(np.float32)
 
 
 def _run_blocks(plan: _Plan, block_fn, *, show_progress: bool):

@@ -87,13 +87,18 @@ def top_k(query, gallery=None, *, rows: np.ndarray, k: int,
 
   Returns:
     int ``[n, k]`` gallery indices and float32 ``[n, k]`` similarities, by decreasing
-    similarity (ties: lower index).
+    similarity (ties: lower index); for ``'neg_sq_euclidean'`` computed, as the search does,
+    on the embeddings moved by ``knn.euclidean_shift`` (the same distances, without the
+    rounding of embeddings far from the origin).
   """
   query = np.asarray(query, np.float32)
   base = query if gallery is None else np.asarray(gallery, np.float32)
   available = len(base) - (gallery is None)
   if not 1 <= k <= available:
     raise ValueError(f"retrieval_grid_k={k} must be between 1 and {available} (gallery size).")
+  if similarity == "neg_sq_euclidean":   # the search's rounding (knn.euclidean_shift)
+    shift = knn.euclidean_shift(base)
+    query, base = query - shift, base - shift
   s = np.array(sim.pairwise_similarity(jnp.asarray(query[rows]), jnp.asarray(base),
                                        kind=similarity), np.float32)
   if gallery is None:

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from dml_jax.analysis import scatter
+from dml_jax.evaluation import triplet_scatter
 
 
 def oracle(x, labels, kind):
@@ -36,6 +37,28 @@ def test_scatter_points_equal_numpy_loop(kind):
   np.testing.assert_array_equal(got[2], want[2])
   assert np.isnan(got[0][-1]) and not got[2][-1]
   assert 0 < got[2].sum() < len(x)
+
+
+def test_points_far_from_the_origin_are_their_distances():
+  # 256 from the origin in 16 dimensions, 2 <x, y> - |x|^2 - |y|^2 rounds in steps (~0.1)
+  # larger than these distances: the points must be the embeddings' (float64 oracle)
+  rng = np.random.default_rng(0)
+  labels = np.arange(200) % 10
+  x = rng.normal(size=(10, 16))[labels] * 0.3 + 0.1 * rng.normal(size=(200, 16))
+  x = x.astype(np.float32) + 256
+  s_ap, s_an, correct = scatter.scatter_points(x, labels, similarity="neg_sq_euclidean")
+  x64 = x.astype(np.float64)
+  d = ((x64[:, None] - x64[None]) ** 2).sum(-1)
+  np.fill_diagonal(d, np.inf)
+  same = labels[:, None] == labels[None, :]
+  np.testing.assert_allclose(s_ap, -np.where(same, d, np.inf).min(1), atol=1e-4)
+  np.testing.assert_allclose(s_an, -np.where(~same, d, np.inf).min(1), atol=1e-4)
+  np.testing.assert_array_equal(correct, labels[d.argmin(1)] == labels)
+  pos, neg = triplet_scatter.pair_similarities(x, labels, similarity="neg_sq_euclidean",
+                                               max_points=200)
+  i, j = np.triu_indices(200, k=1)
+  np.testing.assert_allclose(pos, -d[i, j][same[i, j]], atol=1e-4)
+  np.testing.assert_allclose(neg, -d[i, j][~same[i, j]], atol=1e-4)
 
 
 def test_plot_scatter_writes_png(tmp_path):

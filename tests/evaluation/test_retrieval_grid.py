@@ -63,6 +63,23 @@ def test_top_k_excludes_self_and_matches_a_sort():
     retrieval_grid.top_k(x, rows=rows, k=12)
 
 
+def test_top_k_of_embeddings_far_from_the_origin_are_the_searchs():
+  # -|x - y|^2 computed as 2 <x, y> - |x|^2 - |y|^2 rounds with |x|^2: 256 from the origin in
+  # 16 dimensions its float32 steps (~0.1) exceed these distances; the grid must show the
+  # neighbours and distances of the embeddings (the evaluation's search, knn), not rounding
+  rng = np.random.default_rng(0)
+  c = rng.normal(size=(20, 16)) * 0.3
+  x = (c[np.arange(400) % 20] + 0.1 * rng.normal(size=(400, 16))).astype(np.float32) + 256
+  rows = np.arange(0, 400, 7)
+  idx, sims = retrieval_grid.top_k(x, rows=rows, k=5, similarity="neg_sq_euclidean")
+  x64 = x.astype(np.float64)
+  d = ((x64[rows, None] - x64[None]) ** 2).sum(-1)
+  d[np.arange(len(rows)), rows] = np.inf
+  want = np.argsort(d, axis=1, kind="stable")[:, :5]
+  np.testing.assert_array_equal(idx, want)
+  np.testing.assert_allclose(sims, -np.take_along_axis(d, want, axis=1), atol=1e-4)
+
+
 def check_png(path, min_size=(200, 200)):
   with Image.open(path) as image:
     image.load()
