@@ -11,6 +11,7 @@ import numpy as np
 
 from dml_jax.run import overrides
 from dml_jax import similarity as sim
+from dml_jax.evaluation import knn
 from dml_jax.evaluation import report
 from dml_jax.run import cli
 from dml_jax.run import restore
@@ -21,11 +22,16 @@ SIMILARITIES = sim.KINDS
 def similarity_matrix(x, y=None, *, kind: str = "cosine") -> np.ndarray:
   """float32 ``[N, M]`` similarity (higher = closer) of ``x [N, D]`` and ``y [M, D]`` (``x`` when
   None), as numpy: ``dml_jax.similarity.pairwise_similarity`` (``'cosine'``, ``'dot'`` or
-  ``'neg_sq_euclidean'``)."""
+  ``'neg_sq_euclidean'``; the latter on both moved by ``evaluation.knn.euclidean_shift`` of
+  ``y``, as the retrieval search: the same distances, without the rounding of embeddings far
+  from the origin, and the same for every block of ``x``)."""
   x = np.asarray(x, np.float32)
   y = x if y is None else np.asarray(y, np.float32)
   if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[1]:
     raise ValueError(f"Embeddings must be [N, D] and [M, D], got {x.shape} and {y.shape}.")
+  if kind == "neg_sq_euclidean":
+    shift = knn.euclidean_shift(y)
+    x, y = x - shift, y - shift
   return np.array(sim.pairwise_similarity(jnp.asarray(x), jnp.asarray(y), kind=kind))
 
 

@@ -28,6 +28,19 @@ def test_similarity_matrix_kinds():
     common.similarity_matrix(x, kind="l1")
 
 
+def test_squared_euclidean_similarity_of_embeddings_far_from_the_origin():
+  # 256 from the origin in 16-D with distances near 0.3: 2<x, y> - |x|^2 - |y|^2 on the raw
+  # embeddings rounds with |x|^2 ~ 1e6 (float32 steps of 0.06-0.12); moved by their mean the
+  # distances come out as float64's.
+  rng = np.random.default_rng(0)
+  x = (256.0 + 0.1 * rng.normal(size=(40, 16))).astype(np.float32)
+  want = -((x[:10, None].astype(np.float64) - x[None]) ** 2).sum(-1)
+  got = common.similarity_matrix(x[:10], x, kind="neg_sq_euclidean")
+  np.testing.assert_allclose(got, want, atol=1e-4)
+  whole = common.similarity_matrix(x, kind="neg_sq_euclidean")
+  np.testing.assert_array_equal(whole[:10], got)   # blocks of x: the same shift
+
+
 def test_collapse_counts_modes_and_spread(tmp_path):
   rng = np.random.default_rng(0)
   class0 = blobs([[5, 0], [-5, 0], [0, 5]], 40, 0.3, rng)    # 3 modes
