@@ -457,7 +457,8 @@ def as_embeddings(name: str, x) -> np.ndarray:
     raise ValueError(f"{name} must have rank 2 [N, D], got shape {x.shape}.")
   if x.shape[0] == 0 or x.shape[1] == 0:
     raise ValueError(f"{name} must be non-empty, got shape {x.shape}.")
-  if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
+  # jnp's test: numpy's own does not count bfloat16 (a model run in bfloat16) as a float
+  if not (jnp.issubdtype(x.dtype, jnp.floating) or np.issubdtype(x.dtype, np.integer)):
     raise ValueError(f"{name} must be a float array, got dtype {x.dtype}.")
   x = x.astype(np.float32, copy=False)
   finite = np.isfinite(x)

@@ -1,5 +1,6 @@
 """Exact blocked kNN: hand-made answers, a numpy oracle, tie order, no retrace, block sizes."""
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -149,6 +150,19 @@ def test_non_finite_rows_are_named():
   x[:12, 0] = np.nan
   with pytest.raises(ValueError, match=r"rows \[0, 1, 2, 3, 4, 5, 6, 7, 8, 9\] and 4 more"):
     knn.as_embeddings("gallery", x)
+
+
+def test_bfloat16_and_float16_embeddings_are_searched_as_float32():
+  # A model run in bfloat16 returns bfloat16 embeddings (a float numpy has no bfloat16 kind).
+  x = np.random.default_rng(0).normal(size=(9, 3)).astype(np.float32)
+  for dtype in (jnp.bfloat16, jnp.float16):
+    low = jnp.asarray(x, dtype)
+    want = knn.nearest_neighbors(np.asarray(low.astype(jnp.float32)), k=2)
+    got = knn.nearest_neighbors(low, k=2)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+  with pytest.raises(ValueError, match="must be a float array, got dtype bool"):
+    knn.as_embeddings("query", np.ones((2, 2), bool))
 
 
 @pytest.mark.parametrize("gallery", [False, True])
