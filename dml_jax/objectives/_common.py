@@ -25,6 +25,9 @@ def check_batch(embeddings, labels):
   embeddings, labels = jnp.asarray(embeddings), jnp.asarray(labels)
   if embeddings.ndim != 2:
     raise ValueError(f"embeddings must have rank 2 [B, D], got shape {embeddings.shape}.")
+  if 0 in embeddings.shape:
+    raise ValueError(f"embeddings must be non-empty [B, D] with B, D >= 1, got shape "
+                     f"{embeddings.shape}.")
   if not jnp.issubdtype(embeddings.dtype, jnp.floating):
     raise ValueError(f"embeddings must be floating point, got dtype {embeddings.dtype}.")
   if not jnp.issubdtype(labels.dtype, jnp.integer):

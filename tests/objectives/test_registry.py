@@ -89,6 +89,19 @@ def test_apply_rejects_bad_inputs():
 
 
 @pytest.mark.parametrize("name", objectives.names())
+def test_an_empty_batch_is_refused_in_one_line(name):
+  # B = 0 or D = 0 failed deep inside (an argmax of an empty sequence, a modulo by zero) or
+  # returned a loss, depending on the objective
+  obj = objectives.make(name)
+  params = obj.init(jax.random.key(0), num_classes=6, dim=D)
+  for shape in ((0, D), (len(LABELS), 0)):
+    labels = jnp.asarray(LABELS)[:shape[0]]
+    with pytest.raises(ValueError, match=r"embeddings must be non-empty .* got shape \("):
+      jax.eval_shape(lambda p, e, y: obj.apply(p, e, y, rng=jax.random.key(0)), params,
+                     jnp.zeros(shape), labels)
+
+
+@pytest.mark.parametrize("name", objectives.names())
 def test_every_numeric_hyperparameter_refuses_infinities_and_nan(name):
   # an infinite margin or scale passed the ">= 0" / "> 0" checks and made the loss NaN or inf
   numeric = {k: v for k, v in objectives.hparam_defaults(name).items()
