@@ -34,6 +34,12 @@ def check_batch(embeddings, labels):
     raise ValueError(f"labels must be integers, got dtype {labels.dtype}.")
   if labels.shape != embeddings.shape[:1]:
     raise ValueError(f"labels must have shape [B] = ({embeddings.shape[0]},), got {labels.shape}.")
+  if not isinstance(embeddings, jax.core.Tracer):   # traced: the loss is NaN (batch_objective)
+    bad = np.flatnonzero(~np.isfinite(np.asarray(embeddings, np.float32)).all(axis=1))
+    if bad.size:
+      listed = ", ".join(map(str, bad[:10])) + (" ..." if bad.size > 10 else "")
+      raise ValueError(f"embeddings have non-finite entries (NaN or inf) in {bad.size} of "
+                       f"{embeddings.shape[0]} rows: rows [{listed}].")
   return embeddings, labels
 
 
@@ -117,7 +123,8 @@ def batch_objective(body: Callable, *, name: str, similarity: str = "cosine",
   refuses a reference set when ``references`` is False (``no_references_why`` says why),
   refuses a missing ``rng`` when ``rng_reason`` is given (e.g. ``"with mode='sample' draws
   random pairs"``), computes ``S`` and the label masks (:func:`similarities`) and returns
-  ``body(Batch(...))``, i.e. ``(loss, aux)``. A builder returns ``(no_params, apply)`` for a
+  ``body(Batch(...))``, i.e. ``(loss, aux)``, the loss NaN where ``S`` is not finite (concrete
+  non-finite embeddings raise ``ValueError`` naming their rows). A builder returns ``(no_params, apply)`` for a
   parameter-free objective (``pair_objective`` returns both itself).
   """
   hparams.choice("similarity", similarity, kinds)
@@ -130,8 +137,11 @@ def batch_objective(body: Callable, *, name: str, similarity: str = "cosine",
       raise ValueError(f"objective {name!r} {rng_reason}; pass rng=<PRNG key> to apply.")
     embeddings, labels = check_batch(embeddings, labels)
     s, pos, neg = similarities(embeddings, labels, similarity, references)
-    return body(Batch(params, embeddings, labels, s, jax.lax.stop_gradient(s), pos, neg, rng,
-                      references))
+    sg = jax.lax.stop_gradient(s)
+    loss, aux = body(Batch(params, embeddings, labels, s, sg, pos, neg, rng, references))
+    # Mining leaves a non-finite row out (comparisons with NaN are False), which would give a
+    # finite loss; a NaN loss instead lets the caller (the trainer's guard) see it.
+    return jnp.where(jnp.all(jnp.isfinite(sg)), loss, jnp.nan), aux
 
   return apply
 

@@ -102,6 +102,20 @@ def test_an_empty_batch_is_refused_in_one_line(name):
 
 
 @pytest.mark.parametrize("name", objectives.names())
+def test_non_finite_embeddings_are_named_or_give_a_nan_loss(name):
+  # Mining left a NaN row out (comparisons with NaN are False), so triplet, trimmed_triplet,
+  # multi_similarity, angular, fastap and dro_kl_grouped returned a finite loss.
+  obj = objectives.make(name)
+  params = obj.init(jax.random.key(0), num_classes=6, dim=D)
+  e, y = jnp.asarray(batch(0, d=D)), jnp.asarray(LABELS)
+  e = e.at[2, 1].set(jnp.nan).at[5, 0].set(jnp.inf)
+  with pytest.raises(ValueError, match=r"non-finite .* in 2 of \d+ rows: rows \[2, 5\]"):
+    obj.apply(params, e, y, rng=jax.random.key(0))
+  loss, _ = jax.jit(lambda p, e: obj.apply(p, e, y, rng=jax.random.key(0)))(params, e)
+  assert jnp.isnan(loss)
+
+
+@pytest.mark.parametrize("name", objectives.names())
 def test_every_numeric_hyperparameter_refuses_infinities_and_nan(name):
   # an infinite margin or scale passed the ">= 0" / "> 0" checks and made the loss NaN or inf
   numeric = {k: v for k, v in objectives.hparam_defaults(name).items()
