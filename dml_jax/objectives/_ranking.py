@@ -24,6 +24,7 @@ from dml_jax.objectives._registry import register
 
 RLL_WEIGHT_EPS = 1e-5      # PML adds this to every weight of a row in the normalisers
 MIN_SQ_DISTANCE = 1e-12    # d = sqrt(max(d^2, this)): finite gradient at d = 0
+SNR_MIN_VARIANCE = 1e-12   # an anchor whose variance is not above this has no SNR distance
 
 
 @register("fastap", references=True)
@@ -240,8 +241,9 @@ def snr_contrastive(*, pos_margin: float = 0.0, neg_margin: float = 1.0):
   ``d(a, j) = var(x_j - x_a) / var(x_a)`` over the dimensions of the L2-normalised embeddings;
   ``[d - pos_margin]_+`` on positive pairs, ``[neg_margin - d]_+`` on negative pairs, each
   averaged over its non-zero terms and summed (PML's ``AvgNonZeroReducer``). The paper's
-  regulariser on the embeddings' mean is not included (PML neither). Defaults ``pos_margin =
-  0``, ``neg_margin = 1`` (PML's).
+  regulariser on the embeddings' mean is not included (PML neither). An anchor with
+  ``var(x_a) = 0`` (a zero or constant embedding) has no distance and is left out (PML's loss
+  is infinite there). Defaults ``pos_margin = 0``, ``neg_margin = 1`` (PML's).
 
   Args:
     pos_margin: default 0.
@@ -253,26 +255,31 @@ def snr_contrastive(*, pos_margin: float = 0.0, neg_margin: float = 1.0):
   pos_margin = hparams.real("pos_margin", pos_margin)
   neg_margin = hparams.real("neg_margin", neg_margin)
 
-  def snr(x, means, anchor_var, dim):
-    """``[B, N]`` SNR distances from cosines ``x`` of unit rows (``|x_a - x_j|^2 = 2 - 2S``)."""
-    diff_var = (2.0 - 2.0 * x) / dim - jnp.square(means[0][:, None] - means[1][None, :])
+  def snr(x, means, anchor_var, ref_nonzero, dim):
+    """``[B, N]`` SNR distances from cosines ``x`` of unit anchors and unit or zero references
+    (``|x_a - x_j|^2 = 2 - 2S``, or 1 for a zero reference: ``ref_nonzero`` float ``[N]``)."""
+    diff_var = ((1.0 + ref_nonzero[None, :] - 2.0 * x) / dim
+                - jnp.square(means[0][:, None] - means[1][None, :]))
     return diff_var / anchor_var[:, None]
 
   def terms(d, pos, neg):
     return jnp.where(pos, jax.nn.relu(d - pos_margin), jax.nn.relu(neg_margin - d))
 
   def pair_terms(b):
-    pos, neg = b.pos, b.neg
     unit = sim.l2_normalize(b.embeddings.astype(jnp.float32))
     ref = unit if b.references is None else sim.l2_normalize(
         jnp.asarray(b.references[0]).astype(jnp.float32))
     means = (jnp.mean(unit, axis=1), jnp.mean(ref, axis=1))
     anchor_var = jnp.mean(jnp.square(unit - means[0][:, None]), axis=1)
+    has_var = anchor_var > SNR_MIN_VARIANCE
+    pos, neg = b.pos & has_var[:, None], b.neg & has_var[:, None]
+    anchor_var = jnp.where(has_var, anchor_var, 1.0)
+    ref_nonzero = jnp.any(ref != 0, axis=1).astype(jnp.float32)   # l2_normalize: unit or 0
     dim = unit.shape[1]
-    values = terms(snr(b.s, means, anchor_var, dim), pos, neg)
+    values = terms(snr(b.s, means, anchor_var, ref_nonzero, dim), pos, neg)
     loss = losses.reduce(values, pos, "nonzero") + losses.reduce(values, neg, "nonzero")
-    fixed = jax.lax.stop_gradient((means, anchor_var))
-    return _common.PairTerms(lambda x: terms(snr(x, fixed[0], fixed[1], dim), pos, neg),
-                             pos | neg, loss=loss)
+    fixed = jax.lax.stop_gradient((means, anchor_var, ref_nonzero))
+    return _common.PairTerms(lambda x: terms(snr(x, *fixed, dim), pos, neg), pos | neg,
+                             loss=loss)
 
   return _common.pair_objective(pair_terms, name="snr_contrastive")

@@ -123,6 +123,24 @@ def test_bf16_one_trace_and_finite_without_pairs(name):
     assert np.isfinite(float(loss)) and np.all(np.isfinite(np.asarray(grad)))
 
 
+def test_snr_contrastive_leaves_out_anchors_without_variance():
+  # var(x_a) = 0 (a zero or constant embedding) has no SNR distance; such an anchor gave an
+  # infinite loss and NaN gradients
+  e = batch(31, d=4, normalize=False)
+  e[3], e[7] = 0.0, 2.0
+  loss, _, grad = run("snr_contrastive", e, LABELS, pos_margin=0.0, neg_margin=1.2)
+  assert np.all(np.isfinite(np.asarray(grad)))
+  keep = [a for a in range(len(LABELS)) if a not in (3, 7)]
+  u = np.zeros((len(LABELS), 4))   # the zero row stays 0 (a reference at d = 1)
+  u[keep + [7]] = _unit(e[keep + [7]])
+  d = {(a, j): np.var(u[j] - u[a]) / np.var(u[a]) for a in keep
+       for j in range(len(LABELS)) if j != a}
+  pos = [max(v, 0) for (a, j), v in d.items() if LABELS[a] == LABELS[j]]
+  neg = [max(1.2 - v, 0) for (a, j), v in d.items() if LABELS[a] != LABELS[j]]
+  mean_nonzero = lambda v: np.mean([t for t in v if t > 0]) if any(t > 0 for t in v) else 0.0
+  np.testing.assert_allclose(float(loss), mean_nonzero(pos) + mean_nonzero(neg), rtol=1e-5)
+
+
 @pytest.mark.parametrize("num_bins", [10, 3])
 def test_fastap_soft_histograms_equal_the_kernel_form(num_bins):
   """The two-kernel histograms and their custom VJP equal the triangular kernels over all
