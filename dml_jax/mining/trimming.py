@@ -29,9 +29,9 @@ def keep_easiest(values: jax.Array, valid: jax.Array, *, keep_fraction: float) -
     bool of the shape of ``values``: the kept terms (a subset of ``valid``).
   """
   hparams.fraction("keep_fraction", keep_fraction)
-  if valid.shape != values.shape:
-    raise ValueError(f"valid must have the shape of the values {values.shape}, "
-                     f"got {valid.shape}.")
+  if valid.shape != values.shape or valid.dtype != jnp.bool_:
+    raise ValueError(f"valid must be bool with the shape of the values {values.shape}, "
+                     f"got {valid.dtype} {valid.shape}.")
   ok = valid.ravel()
   v = jnp.where(ok, jax.lax.stop_gradient(values).astype(jnp.float32).ravel(), jnp.inf)
   n_valid = jnp.sum(valid, dtype=jnp.float32)

@@ -43,3 +43,9 @@ def test_keep_easiest_equals_the_stable_rank_selection_with_ties(keep_fraction):
 def test_keep_easiest_rejects_a_fraction_outside_zero_one():
   with pytest.raises(ValueError, match=r"keep_fraction.*\(0, 1\]"):
     mining.keep_easiest(jnp.ones(3), jnp.ones(3, bool), keep_fraction=0)
+
+
+def test_keep_easiest_refuses_a_mask_that_is_not_bool():
+  # an int mask of 0 / 2 counted each valid term twice (k doubled) and came back as int32
+  with pytest.raises(ValueError, match=r"valid must be bool .* got int32"):
+    mining.keep_easiest(jnp.arange(4.0), jnp.array([2, 2, 0, 2]), keep_fraction=0.5)
