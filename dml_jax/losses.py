@@ -293,6 +293,7 @@ def euclidean_distance(d2: jax.Array, *, eps: float = MARGIN_DISTANCE_EPS) -> ja
   Returns:
     float32, the shape of ``d2``.
   """
+  hparams.positive_if_static("eps", eps)
   d2, = _f32(d2)
   return jnp.sqrt(jnp.maximum(d2, 0.0) + eps)
 
@@ -422,6 +423,8 @@ def binomial(s: jax.Array, pos_mask: jax.Array, *, alpha: float = 40.0, beta: fl
   Returns:
     float32 ``[B, N]`` pair losses (all ``> 0``).
   """
+  hparams.positive_if_static("alpha", alpha)
+  hparams.positive_if_static("beta", beta)
   s, = _f32(s)
   pos = (2.0 / beta) * jax.nn.softplus(-beta * (s - base))
   neg = (2.0 / alpha) * jax.nn.softplus(alpha * (s - base))
@@ -450,6 +453,8 @@ def multi_similarity(s: jax.Array, pos_mask: jax.Array, neg_mask: jax.Array, *,
   Returns:
     float32 ``[B]`` per-anchor losses.
   """
+  hparams.positive_if_static("alpha", alpha)
+  hparams.positive_if_static("beta", beta)
   s, = _f32(s)
   lse_p, _ = masked_logsumexp(-alpha * (s - base), pos_mask, axis=1)
   lse_n, _ = masked_logsumexp(beta * (s - base), neg_mask, axis=1)

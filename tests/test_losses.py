@@ -163,3 +163,17 @@ def test_bad_hyper_parameters_are_rejected():
     losses.nca_all_negatives(S_AP, S_NEG, NEG_MASK, order=3)
   with pytest.raises(ValueError, match="mean, sum"):
     losses.triplet_all_negatives(S_AP, S_NEG, NEG_MASK, reduction="max")
+
+
+def test_scales_and_eps_must_be_positive():
+  # alpha = 0 was a ZeroDivisionError in binomial and a NaN in multi_similarity; eps <= 0 a
+  # NaN (or infinite gradient at d^2 = 0) in euclidean_distance
+  pos = NEG_MASK   # any [B, N] mask
+  for call, name in (
+      (lambda: losses.binomial(S_NEG, pos, alpha=0.0), "alpha"),
+      (lambda: losses.binomial(S_NEG, pos, beta=-2.0), "beta"),
+      (lambda: losses.multi_similarity(S_NEG, pos, ~pos, alpha=0.0), "alpha"),
+      (lambda: losses.multi_similarity(S_NEG, pos, ~pos, beta=-1.0), "beta"),
+      (lambda: losses.euclidean_distance(S_NEG, eps=0.0), "eps")):
+    with pytest.raises(ValueError, match=f"{name} must be > 0"):
+      call()
