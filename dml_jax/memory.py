@@ -43,6 +43,8 @@ def check(size: int, start_step: int, *, batch_size: int) -> None:
 
 def init(size: int, dim: int) -> dict:
   """An empty memory of ``size`` rows of ``dim`` floats (see the module docstring)."""
+  size = hparams.integer("size", size, minimum=0)
+  dim = hparams.integer("dim", dim, minimum=1)
   return {"embeddings": jnp.zeros((size, dim), jnp.float32),
           "labels": jnp.zeros((size,), jnp.int32),
           "valid": jnp.zeros((size,), bool),
@@ -50,7 +52,7 @@ def init(size: int, dim: int) -> dict:
 
 
 def _check_batch(memory: dict, embeddings: jax.Array, labels: jax.Array) -> int:
-  """``B``, after checking ``embeddings [B, D]`` (the memory's ``D``) and ``labels [B]``."""
+  """``B``, after checking float ``embeddings [B, D]`` (the memory's ``D``) and int ``labels [B]``."""
   m, d = memory["embeddings"].shape
   if embeddings.ndim != 2 or embeddings.shape[1] != d:
     raise ValueError(f"embeddings must have shape [B, {d}] (the memory's dimension), got "
@@ -59,6 +61,10 @@ def _check_batch(memory: dict, embeddings: jax.Array, labels: jax.Array) -> int:
   if tuple(labels.shape) != (b,):
     raise ValueError(f"labels must have shape [{b}] (one per embedding), got "
                      f"{tuple(labels.shape)}.")
+  if not jnp.issubdtype(embeddings.dtype, jnp.floating):
+    raise ValueError(f"embeddings must be floating point, got dtype {embeddings.dtype}.")
+  if not jnp.issubdtype(labels.dtype, jnp.integer):
+    raise ValueError(f"labels must be integers, got dtype {labels.dtype}.")
   return b
 
 

@@ -83,6 +83,20 @@ def test_bad_memory_config_is_a_clear_error():
     training.build(config)
 
 
+def test_labels_that_are_not_integers_and_a_bad_size_are_refused():
+  # float labels were cast to int32 and stored (0.5 as class 0); init(-1, D) failed in XLA
+  mem = memory_lib.init(4, 3)
+  for call in (memory_lib.enqueue, memory_lib.references):
+    with pytest.raises(ValueError, match=r"^labels must be integers, got dtype float32.$"):
+      call(mem, jnp.ones((2, 3)), jnp.array([0.5, 1.5]))
+  with pytest.raises(ValueError, match=r"^embeddings must be floating point, got dtype int32.$"):
+    memory_lib.enqueue(mem, jnp.ones((2, 3), jnp.int32), jnp.arange(2))
+  with pytest.raises(ValueError, match="size must be an int >= 0, got -1"):
+    memory_lib.init(-1, 3)
+  with pytest.raises(ValueError, match="dim must be an int >= 1, got 0"):
+    memory_lib.init(4, 0)
+
+
 def test_memory_train_steps_on_8_devices_equal_1_device():
   if len(jax.devices()) < 8:
     pytest.skip("needs 8 (fake) devices")
