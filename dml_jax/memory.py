@@ -52,7 +52,8 @@ def init(size: int, dim: int) -> dict:
 
 
 def _check_batch(memory: dict, embeddings: jax.Array, labels: jax.Array) -> int:
-  """``B``, after checking float ``embeddings [B, D]`` (the memory's ``D``) and int ``labels [B]``."""
+  """``B``, after checking float ``embeddings [B, D]`` (the memory's ``D``) and int
+  ``labels [B]``."""
   m, d = memory["embeddings"].shape
   if embeddings.ndim != 2 or embeddings.shape[1] != d:
     raise ValueError(f"embeddings must have shape [B, {d}] (the memory's dimension), got "

@@ -124,8 +124,9 @@ def batch_objective(body: Callable, *, name: str, similarity: str = "cosine",
   refuses a missing ``rng`` when ``rng_reason`` is given (e.g. ``"with mode='sample' draws
   random pairs"``), computes ``S`` and the label masks (:func:`similarities`) and returns
   ``body(Batch(...))``, i.e. ``(loss, aux)``, the loss NaN where ``S`` is not finite (concrete
-  non-finite embeddings raise ``ValueError`` naming their rows). A builder returns ``(no_params, apply)`` for a
-  parameter-free objective (``pair_objective`` returns both itself).
+  non-finite embeddings raise ``ValueError`` naming their rows). A builder returns
+  ``(no_params, apply)`` for a parameter-free objective (``pair_objective`` returns both
+  itself).
   """
   hparams.choice("similarity", similarity, kinds)
   takes_references = references
