@@ -12,6 +12,7 @@ import inspect
 from typing import Any, Callable
 
 import jax
+import numpy as np
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,7 +133,8 @@ def make(name: str, **hparams) -> Objective:
   if unknown:
     raise ValueError(f"Unknown hyper-parameter(s) {', '.join(unknown)} for objective {name!r}; "
                      f"valid: {', '.join(resolved)}.")
-  resolved.update(hparams)
+  # numpy scalars (a sweep over np.arange, an array's entry) as Python numbers: JSON-ready
+  resolved.update({k: v.item() if isinstance(v, np.generic) else v for k, v in hparams.items()})
   built = REGISTRY[name](**resolved)
   if not (isinstance(built, tuple) and len(built) == 2 and all(map(callable, built))):
     raise ValueError(f"the builder of objective {name!r} must return (init, apply), two "

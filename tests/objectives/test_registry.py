@@ -6,6 +6,7 @@ import json
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from objective_support import D
@@ -33,6 +34,14 @@ def test_names_hparams_and_init():
   assert obj.init(jax.random.key(0), num_classes=10, dim=D) == {}
   with pytest.raises(dataclasses.FrozenInstanceError):
     obj.name = "other"
+
+
+def test_numpy_scalar_hyperparameters_are_recorded_as_python_numbers():
+  # a sweep over np.arange / an array's entries recorded np.int64 / np.float32 in hparams,
+  # which json.dumps refuses
+  obj = objectives.make("dro_topk", k=np.int64(5), margin=np.float32(0.25), base=np.float64(0.5))
+  assert [type(obj.hparams[k]) for k in ("k", "margin", "base")] == [int, float, float]
+  json.dumps(obj.hparams)
 
 
 def test_margin_with_default_hyperparameters_and_hparams():
