@@ -333,8 +333,11 @@ def _check(x, n_clusters, n_init, max_iter, tol, seeding_rounds, seedings) -> np
     raise ValueError(f"seedings must be a dict (kept by the caller) or None, got "
                      f"{type(seedings).__name__}.")
   x = np.asarray(x)
-  if x.ndim != 2 or x.shape[0] < 1 or not np.issubdtype(x.dtype, np.number):
-    raise ValueError(f"x must be a numeric [N, D] array with N >= 1, got shape {x.shape}.")
+  # jnp's test: numpy's own does not count bfloat16 (a model run in bfloat16) as a number
+  numeric = jnp.issubdtype(x.dtype, jnp.floating) or np.issubdtype(x.dtype, np.number)
+  if x.ndim != 2 or x.shape[0] < 1 or not numeric:
+    raise ValueError(f"x must be a numeric [N, D] array with N >= 1, got shape {x.shape}, "
+                     f"dtype {x.dtype}.")
   x = x.astype(np.float32)
   if not np.all(np.isfinite(x)):
     raise ValueError(f"x has non-finite rows: {np.flatnonzero(~np.isfinite(x).all(1))[:5]}.")

@@ -222,3 +222,15 @@ def test_a_common_offset_changes_nothing(offset):
   np.testing.assert_allclose(got.inertias, want.inertias, rtol=1e-6)
   np.testing.assert_array_equal(got.centres, want.centres + np.float32(offset))
   assert got.iterations == want.iterations
+
+
+def test_bfloat16_points_are_clustered_as_float32():
+  # a model run in bfloat16: numpy's issubdtype does not count bfloat16 as a number, so the
+  # points were refused as "not a numeric [N, D] array ... got shape (40, 3)"
+  x = np.random.default_rng(0).normal(size=(40, 3)).astype(np.float32)
+  x16 = jnp.asarray(x, jnp.bfloat16)
+  got = kmeans.kmeans(x16, n_clusters=3, seed=0)
+  want = kmeans.kmeans(np.asarray(x16, np.float32), n_clusters=3, seed=0)
+  np.testing.assert_array_equal(got.assignment, want.assignment)
+  with pytest.raises(ValueError, match=r"numeric .* dtype <U1"):
+    kmeans.kmeans(np.array([["a", "b"]]), n_clusters=1)
