@@ -255,12 +255,13 @@ def snr_contrastive(*, pos_margin: float = 0.0, neg_margin: float = 1.0):
   pos_margin = hparams.real("pos_margin", pos_margin)
   neg_margin = hparams.real("neg_margin", neg_margin)
 
-  def snr(x, means, anchor_var, ref_nonzero, dim):
+  def snr(x, means, anchor_var, ref_has_var, dim):
     """``[B, N]`` SNR distances from cosines ``x`` of unit anchors and unit or zero references
-    (``|x_a - x_j|^2 = 2 - 2S``, or 1 for a zero reference: ``ref_nonzero`` float ``[N]``)."""
-    diff_var = ((1.0 + ref_nonzero[None, :] - 2.0 * x) / dim
-                - jnp.square(means[0][:, None] - means[1][None, :]))
-    return diff_var / anchor_var[:, None]
+    (``|x_a - x_j|^2 = 2 - 2S``); exactly 1 for a reference without variance (a zero or
+    constant one: ``var(x_a - c) / var(x_a)``), which the cosine form rounds to either side of
+    the default ``neg_margin`` (``ref_has_var`` bool ``[N]``)."""
+    diff_var = (2.0 - 2.0 * x) / dim - jnp.square(means[0][:, None] - means[1][None, :])
+    return jnp.where(ref_has_var[None, :], diff_var / anchor_var[:, None], 1.0)
 
   def terms(d, pos, neg):
     return jnp.where(pos, jax.nn.relu(d - pos_margin), jax.nn.relu(neg_margin - d))
@@ -274,11 +275,11 @@ def snr_contrastive(*, pos_margin: float = 0.0, neg_margin: float = 1.0):
     has_var = anchor_var > SNR_MIN_VARIANCE
     pos, neg = b.pos & has_var[:, None], b.neg & has_var[:, None]
     anchor_var = jnp.where(has_var, anchor_var, 1.0)
-    ref_nonzero = jnp.any(ref != 0, axis=1).astype(jnp.float32)   # l2_normalize: unit or 0
+    ref_has_var = jnp.mean(jnp.square(ref - means[1][:, None]), axis=1) > SNR_MIN_VARIANCE
     dim = unit.shape[1]
-    values = terms(snr(b.s, means, anchor_var, ref_nonzero, dim), pos, neg)
+    values = terms(snr(b.s, means, anchor_var, ref_has_var, dim), pos, neg)
     loss = losses.reduce(values, pos, "nonzero") + losses.reduce(values, neg, "nonzero")
-    fixed = jax.lax.stop_gradient((means, anchor_var, ref_nonzero))
+    fixed = jax.lax.stop_gradient((means, anchor_var, ref_has_var))
     return _common.PairTerms(lambda x: terms(snr(x, *fixed, dim), pos, neg), pos | neg,
                              loss=loss)
 

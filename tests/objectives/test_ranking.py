@@ -141,6 +141,29 @@ def test_snr_contrastive_leaves_out_anchors_without_variance():
   np.testing.assert_allclose(float(loss), mean_nonzero(pos) + mean_nonzero(neg), rtol=1e-5)
 
 
+@pytest.mark.parametrize("flat", [(0.0, 0.0), (2.0, -0.5)])
+def test_snr_contrastive_puts_a_reference_without_variance_exactly_at_distance_one(flat):
+  # A zero or constant embedding is a reference at d = var(x_a - c) / var(x_a) = 1, exactly
+  # the default neg_margin: its negative terms are 0 and not counted by the non-zero average
+  # (PML). From the cosine form, d came out 1 -/+ 1e-7: terms of 1e-7 counted as non-zero
+  # diluted the negatives' average.
+  e = batch(5, d=8, normalize=False)
+  e[2], e[9] = flat
+  loss, _, grad = run("snr_contrastive", e, LABELS)
+  assert np.all(np.isfinite(np.asarray(grad)))
+  zero = (2, 9)
+  keep = [a for a in range(len(LABELS)) if a not in zero]
+  u = np.zeros(e.shape)
+  u[keep] = _unit(e[keep])
+  d = {(a, j): np.var(u[j] - u[a]) / np.var(u[a]) for a in keep
+       for j in range(len(LABELS)) if j != a}
+  pos = [max(v, 0) for (a, j), v in d.items() if LABELS[a] == LABELS[j]]
+  neg = [max(1.0 - v, 0) * (j not in zero) for (a, j), v in d.items()
+         if LABELS[a] != LABELS[j]]
+  mean_nonzero = lambda v: np.mean([t for t in v if t > 0]) if any(t > 0 for t in v) else 0.0
+  np.testing.assert_allclose(float(loss), mean_nonzero(pos) + mean_nonzero(neg), rtol=1e-5)
+
+
 @pytest.mark.parametrize("num_bins", [10, 3])
 def test_fastap_soft_histograms_equal_the_kernel_form(num_bins):
   """The two-kernel histograms and their custom VJP equal the triangular kernels over all
