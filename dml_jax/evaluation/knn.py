@@ -374,7 +374,10 @@ def euclidean_shift(gallery) -> np.ndarray:
   ``-|x - y|^2 = 2 <x, y> - |x|^2 - |y|^2`` rounds with ``|x|^2``; less this shift the
   distances do not change and the rounding follows the embeddings' spread, not their offset
   from the origin (integer coordinates and their ties stay exact; unit embeddings are rarely
-  moved). Every tool that shows ``'neg_sq_euclidean'`` similarities moves its embeddings by it.
+  moved). k-means, the retrieval grid, the triplet scatter, the evaluation's similarity
+  histograms and the analysis tools' similarity matrices move their embeddings by it too;
+  training (and what shows the training batches' similarities) does not
+  (``similarity.pairwise_similarity``).
   """
   return np.round(np.asarray(gallery).mean(axis=0, dtype=np.float64)).astype(np.float32)
 
