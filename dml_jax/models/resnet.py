@@ -214,6 +214,7 @@ class ResNetBackbone(nnx.Module):
     kind, stages = RESNET_SPECS[depth]
     block = BasicBlock if kind == "basic" else Bottleneck
     self.depth = depth
+    self.in_channels = in_channels
     self.dtype = dtype
     self.impl = impl
     self.conv1 = _conv(in_channels, 64, 7, stride=2, padding=3, dtype=dtype, impl=impl, rngs=rngs)
@@ -287,8 +288,10 @@ class ResNet(nnx.Module):
 
   def feature_map(self, x: jax.Array) -> jax.Array:
     """Backbone output ``[B, H/32, W/32, F]`` in the compute dtype."""
-    if x.ndim != 4:
-      raise ValueError(f"{self.arch} expects images [B, H, W, C], got shape {x.shape}.")
+    c = self.backbone.in_channels
+    if x.ndim != 4 or x.shape[-1] != c:
+      raise ValueError(f"{self.arch} expects images [B, H, W, {c}] (channels last; "
+                       f"in_channels={c}), got shape {x.shape}.")
     return self.backbone(x)
 
   def pooled_features(self, x: jax.Array) -> jax.Array:

@@ -240,3 +240,11 @@ def test_param_labels_split_backbone_and_head_learning_rates():
   np.testing.assert_allclose(new["model"]["head"]["linear"]["bias"][...],
                              params["head"]["linear"]["bias"][...] - 1.0)
   np.testing.assert_allclose(new["objective"]["beta"], 0.0)
+
+
+@pytest.mark.parametrize("shape", [(2, 32, 32, 1), (2, 3, 32, 32)])
+def test_images_with_the_wrong_channel_count_are_one_clear_error(shape):
+  """Grey images, or NCHW ones, into a 3-channel ResNet name the shape and ``in_channels``."""
+  with pytest.raises(ValueError, match=r"resnet18 expects images \[B, H, W, 3\].*in_channels"):
+    _resnet18()(jnp.ones(shape))
+
