@@ -116,6 +116,8 @@ class EmbeddingHead(nnx.Module):
       raise ValueError(f"embedding_dim={embedding_dim} must be >= 1.")
     if pooling not in POOLINGS:
       raise ValueError(f"pooling={pooling!r}; allowed: {', '.join(POOLINGS)}.")
+    if any(w < 1 for w in hidden):
+      raise ValueError(f"embedding_hidden={tuple(hidden)}: every hidden width must be >= 1.")
     widths = (in_features, *hidden)
     self.pooling = pooling
     self.normalize = normalize

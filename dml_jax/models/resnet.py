@@ -277,6 +277,8 @@ class ResNet(nnx.Module):
                                   conv_impl=conv_impl)
     if not 0.0 <= bn_momentum < 1.0:
       raise ValueError(f"bn_momentum={bn_momentum} must be in [0, 1).")
+    if in_channels < 1:
+      raise ValueError(f"in_channels={in_channels} must be >= 1.")
     bn = dict(frozen=bn_mode == "frozen", momentum=bn_momentum, epsilon=bn_epsilon,
               axis_name=bn_axis_name)
     self.arch = f"resnet{depth}"

@@ -248,3 +248,9 @@ def test_images_with_the_wrong_channel_count_are_one_clear_error(shape):
   with pytest.raises(ValueError, match=r"resnet18 expects images \[B, H, W, 3\].*in_channels"):
     _resnet18()(jnp.ones(shape))
 
+
+def test_non_positive_in_channels_and_head_widths_are_refused():
+  for bad, match in ((dict(in_channels=0), "in_channels=0"),
+                     (dict(embedding_hidden=(0,)), r"embedding_hidden=\(0,\)")):
+    with pytest.raises(ValueError, match=match):
+      resnet.ResNet18(embedding_dim=4, rngs=nnx.Rngs(0), **bad)
