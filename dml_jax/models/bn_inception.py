@@ -99,11 +99,44 @@ def max_pool_ceil(x: jax.Array, *, window: int = 3, stride: int = 2,
   """
   pads = []
   for size in x.shape[1:3]:
-    out = -(-(size - window) // stride) + 1
-    if (out - 1) * stride >= size:  # torch drops a window that starts past the input
-      out -= 1
+    out = _ceil_pool_size(size, window, stride)
     pads.append((0, max((out - 1) * stride + window - size, 0)))
   return pooling.max_pool(x, (window, window), (stride, stride), tuple(pads), impl=impl)
+
+
+def _ceil_pool_size(size: int, window: int = 3, stride: int = 2) -> int:
+  """Output side of ``max_pool_ceil``: ``ceil((size - window) / stride) + 1``, less one when
+  that last window would start past the input (torch drops it)."""
+  out = -(-(size - window) // stride) + 1
+  return out - 1 if (out - 1) * stride >= size else out
+
+
+def valid_image_size(size: int) -> bool:
+  """Whether the port's layers take an image side of ``size`` pixels.
+
+  The stride-2 blocks 3c and 4e concatenate a 3x3 stride-2 convolution (pad 1) with a
+  ceil-mode max-pool; the two agree only on an even side, so (as in the PyTorch port) the
+  side must be ``s mod 32`` in 31, 0, 1, .., 6 and at least 31 (224, 227, 256, 288, ..).
+  """
+  s = _ceil_pool_size(_ceil_pool_size((size - 1) // 2 + 1))   # conv 7x7/2 pad 3, two pools
+  for _ in range(2):   # 3c, 4e
+    if s < 1 or (s - 1) // 2 + 1 != _ceil_pool_size(s):
+      return False
+    s = (s - 1) // 2 + 1
+  return True
+
+
+def check_image_size(height: int, width: int) -> None:
+  """Raises ``ValueError`` naming the nearest sides the port takes (``valid_image_size``)."""
+  bad = [s for s in (height, width) if not valid_image_size(s)]
+  if not bad:
+    return
+  below = [t for t in range(31, bad[0]) if valid_image_size(t)][-1:]
+  above = next(t for t in range(max(bad[0], 31), bad[0] + 40) if valid_image_size(t))
+  raise ValueError(f"bn_inception cannot take images of {height} x {width} pixels: each side "
+                   "s needs s mod 32 in 31, 0..6 and s >= 31 (e.g. 224, 227, 256), as in the "
+                   f"PyTorch port; the sides it takes nearest to {bad[0]}: "
+                   f"{', '.join(map(str, below + [above]))}.")
 
 
 class BNInceptionBackbone(nnx.Module):
@@ -197,6 +230,7 @@ class BNInception(nnx.Module):
     """Backbone output ``[B, H/32, W/32, 1024]`` in the compute dtype, of RGB images."""
     if x.ndim != 4 or x.shape[-1] != 3:
       raise ValueError(f"bn_inception expects images [B, H, W, 3], got shape {x.shape}.")
+    check_image_size(x.shape[1], x.shape[2])
     return self.backbone(to_port_channels(x) if self.rgb_input else x)
 
   def pooled_features(self, x: jax.Array) -> jax.Array:

@@ -114,3 +114,29 @@ def test_rgb_input_false_feeds_the_images_as_they_are():
   assert "rgb_input" not in restore.model_options(old)
   old.name = "bn_inception"
   assert restore.model_options(old) == {"rgb_input": False}
+
+
+def _port_accepts(size):
+  """Whether the port's layer arithmetic (torch: conv floor, ceil-mode pools) lets the
+  stride-2 blocks 3c and 4e concatenate their branches for a side of ``size`` pixels."""
+  conv = lambda s, k, st, p: (s + 2 * p - k) // st + 1
+  def pool(s):
+    o = -(-(s - 3) // 2) + 1
+    return o - 1 if (o - 1) * 2 >= s else o
+  s = pool(pool(conv(size, 7, 2, 3)))
+  for _ in range(2):
+    if s < 1 or conv(s, 3, 2, 1) != pool(s):
+      return False
+    s = conv(s, 3, 2, 1)
+  return s >= 1
+
+
+def test_image_sizes_the_port_cannot_take_are_one_clear_error():
+  assert [s for s in range(1, 300) if bn_inception.valid_image_size(s)] == \
+      [s for s in range(1, 300) if _port_accepts(s)]
+  assert all(bn_inception.valid_image_size(s) for s in (224, 227, 256, 288))
+  model = _filled()
+  for shape in ((1, 200, 224, 3), (1, 224, 299, 3), (1, 16, 16, 3)):
+    with pytest.raises(ValueError, match=r"bn_inception cannot take images of "
+                       rf"{shape[1]} x {shape[2]} pixels.*mod 32"):
+      model(jnp.ones(shape))
