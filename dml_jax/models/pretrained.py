@@ -171,10 +171,17 @@ def save_weights(weights: Mapping[str, np.ndarray], path: str, *, arch: str) -> 
 
 def read_weights(path: str) -> tuple[str, dict[str, np.ndarray]]:
   """Reads a weight file: ``(arch, {flax path under backbone: array})``."""
-  with np.load(path, allow_pickle=False) as data:
+  not_weights = (f"{path} is not a dml_jax weight file (format {FORMAT}); convert a "
+                 "PyTorch checkpoint with `python -m dml_jax.models.pretrained convert`.")
+  try:
+    data = np.load(path, allow_pickle=False)
+  except ValueError:   # pickled data: e.g. a PyTorch checkpoint of the legacy format
+    raise ValueError(not_weights) from None
+  if not isinstance(data, np.lib.npyio.NpzFile):   # a .npy array
+    raise ValueError(not_weights)
+  with data:
     if "__format__" not in data or str(data["__format__"]) != FORMAT:
-      raise ValueError(f"{path} is not a dml_jax weight file (format {FORMAT}); convert a "
-                       "PyTorch checkpoint with `python -m dml_jax.models.pretrained convert`.")
+      raise ValueError(not_weights)
     arch = str(data["__arch__"])
     weights = {k[len("backbone/"):]: data[k] for k in data.files if k.startswith("backbone/")}
   return arch, weights

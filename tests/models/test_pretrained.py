@@ -1,6 +1,7 @@
 """Tests of the torchvision / BN-Inception port -> Flax weight conversion."""
 
 import os
+import pickle
 
 import jax.numpy as jnp
 import numpy as np
@@ -107,6 +108,17 @@ def test_save_load_round_trip_fills_backbone_not_head(tmp_path):
     np.savez(f, a=np.zeros(2))
   with pytest.raises(ValueError, match="not a dml_jax weight file"):
     pretrained.load_pretrained(model, str(tmp_path / "plain.npz"))
+
+
+def test_files_that_are_not_weight_files_are_one_clear_error(tmp_path):
+  """A ``.npy``, a pickled (legacy) PyTorch checkpoint or a text file given as the weights."""
+  np.save(str(tmp_path / "a.npy"), np.zeros(2))
+  with open(tmp_path / "legacy.pth", "wb") as f:
+    pickle.dump({"conv1.weight": [0.0]}, f)
+  (tmp_path / "notes.npz").write_text("hello")
+  for name in ("a.npy", "legacy.pth", "notes.npz"):
+    with pytest.raises(ValueError, match=rf"{name} is not a dml_jax weight file.*convert"):
+      pretrained.read_weights(str(tmp_path / name))
 
 
 def test_save_weights_creates_the_folder_of_the_documented_path(tmp_path):
