@@ -130,7 +130,8 @@ def train_batches(images, labels, sampler, *, seed: int, start_step: int, num_st
     prefetch: batches prepared ahead.
 
   Raises:
-    ValueError: an unknown augmentation, an augmentation on in-memory arrays, bad counts.
+    ValueError: an unknown augmentation, an augmentation on in-memory arrays, bad counts,
+      ``images`` and ``labels`` of different lengths.
   """
   if augmentation not in augment.AUGMENTATIONS:
     raise ValueError(f"Unknown augmentation {augmentation!r}; valid: "
@@ -139,6 +140,9 @@ def train_batches(images, labels, sampler, *, seed: int, start_step: int, num_st
     raise ValueError(f"num_workers must be >= 0, num_threads >= 1 and prefetch >= 0, got "
                      f"{num_workers}, {num_threads}, {prefetch}.")
   labels = np.asarray(labels)
+  if len(images) != len(labels):
+    raise ValueError(f"There are {len(images)} images but {len(labels)} labels; pass the "
+                     "images and labels of one split.")
   row_range = _rows(rows, sampler.batch_size)
   if not isinstance(images, LazyImages):
     if augmentation != "none":

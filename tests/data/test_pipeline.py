@@ -151,6 +151,17 @@ def test_bad_pipeline_arguments(inshop_train):
     batches(inshop_train, sampler, rows=slice(8, 8))
 
 
+def test_images_and_labels_of_different_splits_are_refused():
+  """Another split's labels (or images) would pair images with the wrong labels, silently
+  when the images outnumber the labels."""
+  splits = data.load("digits_evenodd")
+  train, test = splits["train"], splits["test"]
+  sampler = data.NPerClassSampler(test.labels, batch_size=8, group_size=4, seed=0)
+  with pytest.raises(ValueError, match=rf"{len(train)} images but {len(test)} labels"):
+    list(pipeline.train_batches(train.images, test.labels, sampler, seed=0, start_step=0,
+                                num_steps=1))
+
+
 @pytest.mark.parametrize("workers,threads,platform,cpus,expected", [
     (-1, 8, "cpu", 16, (0, 8)),     # auto on the CPU: the trainer's threads
     (-1, 8, "gpu", 16, (8, 2)),     # auto on a GPU: the measured best of 16 cores
