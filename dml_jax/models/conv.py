@@ -412,7 +412,8 @@ def direct_valid(x: jax.Array, w: jax.Array, *, strides: tuple[int, int] = (1, 1
   kh, kw, _, o = w.shape
   shape = (n, (h - kh) // strides[0] + 1, (wd - kw) // strides[1] + 1, o)
   return jax.ffi.ffi_call(kernels.require("conv.cc")["forward"],
-                          jax.ShapeDtypeStruct(shape, jnp.float32))(
+                          jax.ShapeDtypeStruct(shape, jnp.float32),
+                          vmap_method="sequential")(
       x, w, stride_h=np.int32(strides[0]), stride_w=np.int32(strides[1]),
       vectorized=np.int32(vectorized))
 
@@ -431,7 +432,8 @@ def direct_kernel_grad(x: jax.Array, g: jax.Array, window: tuple[int, int], *,
   if pack is None:
     pack = min(shape[2:]) >= PACK_MIN_CHANNELS
   return jax.ffi.ffi_call(kernels.require("conv.cc")["kernel_grad"],
-                          jax.ShapeDtypeStruct(shape, jnp.float32))(
+                          jax.ShapeDtypeStruct(shape, jnp.float32),
+                          vmap_method="sequential")(
       x, g, stride_h=np.int32(strides[0]), stride_w=np.int32(strides[1]),
       vectorized=np.int32(vectorized), pack=np.int32(pack))
 

@@ -456,3 +456,23 @@ def test_small_cnn_gradients_equal_with_each_impl_and_one_trace():
     grad(params, rest, x + 1.0)  # same shapes: no second trace
   assert traces == ["lax", "matmul"]
   chex.assert_trees_all_close(grads["matmul"], grads["lax"], rtol=1e-4, atol=1e-5)
+
+
+def test_vmap_over_a_model_with_the_cpu_kernels_equals_the_batch():
+  """``jax.vmap`` of a model over single examples (e.g. per-example gradients) runs with the
+  C++ kernels and gives the batched values and gradients."""
+  require_kernel("conv.cc")
+  model = models.make("small_cnn", embedding_dim=4, image_size=6, rngs=nnx.Rngs(0))
+  model.eval()
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+  x = jax.random.normal(jax.random.key(0), (3, 6, 6, 1))
+
+  def loss(p, xi):   # xi [6, 6, 1]
+    return jnp.sum(nnx.merge(graphdef, p, rest, copy=True)(xi[None]) ** 3)
+
+  per_example = jax.jit(jax.vmap(jax.value_and_grad(loss), in_axes=(None, 0)))(params, x)
+  for i in range(3):
+    value, grad = jax.value_and_grad(loss)(params, x[i])
+    np.testing.assert_allclose(per_example[0][i], value, rtol=1e-5, atol=1e-6)
+    for a, b in zip(jax.tree.leaves(per_example[1]), jax.tree.leaves(grad)):
+      np.testing.assert_allclose(a[i], b, rtol=1e-4, atol=1e-5)
