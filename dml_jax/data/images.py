@@ -38,7 +38,8 @@ class ImageOptions:
     image_size: output side ``S`` (224 for ImageNet backbones).
     resize_size: shorter side before the crop (256); evaluation centre-crops ``S`` from it.
     channels: 3 (RGB) or 1 (grey).
-    mean, std: normalisation ``(x / 255 - mean) / std``; ImageNet statistics by default.
+    mean, std: normalisation ``(x / 255 - mean) / std``; ImageNet statistics by default (one
+      number, or one per channel).
   """
 
   image_size: int = 224
@@ -48,8 +49,8 @@ class ImageOptions:
   std: tuple[float, ...] = augment.IMAGENET_STD
 
   def __post_init__(self):
-    object.__setattr__(self, "mean", tuple(float(m) for m in self.mean))
-    object.__setattr__(self, "std", tuple(float(s) for s in self.std))
+    for what in ("mean", "std"):
+      object.__setattr__(self, what, _float_tuple(getattr(self, what), what))
     augment.check_options(image_size=self.image_size, resize_size=self.resize_size,
                           channels=self.channels, mean=self.mean, std=self.std)
 
@@ -66,6 +67,18 @@ class ImageOptions:
                                    image_size=self.image_size, resize_size=self.resize_size,
                                    channels=self.channels, mean=self.mean, std=self.std,
                                    **kwargs)
+
+
+def _float_tuple(values, what: str) -> tuple[float, ...]:
+  """``values`` (one number or a sequence of numbers) as a tuple of floats."""
+  try:
+    array = np.asarray(values, dtype=np.float64)
+  except (TypeError, ValueError):
+    array = None
+  if array is None or array.ndim > 1 or not np.all(np.isfinite(array)):
+    raise ValueError(f"{what} must be finite numbers (one, or one per channel), got "
+                     f"{values!r}.")
+  return tuple(float(v) for v in np.atleast_1d(array))
 
 
 class FieldView(Sequence):

@@ -55,6 +55,18 @@ def _expected(records, rows, options=OPTIONS):
 # ImageOptions.
 
 
+def test_image_options_take_one_number_for_mean_and_std_and_name_bad_values():
+  """``data.load(name, channels=1, mean=0.1307, std=0.3081)``, as one writes it for MNIST."""
+  o = images.ImageOptions(image_size=8, resize_size=8, channels=1, mean=0.1307, std=0.3081)
+  assert o.mean == (0.1307,) and o.std == (0.3081,)
+  for bad, match in ((dict(mean=None), "mean must be finite numbers"),
+                     (dict(std="abc"), "std must be finite numbers"),
+                     (dict(mean=[[0.5]]), "mean must be finite numbers"),
+                     (dict(std=float("nan")), "std must be finite numbers")):
+    with pytest.raises(ValueError, match=match):
+      images.ImageOptions(image_size=8, resize_size=8, channels=1, **bad)
+
+
 def test_image_options_defaults_and_transforms():
   o = images.ImageOptions()
   assert (o.image_size, o.resize_size, o.channels) == (224, 256, 3)
