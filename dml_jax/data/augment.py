@@ -61,13 +61,14 @@ def check_options(*, augmentation: str = "none", image_size: int, resize_size: i
                      f"{pad_fill!r}.")
   if augmentation not in AUGMENTATIONS:
     raise ValueError(f"Unknown augmentation {augmentation!r}; valid: {', '.join(AUGMENTATIONS)}.")
-  if int(image_size) < 1:
-    raise ValueError(f"image_size must be >= 1, got {image_size}.")
-  if int(resize_size) < int(image_size):
+  for what, size in (("image_size", image_size), ("resize_size", resize_size)):
+    if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 1:
+      raise ValueError(f"{what} must be an int >= 1, got {size!r}.")
+  if resize_size < image_size:
     raise ValueError(f"resize_size ({resize_size}) must be >= image_size ({image_size}): the "
                      "crop is taken from the resized image.")
   if channels not in _MODES:
-    raise ValueError(f"channels must be 1 or 3, got {channels}.")
+    raise ValueError(f"channels must be 1 or 3, got {channels!r}.")
   for what, values in (("mean", mean), ("std", std)):
     if len(values) not in (1, channels):
       raise ValueError(f"{what} must have 1 or channels={channels} values, got {tuple(values)}.")

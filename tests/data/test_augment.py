@@ -370,7 +370,7 @@ def test_jpeg_draft_decoding_is_close_to_full_decoding(channels):
     (dict(augmentation="none", resize_size=20), r"resize_size \(20\)"),
     (dict(augmentation="resize_crop", channels=2), "channels must be 1 or 3, got 2"),
     (dict(augmentation="resize_crop", channels=4), "channels must be 1 or 3, got 4"),
-    (dict(augmentation="resize_crop", image_size=0, resize_size=4), "image_size must be >= 1"),
+    (dict(augmentation="resize_crop", image_size=0, resize_size=4), "image_size must be an int >= 1"),
     (dict(augmentation="resize_crop", std=(0.2, 0.0, 0.2)), "std must be positive"),
     (dict(augmentation="resize_crop", mean=(0.1, 0.2)), "mean must have 1 or channels=3"),
     (dict(augmentation="resize_crop", channels=1), "mean must have 1 or channels=1"),
@@ -426,3 +426,17 @@ def test_resize_and_centre_crop_round_as_torchvision():
   ramp = Image.fromarray(np.tile(np.arange(7, dtype=np.uint8) * 30, (4, 1)))
   cropped = np.asarray(augment.center_crop(ramp, 4))
   assert cropped[0, 0] == 2 * 30                                # offset round(1.5) = 2
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(resize_size=28 * 8 / 7), r"resize_size must be an int >= 1, got 32.0"),
+    (dict(image_size=28.0), r"image_size must be an int >= 1, got 28.0"),
+    (dict(image_size=True), r"image_size must be an int >= 1, got True"),
+    (dict(channels="1"), r"channels must be 1 or 3, got '1'")])
+def test_sizes_that_are_not_ints_are_refused_when_the_options_are_made(bad, match):
+  """``resize_size=image_size * 8 / 7`` is a float: refused at once, not as a TypeError on
+  the first decoded image."""
+  options = dict(image_size=28, resize_size=32, channels=3, mean=augment.IMAGENET_MEAN,
+                 std=augment.IMAGENET_STD)
+  with pytest.raises(ValueError, match=match):
+    augment.check_options(**{**options, **bad})

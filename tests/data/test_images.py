@@ -88,7 +88,7 @@ def test_image_options_defaults_and_transforms():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(image_size=0), "image_size must be >= 1"),
+    (dict(image_size=0), "image_size must be an int >= 1"),
     (dict(image_size=224, resize_size=200), r"resize_size \(200\) must be >= image_size"),
     (dict(channels=2), "channels must be 1 or 3, got 2"),
     (dict(channels=1), "mean must have 1 or channels=1"),
