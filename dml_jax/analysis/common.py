@@ -29,9 +29,7 @@ def similarity_matrix(x, y=None, *, kind: str = "cosine") -> np.ndarray:
   y = x if y is None else np.asarray(y, np.float32)
   if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[1]:
     raise ValueError(f"Embeddings must be [N, D] and [M, D], got {x.shape} and {y.shape}.")
-  if kind == "neg_sq_euclidean":
-    shift = knn.euclidean_shift(y)
-    x, y = x - shift, y - shift
+  y, x = knn.near_origin(kind, y, x)
   return np.array(sim.pairwise_similarity(jnp.asarray(x), jnp.asarray(y), kind=kind))
 
 

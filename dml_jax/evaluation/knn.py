@@ -382,6 +382,15 @@ def euclidean_shift(gallery) -> np.ndarray:
   return np.round(np.asarray(gallery).mean(axis=0, dtype=np.float64)).astype(np.float32)
 
 
+def near_origin(similarity: str, gallery, *arrays) -> tuple[np.ndarray, ...]:
+  """``(gallery, *arrays)`` (numpy ``[., D]``) moved by :func:`euclidean_shift` of ``gallery``
+  for ``'neg_sq_euclidean'``; as given for the other kinds."""
+  if similarity != "neg_sq_euclidean":
+    return (gallery, *arrays)
+  shift = euclidean_shift(gallery)
+  return tuple(a - shift for a in (gallery, *arrays))
+
+
 def _run_blocks(plan: _Plan, block_fn, *, show_progress: bool):
   """``block_fn(q_block [qb, D], start)`` over the query blocks (the last one zero-padded);
   outputs concatenated along the first axis and cut to ``Nq`` rows (numpy)."""

@@ -96,9 +96,7 @@ def top_k(query, gallery=None, *, rows: np.ndarray, k: int,
   available = len(base) - (gallery is None)
   if not 1 <= k <= available:
     raise ValueError(f"retrieval_grid_k={k} must be between 1 and {available} (gallery size).")
-  if similarity == "neg_sq_euclidean":   # the search's rounding (knn.euclidean_shift)
-    shift = knn.euclidean_shift(base)
-    query, base = query - shift, base - shift
+  base, query = knn.near_origin(similarity, base, query)   # the search's rounding
   s = np.array(sim.pairwise_similarity(jnp.asarray(query[rows]), jnp.asarray(base),
                                        kind=similarity), np.float32)
   if gallery is None:

@@ -43,7 +43,7 @@ def scatter_points(embeddings, labels, *, similarity: str = "cosine", block_size
     raise ValueError(f"labels must have shape [{x.shape[0]}], got {labels.shape}.")
   if x.shape[0] < 2:
     raise ValueError(f"Need at least 2 embeddings, got {x.shape[0]}.")
-  x = _near_origin(x, similarity)
+  x, = knn.near_origin(similarity, x)
   n = x.shape[0]
   s_ap, s_an = np.empty(n, np.float32), np.empty(n, np.float32)
   correct = np.empty(n, bool)
@@ -110,11 +110,5 @@ def pair_similarities(embeddings, labels, *, similarity: str = "cosine", max_poi
   if len(x) > max_points:
     rows = np.sort(np.random.default_rng(seed).choice(len(x), max_points, replace=False))
     x, labels = x[rows], labels[rows]
-  x = _near_origin(x, similarity)
+  x, = knn.near_origin(similarity, x)
   return split_pairs(sim.pairwise_similarity(jnp.asarray(x), kind=similarity), labels)
-
-
-def _near_origin(x: np.ndarray, similarity: str) -> np.ndarray:
-  """``x [N, D]``, moved by ``knn.euclidean_shift`` for ``'neg_sq_euclidean'`` (whose
-  ``2 <x, y> - |x|^2 - |y|^2`` rounds with ``|x|^2``; the distances do not change)."""
-  return x - knn.euclidean_shift(x) if similarity == "neg_sq_euclidean" else x

@@ -271,11 +271,13 @@ def snr_contrastive(*, pos_margin: float = 0.0, neg_margin: float = 1.0):
     ref = unit if b.references is None else sim.l2_normalize(
         jnp.asarray(b.references[0]).astype(jnp.float32))
     means = (jnp.mean(unit, axis=1), jnp.mean(ref, axis=1))
-    anchor_var = jnp.mean(jnp.square(unit - means[0][:, None]), axis=1)
+    row_var = lambda v, m: jnp.mean(jnp.square(v - m[:, None]), axis=1)
+    anchor_var = row_var(unit, means[0])
+    ref_has_var = (anchor_var if b.references is None else row_var(ref, means[1])) \
+        > SNR_MIN_VARIANCE
     has_var = anchor_var > SNR_MIN_VARIANCE
     pos, neg = b.pos & has_var[:, None], b.neg & has_var[:, None]
     anchor_var = jnp.where(has_var, anchor_var, 1.0)
-    ref_has_var = jnp.mean(jnp.square(ref - means[1][:, None]), axis=1) > SNR_MIN_VARIANCE
     dim = unit.shape[1]
     values = terms(snr(b.s, means, anchor_var, ref_has_var, dim), pos, neg)
     loss = losses.reduce(values, pos, "nonzero") + losses.reduce(values, neg, "nonzero")

@@ -47,5 +47,5 @@ def test_inverse_cdf_matrix_resolves_entries_below_the_total_rounding():
   light = (idx % n) % 2 == 1
   share = 0.01 / 1.01
   assert abs(light.mean() - share) < 5 * np.sqrt(share * (1 - share) / num), light.mean()
-  rows = np.bincount(idx // n, minlength=n)
-  assert rows.min() > 0 and abs(rows.mean() - num / n) < 1e-9
+  rows = np.bincount(idx // n, minlength=n)   # every row carries 1 / n of the mass
+  np.testing.assert_array_less(np.abs(rows - num / n), 5 * np.sqrt(num / n))
