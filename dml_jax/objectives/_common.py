@@ -134,8 +134,8 @@ def batch_objective(body: Callable, *, name: str, similarity: str = "cosine",
   def apply(params, embeddings, labels, *, rng=None, references=None):
     if not takes_references:
       no_references(references, name=name, what=no_references_why)
-    if rng is None and rng_reason is not None:
-      raise ValueError(f"objective {name!r} {rng_reason}; pass rng=<PRNG key> to apply.")
+    if rng_reason is not None:
+      check_rng(rng, name=name, reason=rng_reason)
     embeddings, labels = check_batch(embeddings, labels)
     s, pos, neg = similarities(embeddings, labels, similarity, references)
     sg = jax.lax.stop_gradient(s)
@@ -145,6 +145,25 @@ def batch_objective(body: Callable, *, name: str, similarity: str = "cosine",
     return jnp.where(jnp.all(jnp.isfinite(sg)), loss, jnp.nan), aux
 
   return apply
+
+
+def check_rng(rng, *, name: str, reason: str) -> None:
+  """``ValueError`` unless ``rng`` is one PRNG key (``jax.random.key(seed)``, or a raw
+  ``jax.random.PRNGKey(seed)``) for objective ``name``, which ``reason`` (e.g. ``"with
+  mode='sample' draws random pairs"``); a plain seed, a batch of keys or ``None`` is named."""
+  if rng is None:
+    raise ValueError(f"objective {name!r} {reason}; pass rng=<PRNG key> to apply.")
+  dtype = getattr(rng, "dtype", None)
+  try:
+    typed = dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+    one_key = (rng if typed else jax.random.wrap_key_data(rng)).shape == ()
+  except TypeError:
+    one_key = False
+  if not one_key:
+    got = (f"{dtype} {tuple(rng.shape)}" if dtype is not None
+           else f"{rng!r:.40} ({type(rng).__name__})")
+    raise ValueError(f"objective {name!r} {reason}; rng must be one PRNG key "
+                     f"(jax.random.key(seed) or jax.random.PRNGKey(seed)), got {got}.")
 
 
 def stochastic_reason(*, positive: str, negative: str) -> str | None:

@@ -97,6 +97,29 @@ def test_apply_rejects_bad_inputs():
     obj.apply({}, e, labels[:5])
 
 
+
+@pytest.mark.parametrize("rng", [0, np.uint32(3), jnp.zeros(3, jnp.uint32),
+                                 jax.random.split(jax.random.key(0), 2)])
+def test_apply_names_an_rng_that_is_not_one_key(rng):
+  e, labels = jnp.asarray(batch(0)), jnp.asarray(LABELS)
+  rnd = objectives.make("dro_kl", mode="sample")
+  with pytest.raises(ValueError, match=r"'dro_kl' with mode='sample'.*rng must be one PRNG key"):
+    rnd.apply({}, e, labels, rng=rng)
+  with pytest.raises(ValueError, match="rng must be one PRNG key"):
+    jax.jit(rnd.apply)({}, e, labels, rng=rng)
+
+
+def test_apply_takes_a_typed_or_raw_key_eagerly_jitted_and_vmapped():
+  e, labels = jnp.asarray(batch(0)), jnp.asarray(LABELS)
+  rnd = objectives.make("triplet")
+  loss = lambda k: rnd.apply({}, e, labels, rng=k)[0]
+  typed = jax.random.split(jax.random.key(1), 3)
+  raw = jax.random.key_data(typed)
+  want = np.array([loss(k) for k in typed])
+  np.testing.assert_allclose(np.array([loss(k) for k in raw]), want, rtol=1e-5)
+  np.testing.assert_allclose(jax.vmap(loss)(typed), want, rtol=1e-5)
+  np.testing.assert_allclose(jax.vmap(jax.jit(loss))(raw), want, rtol=1e-5)
+
 @pytest.mark.parametrize("name", objectives.names())
 def test_an_empty_batch_is_refused_in_one_line(name):
   # B = 0 or D = 0 failed deep inside (an argmax of an empty sequence, a modulo by zero) or
