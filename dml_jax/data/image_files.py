@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from dml_jax.data.images import DatasetNotPreparedError, ImageOptions, LazyImages
+from dml_jax.data.images import DatasetNotPreparedError, ImageOptions, LazyImages, not_there
 from dml_jax.data.splits import Split
 
 
@@ -50,11 +50,12 @@ def list_and_root(path: str, root: str) -> tuple[str, str]:
   """The absolute list file and image root; FileNotFoundError if either is missing."""
   list_path = os.path.abspath(os.path.expanduser(path))
   if not os.path.isfile(list_path):
-    raise DatasetNotPreparedError(f"Image list file {list_path!r} does not exist.")
+    raise DatasetNotPreparedError(f"Image list file {list_path!r} "
+                                  f"{not_there(list_path, 'file')}.")
   root = os.path.abspath(os.path.expanduser(root)) if root else os.path.dirname(list_path)
   if not os.path.isdir(root):
     raise FileNotFoundError(f"Image root folder {root!r} (the folder the paths of "
-                            f"{list_path!r} are relative to) does not exist.")
+                            f"{list_path!r} are relative to) {not_there(root)}.")
   return list_path, root
 
 

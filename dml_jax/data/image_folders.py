@@ -11,7 +11,7 @@ import numpy as np
 from dml_jax.data import augment
 from dml_jax.data import image_files
 from dml_jax.data import splits as splits_lib
-from dml_jax.data.images import DatasetNotPreparedError
+from dml_jax.data.images import DatasetNotPreparedError, not_there
 from dml_jax.data.splits import Split
 
 
@@ -49,14 +49,14 @@ def load_image_folder(*, root: str, layout: str = "auto",
     folder.
 
   Raises:
-    FileNotFoundError: ``root`` does not exist.
+    FileNotFoundError: ``root`` does not exist or is not a folder.
     ValueError: an unknown layout, no class folder, a class folder without images (named),
       a split folder holding image files directly, or a bad ``train_classes``.
   """
   options = image_files.image_options(image_size, resize_size, channels, mean, std)
   root = os.path.abspath(os.path.expanduser(root))
   if not os.path.isdir(root):
-    raise DatasetNotPreparedError(f"Image folder {root!r} does not exist; expected "
+    raise DatasetNotPreparedError(f"Image folder {root!r} {not_there(root)}; expected "
                             "ROOT/<class>/<image> or ROOT/<split>/<class>/<image>.")
   layouts = ("auto", "classes", "splits")
   if layout not in layouts:
@@ -140,6 +140,6 @@ def load_digits_png(*, root: str = "data/digits_png", **image_options) -> dict[s
   """
   if not os.path.isdir(os.path.expanduser(root)):
     raise DatasetNotPreparedError(
-        f"{root} does not exist; write the digits as PNG files first: python -c \"from "
+        f"{root} {not_there(os.path.expanduser(root))}; write the digits as PNG files first: python -c \"from "
         f"dml_jax.data import digits; digits.write_digit_images('{root}')\"")
   return load_image_folder(root=root, layout="splits", **image_options)

@@ -30,6 +30,15 @@ class DatasetNotPreparedError(FileNotFoundError):
   """A dataset's files are not where the loader looks; the message says how to get them."""
 
 
+def not_there(path: str, kind: str = "folder") -> str:
+  """Why ``path`` is not the ``kind`` (``'folder'`` or ``'file'``) a loader expects, for its
+  error: ``'does not exist'``, or what it is instead (``'is a file, not a folder'``)."""
+  if not os.path.exists(path):
+    return "does not exist"
+  found = "folder" if os.path.isdir(path) else "file"
+  return f"is a {found}, not a {kind}" if found != kind else f"is not a readable {kind}"
+
+
 @dataclasses.dataclass(frozen=True)
 class ImageOptions:
   """How records become model inputs (the ``config.data`` keys of the same names).

@@ -11,7 +11,7 @@ import numpy as np
 from dml_jax.data import augment
 from dml_jax.data import image_files
 from dml_jax.data import splits as splits_lib
-from dml_jax.data.images import DatasetNotPreparedError
+from dml_jax.data.images import DatasetNotPreparedError, not_there
 from dml_jax.data.splits import Split
 
 
@@ -67,10 +67,12 @@ def load_inshop(*, root: str, partition_file: str = "list_eval_partition.txt",
   options = image_files.image_options(image_size, resize_size, channels, mean, std)
   root = os.path.abspath(os.path.expanduser(root))
   if not os.path.isdir(root):
-    raise DatasetNotPreparedError(f"In-Shop root folder {root!r} does not exist. {_INSHOP_HELP}")
+    raise DatasetNotPreparedError(f"In-Shop root folder {root!r} {not_there(root)}. "
+                                  f"{_INSHOP_HELP}")
   list_path = os.path.join(root, partition_file)
   if not os.path.isfile(list_path):
-    raise DatasetNotPreparedError(f"In-Shop partition file {list_path!r} does not exist. "
+    raise DatasetNotPreparedError(f"In-Shop partition file {list_path!r} "
+                                  f"{not_there(list_path, 'file')}. "
                             f"{_INSHOP_HELP}")
   rows = []  # (line number, path, item id, status)
   count, count_line = None, 0

@@ -203,6 +203,27 @@ def test_mnist_missing_file_names_it_the_folder_and_the_source(tmp_path):
     data.load("mnist", root=str(tmp_path / "nowhere"))
 
 
+
+@pytest.mark.parametrize("name", ["mnist", "omniglot", "cub", "cars196", "sop", "flowers102",
+                                  "inshop", "image_folder", "digits_png"])
+def test_a_root_that_is_a_file_is_named_as_such(tmp_path, name):
+  root = tmp_path / "images.zip"
+  root.write_bytes(b"PK")
+  with pytest.raises(data.DatasetNotPreparedError, match=r"images\.zip'? is a file, not a folder"):
+    data.load(name, root=str(root))
+
+
+def test_a_list_file_that_is_a_folder_or_an_image_root_that_is_a_file_is_named(tmp_path):
+  with pytest.raises(data.DatasetNotPreparedError, match=r"list file .* is a folder, not a file"):
+    data.load("image_list", path=str(tmp_path))
+  listed = tmp_path / "list.csv"
+  listed.write_text("a.png,0\n")
+  with pytest.raises(FileNotFoundError, match=r"root folder .*list\.csv' .* is a file, not a"):
+    data.load("image_list", path=str(listed), root=str(listed))
+  (tmp_path / "list_eval_partition.txt").mkdir()
+  with pytest.raises(data.DatasetNotPreparedError, match=r"partition file .* is a folder, not a"):
+    data.load("inshop", root=str(tmp_path))
+
 def test_mnist_real_files():
   root = real_data("mnist", "train-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
   parts = official.read_parts("mnist", root)

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from dml_jax.data.images import DatasetNotPreparedError
+from dml_jax.data.images import DatasetNotPreparedError, not_there
 from dml_jax.data.official.sources import SOURCES
 
 
@@ -42,8 +42,8 @@ def check_root(name: str, root: str) -> str:
   """``root`` as an absolute path; ``DatasetNotPreparedError`` if it is not a folder."""
   path = os.path.abspath(os.path.expanduser(root))
   if not os.path.isdir(path):
-    raise DatasetNotPreparedError(f"{SOURCES[name].title}: the root folder {path!r} does not "
-                                  f"exist. {how_to_get(name)}")
+    raise DatasetNotPreparedError(f"{SOURCES[name].title}: the root folder {path!r} "
+                                  f"{not_there(path)}. {how_to_get(name)}")
   return path
 
 
