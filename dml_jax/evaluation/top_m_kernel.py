@@ -4,6 +4,7 @@ the rank counts of ``top_m.top_m_and_ranks`` (:func:`count_tile_kernel`), each o
 the tile comparing 8 similarities at a time (AVX2, with a scalar form for other CPUs); the
 ``m`` best of whole rows for large ``m`` (:func:`select_rows_kernel`), by a linear-time
 selection per row; and the best of each row (:func:`argmax_rows_kernel`), k-means' assignment.
+Under ``jax.vmap`` each runs once per batch element (``vmap_method='sequential'``).
 """
 
 from __future__ import annotations
@@ -39,14 +40,15 @@ def count_tile_kernel(s, starts, ranks, *, exclude_self: bool = False,
   (value, target, code), (counts, read) = ranks["a"]
   if "b" not in ranks:
     out = jax.ffi.ffi_call(targets["count_rows"], (_like(counts), _like(read)),
-                           input_output_aliases={6: 0, 7: 1})(
+                           input_output_aliases={6: 0, 7: 1}, vmap_method="sequential")(
         s, starts, value, target, code, ranks["codes_b"], counts, read,
         exclude_self=np.int32(exclude_self), **flags)
     return {"a": (out[0], out[1])}
   (b_value, b_target, b_code), (b_counts, b_read) = ranks["b"]
   out = jax.ffi.ffi_call(targets["count_both"], tuple(map(_like, (counts, read, b_counts,
                                                                   b_read))),
-                         input_output_aliases={5: 0, 6: 1, 10: 2, 11: 3})(
+                         input_output_aliases={5: 0, 6: 1, 10: 2, 11: 3},
+                         vmap_method="sequential")(
       s, starts, value, target, code, counts, read, b_value, b_target, b_code, b_counts,
       b_read, **flags)
   return {"a": (out[0], out[1]), "b": (out[2], out[3])}
@@ -73,11 +75,12 @@ def merge_tile_kernel(s, starts, best_a, best_b=None, *, exclude_self: bool = Fa
   flags = dict(vectorized=np.int32(vectorized))
   if best_b is None:
     out = jax.ffi.ffi_call(targets["merge_rows"], (_like(best_a[0]), _like(best_a[1])),
-                           input_output_aliases={1: 0, 2: 1})(
+                           input_output_aliases={1: 0, 2: 1}, vmap_method="sequential")(
         s, *best_a, starts, exclude_self=np.int32(exclude_self), **flags)
     return (out[0], out[1]), None
   out = jax.ffi.ffi_call(targets["merge_both"], tuple(map(_like, (*best_a, *best_b))),
-                         input_output_aliases={1: 0, 2: 1, 3: 2, 4: 3})(
+                         input_output_aliases={1: 0, 2: 1, 3: 2, 4: 3},
+                         vmap_method="sequential")(
       s, *best_a, *best_b, starts, **flags)
   return (out[0], out[1]), (out[2], out[3])
 
@@ -104,8 +107,8 @@ def select_rows_kernel(s, starts, *, m: int, exclude_self: bool = False):
   """
   targets = kernels.require("top_m.cc")
   out = jax.ShapeDtypeStruct((s.shape[0], m), np.int32)
-  return jax.ffi.ffi_call(targets["select_rows"], out)(s, starts,
-                                                      exclude_self=np.int32(exclude_self))
+  return jax.ffi.ffi_call(targets["select_rows"], out, vmap_method="sequential")(
+      s, starts, exclude_self=np.int32(exclude_self))
 
 
 def argmax_rows_kernel(s, *, vectorized: bool = True):
@@ -124,4 +127,5 @@ def argmax_rows_kernel(s, *, vectorized: bool = True):
   targets = kernels.require("top_m.cc")
   out = (jax.ShapeDtypeStruct(s.shape[:1], np.int32), jax.ShapeDtypeStruct(s.shape[:1],
                                                                            np.float32))
-  return jax.ffi.ffi_call(targets["argmax_rows"], out)(s, vectorized=np.int32(vectorized))
+  return jax.ffi.ffi_call(targets["argmax_rows"], out, vmap_method="sequential")(
+      s, vectorized=np.int32(vectorized))

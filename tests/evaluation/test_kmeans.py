@@ -60,6 +60,20 @@ def test_assign_is_the_nearest_centre_with_ties_to_the_lower_id(selection):
     assert int(a[i]) == dist.index(min(dist)) and float(d2[i]) == min(dist)
 
 
+@pytest.mark.parametrize("selection", ["xla", "kernel"])
+def test_assign_under_vmap_over_centres_equals_a_loop(selection):
+  if selection == "kernel":
+    require_kernel("top_m.cc")
+  rng = np.random.default_rng(4)
+  x = jnp.asarray(rng.standard_normal((37, 3)).astype(np.float32))
+  centres = jnp.asarray(rng.standard_normal((3, 5, 3)).astype(np.float32))   # 3 restarts
+  assign = lambda c: kmeans.assign(x, c, rows=8, selection=selection)
+  got = jax.vmap(assign)(centres)
+  for i in range(3):   # batched products may round differently: distances to float32
+    a, d2 = assign(centres[i])
+    np.testing.assert_array_equal(np.asarray(got[0])[i], np.asarray(a))
+    np.testing.assert_allclose(np.asarray(got[1])[i], np.asarray(d2), rtol=1e-5, atol=1e-5)
+
 def test_empty_clusters_take_the_farthest_points_in_order():
   x = jnp.asarray([[0.0], [1.0], [10.0], [20.0]])
   assignment = jnp.asarray([0, 0, 0, 0], jnp.int32)

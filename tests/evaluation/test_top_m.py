@@ -456,3 +456,39 @@ def test_argmax_rows_kernel_is_jnp_argmax(vectorized, width):
   want_value = s[np.arange(12), want]
   np.testing.assert_array_equal(np.asarray(value), want_value)
   np.testing.assert_array_equal(np.signbit(np.asarray(value)), np.signbit(want_value))
+
+
+@pytest.mark.parametrize("both", [False, True])
+def test_kernels_under_vmap_equal_a_loop_over_the_batch(both):
+  # jax.vmap over the C++ kernels (e.g. over k-means restarts or several tiles) runs them once
+  # per batch element; the batched inputs include the aliased running best / counts.
+  require_kernel("top_m.cc")
+  rng = np.random.default_rng(5)
+  n, rows, cols, m = 3, 9, 20, 4
+  s = np.stack([awkward_tile(rng, rows, cols) for _ in range(n)])
+  starts = np.array([0, 16, 34] if both else [2, 0, 18], np.int32)
+  side = lambda k: ((rng.integers(-2, 3, (n, k)).astype(np.float32),
+                     rng.integers(0, 20, (n, k)).astype(np.int32),
+                     rng.integers(0, 3, (n, k)).astype(np.int32)),
+                    (rng.integers(0, 5, (n, k, 3)).astype(np.int32),
+                     np.full((n, k), -1.0, np.float32)))
+  best = lambda k: (np.full((n, k, m), -np.inf, np.float32), np.full((n, k, m), -1, np.int32))
+  ranks = {"a": side(rows), "codes_b": rng.integers(0, 3, (n, cols)).astype(np.int32)}
+  if both:
+    ranks["b"] = side(cols)
+    ranks["codes_a"] = ranks["a"][0][2]
+  calls = {
+      "merge": lambda s, ba, bb: top_m_kernel.merge_tile_kernel(
+          s, starts, ba, bb if both else None, exclude_self=not both),
+      "count": lambda s, r: top_m_kernel.count_tile_kernel(s, starts, r, exclude_self=not both),
+      "select": lambda s: top_m_kernel.select_rows_kernel(s, starts, m=m, exclude_self=not both),
+      "argmax": top_m_kernel.argmax_rows_kernel,
+  }
+  args = {"merge": (s, best(rows), best(cols)), "count": (s, ranks), "select": (s,),
+          "argmax": (s,)}
+  for name, fn in calls.items():
+    got = jax.vmap(fn)(*args[name])
+    for i in range(n):
+      want = fn(*jax.tree.map(lambda x, i=i: x[i], args[name]))
+      jax.tree.map(lambda g, w, i=i: np.testing.assert_array_equal(np.asarray(g)[i], w),
+                   got, want)
