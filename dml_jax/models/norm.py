@@ -19,10 +19,34 @@ The mask of ``relu`` comes from the output, which the next layer keeps anyway.
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
 from jax import lax
+
+
+def check_batch_statistics(x: jax.Array, axis_name=None, axis_index_groups=None) -> None:
+  """``ValueError`` when BatchNorm's batch statistics of ``x [..., C]`` would be over one
+  value per channel (every axis but the last, times the devices of ``axis_name``): the mean is
+  then that value, the variance 0 and the output the bias, the same for any input (torch
+  raises "Expected more than 1 value per channel when training"). Shapes are static, so this
+  is decided at trace time; under ``jax.jit`` with a sharded batch ``x`` is the global batch.
+  """
+  n = math.prod(x.shape[:-1])
+  if n == 1 and axis_name is not None:
+    if axis_index_groups is not None:
+      return
+    n *= jax.lax.axis_size(axis_name)
+  if n != 1:
+    return
+  where = f"batch {x.shape[0]}" + (
+      f", feature map {' x '.join(map(str, x.shape[1:-1]))}" if x.ndim > 2 else "")
+  raise ValueError(
+      f"BatchNorm with batch statistics (train mode) got one value per channel: input shape "
+      f"{tuple(x.shape)} ({where}); its output would be its bias whatever the image. Use "
+      "batches of 2 or more images (or images large enough for a feature map larger than "
+      "1 x 1), or the running averages (model.eval() or bn_mode='frozen').")
 
 
 def _stats(x: jax.Array) -> tuple[jax.Array, jax.Array]:

@@ -23,6 +23,8 @@ BatchNorm (``bn_mode``):
     ImageNet weights (Roth et al., MS, DRO). Splitting the model after ``model.eval()`` and
     training with that graphdef (the trainer's ``config.model.freeze_bn``) does the same for a
     ``'train'`` model.
+  Batch statistics over one value per channel (batch 1 with a 1 x 1 feature map) raise
+  ``ValueError`` (``norm.check_batch_statistics``), as torch does.
   Under ``jax.jit`` with the batch sharded over a ``('data',)`` mesh the batch statistics are
   already those of the global batch (XLA inserts the reductions): synchronised BatchNorm needs
   nothing more. ``bn_axis_name`` is only for ``shard_map`` / ``pmap`` code, where it names the
@@ -79,6 +81,8 @@ class BatchNorm(nnx.BatchNorm):
       use_running_average = True
     if use_running_average is None:
       use_running_average = self.use_running_average
+    if not use_running_average and mask is None:
+      norm.check_batch_statistics(x, self.axis_name, self.axis_index_groups)
     if use_running_average is False and mask is None and self._fusable(x):
       y, mean, var = norm.batch_norm(x, self.scale[...], self.bias[...], self.epsilon, relu)
       m = self.momentum

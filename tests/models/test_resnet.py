@@ -254,3 +254,41 @@ def test_non_positive_in_channels_and_head_widths_are_refused():
                      (dict(embedding_hidden=(0,)), r"embedding_hidden=\(0,\)")):
     with pytest.raises(ValueError, match=match):
       resnet.ResNet18(embedding_dim=4, rngs=nnx.Rngs(0), **bad)
+
+
+def test_train_mode_batch_norm_over_one_value_per_channel_is_refused():
+  """Batch 1 at 32 px leaves ResNet-18's last stage 1 x 1: its batch statistics would be the
+  value itself and the embedding the same for every image (torch raises too)."""
+  model = _resnet18()
+  model.train()
+  one = jnp.ones((1, 32, 32, 3))
+  match = r"one value per channel: input shape \(1, 1, 1, 512\) \(batch 1, feature map 1 x 1\)"
+  with pytest.raises(ValueError, match=match):
+    model(one)
+  with pytest.raises(ValueError, match=match):
+    _embed(model, one)
+  assert _embed(model, jnp.ones((2, 32, 32, 3))).shape == (2, 16)
+  assert _embed(model, jnp.ones((1, 64, 64, 3))).shape == (1, 16)   # 2 x 2 in the last stage
+  model.eval()
+  try:
+    assert _embed(model, one).shape == (1, 16)   # running averages: per example
+  finally:
+    model.train()
+
+
+def test_one_value_per_channel_counts_the_devices_the_statistics_span():
+  """Under ``jit`` with a sharded batch BatchNorm sees the global batch; under ``shard_map``
+  with ``axis_name`` the per-device values times the devices."""
+  from jax.sharding import PartitionSpec as P   # pylint: disable=import-outside-toplevel
+  check = lambda x: resnet.norm.check_batch_statistics(x, "d") or x
+  eight = jax.make_mesh((8,), ("d",))
+  x = jnp.ones((8, 1, 1, 4))
+  jax.shard_map(check, mesh=eight, in_specs=P("d"), out_specs=P("d"))(
+      jax.device_put(x, jax.NamedSharding(eight, P("d"))))
+  one = jax.make_mesh((1,), ("d",), devices=jax.devices()[:1])
+  with pytest.raises(ValueError, match="one value per channel"):
+    jax.shard_map(check, mesh=one, in_specs=P("d"), out_specs=P("d"))(
+        jax.device_put(x[:1], jax.NamedSharding(one, P("d"))))
+  resnet.norm.check_batch_statistics(jnp.ones((8, 1, 1, 4)))
+  with pytest.raises(ValueError, match=r"input shape \(1, 4\) \(batch 1\)"):
+    resnet.norm.check_batch_statistics(jnp.ones((1, 4)))
