@@ -74,13 +74,20 @@ def _pair_row_dots(w, v, pidx, ok, tidx):
   """``t[a, k] = sum_n w[a, n] v[pidx[a, k], n]`` -> float32 ``[B, P]`` (``w``, ``v``
   ``[B, B]``; ``pidx``, ``ok`` from ``compact_rows`` of a symmetric mask; ``tidx[p, q]`` the
   slot of ``p`` in the list of anchor ``pidx[p, q]``), 0 where not ``ok``."""
+  del tidx   # the backward pass's
+  return _pair_row_dots_value(w, v, pidx, ok)
+
+
+def _pair_row_dots_value(w, v, pidx, ok):
+  """:func:`_pair_row_dots` without its custom VJP: the forward rule calls this, so that
+  forward-over-reverse differentiation (``jax.hessian``) can differentiate it."""
   dots = lambda w_, i: jnp.einsum("bn,bkn->bk", w_, v[i], precision=sim.PRECISION)
   total = _by_row_blocks(dots, pidx.shape[0], 4 * pidx.shape[1] * v.shape[1], w, pidx)
   return jnp.where(ok, total, 0.0)
 
 
 def _pair_row_dots_fwd(w, v, pidx, ok, tidx):
-  return _pair_row_dots(w, v, pidx, ok, tidx), (w, v, pidx, ok, tidx)
+  return _pair_row_dots_value(w, v, pidx, ok), (w, v, pidx, ok, tidx)
 
 
 def _pair_row_dots_bwd(res, g):

@@ -114,6 +114,22 @@ def test_angular_compacted_positives_equal_the_dense_form(monkeypatch, class_siz
                              atol=1e-6 * float(np.max(np.abs(dense_grad))))
 
 
+def test_angular_hessian_equals_the_dense_form(monkeypatch):
+  """``jax.hessian`` (forward over reverse) differentiates the compacted path's custom VJP
+  and gives the dense form's Hessian."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from dml_jax import objectives  # pylint: disable=import-outside-toplevel
+  from dml_jax.objectives import _tuples  # pylint: disable=import-outside-toplevel
+  labels = np.arange(8, dtype=np.int32) % 2
+  e = batch(4, b=8, d=4, normalize=False)
+  hessian = lambda: np.asarray(jax.jit(jax.hessian(
+      lambda x: objectives.make("angular").apply({}, x, labels)[0]))(e))
+  compacted = hessian()
+  monkeypatch.setattr(_tuples, "COMPACT_SIZES", (1,))
+  dense = hessian()
+  np.testing.assert_allclose(compacted, dense, rtol=1e-4, atol=1e-5 * np.max(np.abs(dense)))
+
+
 @pytest.mark.parametrize("name", ["tuplet_margin", "angular", "npairs"])
 def test_batch_of_one_gives_zero(name):
   """A batch of one example has no pair: loss 0 and a zero gradient (not a traceback)."""
