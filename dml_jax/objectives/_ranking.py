@@ -211,7 +211,7 @@ def histogram(*, num_bins: int = 100):
     a = (x + 1.0 - r * delta) / delta              # weight of bin r + 1
     b = ((r + 1.0) * delta - 1.0 - x) / delta      # weight of bin r
     r = r.astype(jnp.int32).ravel()
-    hist = jnp.zeros(num_bins + 1).at[r + 1].add(jnp.where(mask, a, 0.0).ravel())
+    hist = jnp.zeros(num_bins + 1, jnp.float32).at[r + 1].add(jnp.where(mask, a, 0.0).ravel())
     hist = hist.at[r].add(jnp.where(mask, b, 0.0).ravel())
     return hist / jnp.maximum(jnp.sum(mask), 1)
 

@@ -252,7 +252,7 @@ def npairs(*, similarity: str = "cosine"):
     loss = losses.reduce(term_fn(c), row_valid, "mean")
     cg = jax.lax.stop_gradient(c)
     weight = jax.grad(lambda x: jnp.sum(term_fn(x)))(cg)
-    aux = {"valid_fraction": jnp.sum(row_valid) / b,
+    aux = {"valid_fraction": jnp.sum(row_valid, dtype=jnp.float32) / b,
            "active_fraction": losses.masked_mean(
                (jnp.abs(weight) > _common.PAIR_ACTIVE_WEIGHT).astype(jnp.float32), valid),
            "mean_s_ap": losses.masked_mean(cg, valid & diag),

@@ -134,6 +134,19 @@ def test_an_empty_batch_is_refused_in_one_line(name):
 
 
 @pytest.mark.parametrize("name", objectives.names())
+def test_loss_and_aux_stay_float32_with_x64_enabled(name):
+  # histogram's loss and npairs' valid_fraction came out float64 under jax_enable_x64
+  obj = objectives.make(name)
+  params = obj.init(jax.random.key(0), num_classes=6, dim=D)
+  with jax.enable_x64(True):
+    loss, aux = jax.eval_shape(lambda p, e, y: obj.apply(p, e, y, rng=jax.random.key(0)),
+                               params, jnp.asarray(batch(0, d=D), jnp.float64),
+                               jnp.asarray(LABELS))
+  assert loss.dtype == jnp.float32 and loss.shape == ()
+  assert {k: v.dtype for k, v in aux.items()} == {k: jnp.float32 for k in aux}
+
+
+@pytest.mark.parametrize("name", objectives.names())
 def test_non_finite_embeddings_are_named_or_give_a_nan_loss(name):
   # Mining left a NaN row out (comparisons with NaN are False), so triplet, trimmed_triplet,
   # multi_similarity, angular, fastap and dro_kl_grouped returned a finite loss.
