@@ -317,6 +317,19 @@ def log_scatter(setup: Setup, state: dict, embed_fn: Callable, *, workdir: str,
           "scatter/mean_s_an": float(np.nanmean(s_an))}
 
 
+def logged(workdir: str, step: int, prefix: str) -> bool:
+  """Whether ``metrics.jsonl`` holds a row of ``step`` with a key starting with ``prefix``
+  (``'eval/'``: the evaluation of that step, ``'scatter/'``: its scatter diagram), as every
+  process reads it from process 0 (a run killed during an evaluation has none)."""
+  found = workdir_lib.is_main_process() and any(
+      row["step"] == step and any(k.startswith(prefix) for k in row)
+      for row in workdir_lib.read_metrics(workdir))
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+    found = bool(multihost_utils.broadcast_one_to_all(np.asarray(found)))
+  return bool(found)
+
+
 def evaluation_splits(setup: Setup, *, workdir: str,
                       log: Callable[[str], None] | None = None) -> Callable[[], dict]:
   """``splits()``: the splits every evaluation of the run embeds, with the evaluation cache
@@ -456,7 +469,24 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
           f"were left at step {bad - 1}. Lower optimizer.learning_rate or check the loss "
           "hyper-parameters.")
 
+  def scatter_and_evaluate(step, missed_only=False):
+    """The scatter diagram and the evaluation of ``step`` when it is one of theirs (with
+    ``missed_only``, those ``metrics.jsonl`` lacks: a resumed run's checkpoint step)."""
+    if (config.scatter_every_steps and step % config.scatter_every_steps == 0
+        and not (missed_only and logged(workdir, step, "scatter/"))):
+      writer.write_row({"step": step, **log_scatter(setup, state, embed_fn, workdir=workdir,
+                                                    step=step, writer=writer,
+                                                    splits=eval_splits())})
+    if (config.eval_every_steps and step % config.eval_every_steps == 0 and step != total
+        and not (missed_only and (not config.eval.splits or logged(workdir, step, "eval/")))):
+      results = compute.evaluate_with_config(setup.config, eval_splits(), state, embed_fn,
+                                             workdir=workdir, step=step, plot=False,
+                                             writer=writer, show_progress=eval_progress)
+      writer.write_row({"step": step, **report.flatten(results)})
+
   try:
+    if 0 < start < total:   # stopped at its checkpoint before the step's evaluation was logged
+      scatter_and_evaluate(start, missed_only=True)
     for batch_step, local_inputs, local_labels in batches:
       step = batch_step + 1
       images, labels = feed(local_inputs, local_labels)
@@ -488,15 +518,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
         checkpointing.save(manager, step, state, {"step": step})
       if interrupted:
         raise TrainingInterrupted(step, stop.signum)
-      if config.scatter_every_steps and step % config.scatter_every_steps == 0:
-        writer.write_row({"step": step, **log_scatter(setup, state, embed_fn, workdir=workdir,
-                                                      step=step, writer=writer,
-                                                      splits=eval_splits())})
-      if config.eval_every_steps and step % config.eval_every_steps == 0 and step != total:
-        results = compute.evaluate_with_config(setup.config, eval_splits(), state, embed_fn,
-                                               workdir=workdir, step=step, plot=False,
-                                               writer=writer, show_progress=eval_progress)
-        writer.write_row({"step": step, **report.flatten(results)})
+      scatter_and_evaluate(step)
     last = int(state["step"])
   except BaseException:
     writer.close()
@@ -506,11 +528,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     manager.close()
 
   with writer:
-    # A rerun of a finished run evaluates again but logs nothing (its step is logged).
+    # A rerun of a finished run evaluates again but logs nothing (its step is logged), unless
+    # the evaluation of the last step was cut off (a kill, a second Ctrl-C) before its row.
+    log_final = last > start or (bool(config.eval.splits) and not logged(workdir, last, "eval/"))
     results = compute.evaluate_with_config(setup.config, eval_splits(), state, embed_fn,
                                            workdir=workdir, step=last,
                                            plot=config.eval.plot, show_progress=eval_progress,
-                                           writer=writer if last > start else None)
-    if last > start:
+                                           writer=writer if log_final else None)
+    if log_final:
       writer.write_row({"step": last, **report.flatten(results)})
   return results

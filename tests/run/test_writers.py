@@ -12,7 +12,9 @@ import ml_collections
 import numpy as np
 import pytest
 
+from dml_jax.evaluation import compute
 from dml_jax.run import config as config_lib
+from dml_jax.run import signals
 from dml_jax.run import training
 from dml_jax.run import workdir as workdir_lib
 from dml_jax.run import writers
@@ -77,6 +79,59 @@ def test_tensorboard_itself_reads_the_resumed_run(tmp_path):
   acc.Reload()
   assert [(e.step, e.value) for e in acc.Scalars("loss")] == [
       (1, 1.0), (2, 2.0), (3, 3.0), (4, 104.0), (5, 105.0), (6, 106.0)]
+
+
+def eval_steps(workdir):
+  """The steps of the evaluation rows of metrics.jsonl and of TensorBoard's recall@1."""
+  rows = [r["step"] for r in workdir_lib.read_metrics(workdir) if "eval/test/recall@1" in r]
+  return rows, [s for s, _ in train_events(workdir)["scalars"]["eval/test/recall@1"]]
+
+
+class StopAtStep(signals.StopFlag):
+  """Set from the training loop's ``step``-th look on (SIGINT arriving during that step)."""
+
+  def __init__(self, step):
+    super().__init__()
+    self.step, self.looks, self.signum = step, 0, 2
+
+  def is_set(self):
+    self.looks += 1
+    return self.looks >= self.step
+
+
+def test_a_stop_at_an_evaluation_step_evaluates_it_on_resume(tmp_path):
+  """Ctrl-C (or a kill after the checkpoint) at a step of eval_every_steps: the resumed run
+  evaluates that step, as the uninterrupted run did, and logs it once."""
+  workdir = str(tmp_path)
+  config = small_config(20, eval_every_steps=10, scatter_every_steps=10)
+  with pytest.raises(training.TrainingInterrupted, match="at step 10"):
+    training.train_and_evaluate(config, workdir, show_progress=False, stop=StopAtStep(10))
+  training.train_and_evaluate(config, workdir, show_progress=False)
+  assert eval_steps(workdir) == ([10, 20], [10, 20])
+  assert [r["step"] for r in workdir_lib.read_metrics(workdir)
+          if "scatter/correct_fraction" in r] == [10, 20]
+  training.train_and_evaluate(config, workdir, show_progress=False)   # finished: nothing new
+  assert eval_steps(workdir) == ([10, 20], [10, 20])
+
+
+def test_a_final_evaluation_cut_off_is_logged_by_the_rerun(tmp_path, monkeypatch):
+  workdir = str(tmp_path)
+  config = small_config(10)
+  evaluate = compute.evaluate_with_config
+
+  def second_ctrl_c(*args, **kwargs):
+    raise KeyboardInterrupt("second SIGINT: stopping without saving")
+
+  monkeypatch.setattr(compute, "evaluate_with_config", second_ctrl_c)
+  with pytest.raises(KeyboardInterrupt):
+    training.train_and_evaluate(config, workdir, show_progress=False)
+  monkeypatch.setattr(compute, "evaluate_with_config", evaluate)
+  results = training.train_and_evaluate(config, workdir, show_progress=False)
+  assert eval_steps(workdir) == ([10], [10])
+  row, = [r for r in workdir_lib.read_metrics(workdir) if "eval/test/recall@1" in r]
+  assert row["eval/test/recall@1"] == results["test"]["recall@1"]
+  training.train_and_evaluate(config, workdir, show_progress=False)   # logged: not again
+  assert eval_steps(workdir) == ([10], [10])
 
 
 class Failing:
