@@ -63,9 +63,10 @@ class TensorBoardBackend:
     from tensorboardX.proto import event_pb2  # pylint: disable=import-outside-toplevel
     self._event_pb2 = event_pb2
     os.makedirs(logdir, exist_ok=True)
-    # The step in the name orders two files of one second the way they were written.
-    self._writer = event_file_writer.EventsWriter(os.path.join(logdir, "events"),
-                                                  f".{start_step:010d}.{os.getpid()}")
+    # The step, then the time in ns in the name order two files of one second the way they
+    # were written (and keep two writers of one process and second from sharing a file).
+    self._writer = event_file_writer.EventsWriter(
+        os.path.join(logdir, "events"), f".{start_step:010d}.{time.time_ns()}.{os.getpid()}")
     self._write(event_pb2.Event(step=start_step + 1, session_log=event_pb2.SessionLog(
         status=event_pb2.SessionLog.START)))
 

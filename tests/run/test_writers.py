@@ -67,6 +67,16 @@ def test_resume_purges_the_steps_after_the_checkpoint(tmp_path):
   assert len(os.listdir(logdir)) == 2
 
 
+def test_two_writers_of_one_second_keep_both_files(tmp_path):
+  """Two writers of one process within one second (e.g. two evaluations from a notebook):
+  the second does not overwrite the first's file."""
+  logdir = str(tmp_path / "tb")
+  write_steps(logdir, [1, 2], 0.0)
+  write_steps(logdir, [1, 2], 0.0)
+  assert len(os.listdir(logdir)) == 2
+  assert writers.read_events(logdir)["scalars"]["loss"] == [(1, 1.0), (2, 2.0)]
+
+
 def test_tensorboard_itself_reads_the_resumed_run(tmp_path):
   """The purge is TensorBoard's own rule (when the tensorboard package is installed)."""
   if importlib.util.find_spec("tensorboard") is None:
