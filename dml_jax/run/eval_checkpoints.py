@@ -104,9 +104,10 @@ def extra_outputs(workdir: str, step: int, *, grid: dict | None = None,
 def eval_writer(config, workdir: str, tensorboard: bool | None) -> writers.MetricWriter:
   """eval.py's writer: TensorBoard run ``<workdir>/tensorboard/eval`` when ``tensorboard``
   (``None``: ``config.log.tensorboard``); never metrics.jsonl or W&B, which belong to
-  training."""
+  training. Earlier evaluations stay: each eval.py adds its steps to those of the earlier ones
+  (nothing is purged; a step evaluated again shows its equal values twice)."""
   on = config.get("log", {}).get("tensorboard", False) if tensorboard is None else tensorboard
-  return writers.make_writer(config, workdir, run="eval", jsonl=False,
+  return writers.make_writer(config, workdir, run="eval", jsonl=False, start_step=None,
                              backends=("tensorboard",) if on else ())
 
 

@@ -56,9 +56,10 @@ class TensorBoardBackend:
   Args:
     logdir: the run directory (created).
     start_step: the step training resumes from; events of earlier files after it are purged.
+      ``None``: nothing is purged (eval.py, whose runs evaluate any checkpoints in any order).
   """
 
-  def __init__(self, logdir: str, *, start_step: int = 0):
+  def __init__(self, logdir: str, *, start_step: int | None = 0):
     from tensorboardX import event_file_writer  # pylint: disable=import-outside-toplevel
     from tensorboardX.proto import event_pb2  # pylint: disable=import-outside-toplevel
     self._event_pb2 = event_pb2
@@ -66,9 +67,11 @@ class TensorBoardBackend:
     # The step, then the time in ns in the name order two files of one second the way they
     # were written (and keep two writers of one process and second from sharing a file).
     self._writer = event_file_writer.EventsWriter(
-        os.path.join(logdir, "events"), f".{start_step:010d}.{time.time_ns()}.{os.getpid()}")
-    self._write(event_pb2.Event(step=start_step + 1, session_log=event_pb2.SessionLog(
-        status=event_pb2.SessionLog.START)))
+        os.path.join(logdir, "events"),
+        f".{start_step or 0:010d}.{time.time_ns()}.{os.getpid()}")
+    if start_step is not None:
+      self._write(event_pb2.Event(step=start_step + 1, session_log=event_pb2.SessionLog(
+          status=event_pb2.SessionLog.START)))
 
   def _write(self, event) -> None:
     event.wall_time = time.time()
@@ -166,7 +169,8 @@ class WandbBackend:
     self._run.finish()
 
 
-def _make_tensorboard(workdir: str, *, run: str, start_step: int, **_) -> TensorBoardBackend:
+def _make_tensorboard(workdir: str, *, run: str, start_step: int | None,
+                      **_) -> TensorBoardBackend:
   return TensorBoardBackend(os.path.join(workdir, TENSORBOARD_DIR, run), start_step=start_step)
 
 
@@ -298,7 +302,7 @@ class MetricWriter:
 
 
 def make_writer(config: ml_collections.ConfigDict, workdir: str, *, run: str = "train",
-                start_step: int = 0, jsonl: bool = True,
+                start_step: int | None = 0, jsonl: bool = True,
                 backends=None) -> MetricWriter:
   """The writer of a run: the backends of ``config.log`` (or ``backends``) on process 0.
 
@@ -307,7 +311,8 @@ def make_writer(config: ml_collections.ConfigDict, workdir: str, *, run: str = "
     workdir: the run directory.
     run: the TensorBoard run (``tensorboard/<run>/``) and W&B job type: ``'train'`` for the
       training loop, ``'eval'`` for eval.py.
-    start_step: the step training resumes from (see the module docstring).
+    start_step: the step training resumes from (see the module docstring); ``None``: purge
+      nothing written before.
     jsonl: whether :meth:`MetricWriter.write_row` appends to ``metrics.jsonl``.
     backends: backend names instead of ``config.log``'s.
 

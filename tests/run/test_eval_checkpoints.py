@@ -1,6 +1,10 @@
 """eval_checkpoints: the machine's input settings replace a workdir's recorded ones."""
 
+import os
+import shutil
+
 from dml_jax.run import eval_checkpoints
+from dml_jax.run import writers
 from dml_jax.run import workdir as workdir_lib
 from dml_test_support import small_config
 
@@ -27,3 +31,15 @@ def test_runs_of_other_lengths_or_evaluations_are_named_as_differences(tmp_path)
   assert eval_checkpoints.config_differences(workdirs[:2]) == []
   assert [d.split(":")[0] for d in eval_checkpoints.config_differences(workdirs)] == [
       "eval.similarity", "num_train_steps"]
+
+
+def test_eval_py_keeps_the_earlier_evaluations_in_tensorboard(run20, tmp_path):
+  """eval.py of step 10, then of step 20: TensorBoard shows both (the second run's events do
+  not purge the first's)."""
+  workdir = str(tmp_path / "run")
+  shutil.copytree(run20[0], workdir)
+  for step in (10, 20, 10):
+    eval_checkpoints.evaluate_checkpoint(workdir, step=step)
+  events = writers.read_events(os.path.join(workdir, writers.TENSORBOARD_DIR, "eval"))
+  assert [s for s, _ in events["scalars"]["eval/test/recall@1"]] == [10, 20, 10]
+  assert [s for s, _ in events["histograms"]["eval/test/similarity_positive"]] == [10, 20, 10]
