@@ -262,6 +262,17 @@ def check_path(workdir: str) -> None:
                      "created; give a new directory or an earlier run's.")
 
 
+def foreign_outputs(workdir: str) -> list[str]:
+  """The names in ``workdir`` that train.py writes (:data:`OUTPUTS`, besides the checkpoints)
+  when it has neither a ``config.json`` nor a checkpoint: files of another program, since
+  train.py writes ``config.json`` before any of them. ``[]`` for a dml_jax workdir."""
+  if (os.path.exists(os.path.join(workdir, CONFIG_FILE))
+      or newest_checkpoint_step(workdir) is not None):
+    return []
+  return sorted(os.path.basename(path) for pattern in OUTPUTS if pattern != "checkpoints"
+                for path in glob.glob(os.path.join(glob.escape(workdir), pattern)))
+
+
 def check_rerun(config: ml_collections.ConfigDict, workdir: str) -> list[tuple[str, Any, Any]]:
   """Compares ``config`` with the ``config.json`` already in ``workdir``, writing nothing.
 
@@ -270,10 +281,17 @@ def check_rerun(config: ml_collections.ConfigDict, workdir: str) -> list[tuple[s
 
   Raises:
     WorkdirConflictError: any other key differs; one line naming the keys (old -> new) and
-      the two ways out.
+      the two ways out; or ``workdir`` has no ``config.json`` but files train.py would
+      overwrite (:func:`foreign_outputs`).
   """
   old = read_config_json(workdir)
   if old is None:
+    foreign = foreign_outputs(workdir)
+    if foreign:
+      raise WorkdirConflictError(
+          f"{workdir} is not a dml_jax workdir: it holds {', '.join(foreign[:3])} but no "
+          f"{CONFIG_FILE} (nor a checkpoint), and train.py would overwrite them; nothing was "
+          "written. Give a new --workdir.")
     return []
   new = _fill_added_keys(json.loads(config_json(config)))
   changes = config_changes(old, new)
@@ -289,13 +307,19 @@ def check_rerun(config: ml_collections.ConfigDict, workdir: str) -> list[tuple[s
 
 def check_overwrite(workdir: str) -> None:
   """``ValueError`` (before anything is deleted) when ``--overwrite`` would delete files of
-  another program: ``workdir`` holds a ``config.json`` that is not a dml_jax config, or a
-  ``checkpoints`` folder with entries that are not Orbax step folders (``<step>``)."""
+  another program: ``workdir`` holds a ``config.json`` that is not a dml_jax config, files
+  train.py writes but neither a ``config.json`` nor a checkpoint (:func:`foreign_outputs`), or
+  a ``checkpoints`` folder with entries that are not Orbax step folders (``<step>``)."""
   try:
     read_config_json(workdir)
   except ValueError as e:
     raise ValueError(f"--overwrite: {workdir!r} is not a dml_jax workdir ({e}); nothing was "
                      "deleted. Give a new --workdir.") from None
+  outputs = foreign_outputs(workdir)
+  if outputs:
+    raise ValueError(f"--overwrite: {workdir!r} is not a dml_jax workdir (it holds "
+                     f"{', '.join(outputs[:3])} but no {CONFIG_FILE} nor a checkpoint); nothing "
+                     "was deleted. Give a new --workdir.")
   folder = os.path.join(workdir, "checkpoints")
   foreign = sorted(name for name in (os.listdir(folder) if os.path.isdir(folder) else ())
                    if not (name[:1].isdigit() and os.path.isdir(os.path.join(folder, name))))

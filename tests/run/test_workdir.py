@@ -232,3 +232,20 @@ def test_overwrite_refuses_a_folder_that_is_not_a_dml_jax_workdir(tmp_path, conf
     training.train_and_evaluate(small_config(2), str(folder), show_progress=False,
                                 overwrite=True)
   assert snapshot(str(folder)) == before
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_files_of_another_program_without_config_json_are_kept(tmp_path, overwrite):
+  """A folder with its own metrics.jsonl / run.json but no config.json (another program's):
+  train.py neither truncates nor overwrites them (nor deletes them with --overwrite)."""
+  folder = tmp_path / "project"
+  folder.mkdir()
+  (folder / "metrics.jsonl").write_text('{"step": 100, "loss": 0.5}\n')
+  (folder / "run.json").write_text('{"epochs": 90}')
+  (folder / "notes.txt").write_text("mine")
+  before = snapshot(str(folder))
+  with pytest.raises(ValueError, match=r"project.* is not a dml_jax workdir.*metrics\.jsonl, "
+                                       r"run\.json but no config\.json.*Give a new --workdir"):
+    training.train_and_evaluate(small_config(2), str(folder), show_progress=False,
+                                overwrite=overwrite)
+  assert snapshot(str(folder)) == before
