@@ -132,7 +132,8 @@ def export(embeddings: Mapping[str, np.ndarray], splits: Mapping, *, protocol: s
     with open(os.path.join(logdir, folder, "thumb.txt"), "w") as f:
       f.write(str(thumb))
   entries = []
-  for path in sorted(glob.glob(os.path.join(logdir, "projector_step_*", "tensors.tsv")),
+  for path in sorted(glob.glob(os.path.join(glob.escape(logdir), "projector_step_*",
+                                            "tensors.tsv")),
                      key=lambda p: int(p.split("projector_step_")[-1].split(os.sep)[0])):
     sub = os.path.basename(os.path.dirname(path))
     thumb_file = os.path.join(logdir, sub, "thumb.txt")

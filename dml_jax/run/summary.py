@@ -64,7 +64,7 @@ def find_workdirs(roots: Sequence[str]) -> list[str]:
 def eval_history(workdir: str) -> dict[int, dict]:
   """``{step: results}`` of every ``eval_step_<N>.json`` in ``workdir``."""
   history = {}
-  for path in glob.glob(os.path.join(workdir, "eval_step_*.json")):
+  for path in glob.glob(os.path.join(glob.escape(workdir), "eval_step_*.json")):
     match = re.fullmatch(r"eval_step_(\d+)\.json", os.path.basename(path))
     if match:
       with open(path) as f:
@@ -88,7 +88,8 @@ def load_run(workdir: str, *, name: str | None = None) -> dict:
           "config": workdir_lib.flatten(workdir_lib.read_config_json(workdir)),
           "history": history, "step": step, "results": history[step],
           "train": report.train_curve(workdir_lib.read_metrics(workdir)),
-          "grids": sorted(glob.glob(os.path.join(workdir, f"retrieval_grid_*_step_{step}.png")))}
+          "grids": sorted(glob.glob(os.path.join(glob.escape(workdir),
+                                                 f"retrieval_grid_*_step_{step}.png")))}
 
 
 def compared_key(key: str) -> bool:

@@ -337,7 +337,7 @@ def clear(workdir: str) -> list[str]:
   """
   removed = []
   for pattern in OUTPUTS:
-    for path in sorted(glob.glob(os.path.join(workdir, pattern))):
+    for path in sorted(glob.glob(os.path.join(glob.escape(workdir), pattern))):
       if os.path.isdir(path):
         shutil.rmtree(path)
       else:

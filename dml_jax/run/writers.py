@@ -365,7 +365,7 @@ def read_events(logdir: str) -> dict[str, dict[str, list]]:
   """
   from tensorboardX.proto import event_pb2  # pylint: disable=import-outside-toplevel
   out = {"scalars": {}, "histograms": {}, "images": {}}
-  for path in sorted(glob.glob(os.path.join(logdir, "events.out.tfevents.*"))):
+  for path in sorted(glob.glob(os.path.join(glob.escape(logdir), "events.out.tfevents.*"))):
     for data in _records(path):
       event = event_pb2.Event.FromString(data)
       if event.HasField("session_log") and event.session_log.status == event_pb2.SessionLog.START:

@@ -249,3 +249,13 @@ def test_files_of_another_program_without_config_json_are_kept(tmp_path, overwri
     training.train_and_evaluate(small_config(2), str(folder), show_progress=False,
                                 overwrite=overwrite)
   assert snapshot(str(folder)) == before
+
+
+def test_overwrite_of_a_folder_named_with_brackets_deletes_only_its_own_files(tmp_path):
+  """``runs/exp[1]`` is a folder name, not a glob pattern matching ``runs/exp1``."""
+  mine, other = tmp_path / "exp[1]", tmp_path / "exp1"
+  for folder in (mine, other):
+    folder.mkdir()
+    (folder / "metrics.jsonl").write_text("{}\n")
+  assert workdir_lib.clear(str(mine)) == [str(mine / "metrics.jsonl")]
+  assert os.listdir(mine) == [] and os.listdir(other) == ["metrics.jsonl"]

@@ -77,6 +77,12 @@ def test_two_writers_of_one_second_keep_both_files(tmp_path):
   assert writers.read_events(logdir)["scalars"]["loss"] == [(1, 1.0), (2, 2.0)]
 
 
+def test_a_run_folder_named_with_brackets_reads_back(tmp_path):
+  logdir = str(tmp_path / "lr[0.1]" / "tb")
+  write_steps(logdir, [1, 2], 0.0)
+  assert writers.read_events(logdir)["scalars"]["loss"] == [(1, 1.0), (2, 2.0)]
+
+
 def test_tensorboard_itself_reads_the_resumed_run(tmp_path):
   """The purge is TensorBoard's own rule (when the tensorboard package is installed)."""
   if importlib.util.find_spec("tensorboard") is None:
