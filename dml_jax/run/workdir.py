@@ -204,13 +204,25 @@ def config_json(config: ml_collections.ConfigDict) -> str:
   return config.to_json_best_effort(indent=2, sort_keys=True)
 
 
+def write_text_atomic(path: str, text: str) -> None:
+  """Writes ``text`` to ``path`` through a temporary file renamed over it: a kill or a second
+  Ctrl-C mid-way leaves the old file whole, never a cut one."""
+  tmp = f"{path}.{os.getpid()}.tmp"
+  try:
+    with open(tmp, "w") as f:
+      f.write(text)
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+
+
 def write_config(config: ml_collections.ConfigDict, workdir: str) -> None:
   """Writes the resolved config as ``config.json`` into ``workdir`` (process 0 only)."""
   if not is_main_process():
     return
   os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, CONFIG_FILE), "w") as f:
-    f.write(config_json(config))
+  write_text_atomic(os.path.join(workdir, CONFIG_FILE), config_json(config))
 
 
 def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
@@ -435,9 +447,8 @@ def truncate_metrics(workdir: str, step: int) -> None:
   if not is_main_process():
     return
   rows = [r for r in read_metrics(workdir) if r["step"] <= step]
-  with open(os.path.join(workdir, METRICS_FILE), "w") as f:
-    for r in rows:
-      f.write(json.dumps(r) + "\n")
+  write_text_atomic(os.path.join(workdir, METRICS_FILE),
+                    "".join(json.dumps(r) + "\n" for r in rows))
 
 
 def append_metrics(workdir: str, row: dict) -> None:

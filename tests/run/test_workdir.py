@@ -259,3 +259,28 @@ def test_overwrite_of_a_folder_named_with_brackets_deletes_only_its_own_files(tm
     (folder / "metrics.jsonl").write_text("{}\n")
   assert workdir_lib.clear(str(mine)) == [str(mine / "metrics.jsonl")]
   assert os.listdir(mine) == [] and os.listdir(other) == ["metrics.jsonl"]
+
+
+def test_a_stop_while_metrics_jsonl_is_rewritten_keeps_it_whole(tmp_path, monkeypatch):
+  """A resume rewrites metrics.jsonl (dropping the rows after the checkpoint); a second Ctrl-C
+  or a kill during that rewrite must not cut the run's history."""
+  workdir = str(tmp_path)
+  rows = [{"step": s, "train/loss": 1.0 / s} for s in range(1, 101)]
+  for row in rows:
+    workdir_lib.append_metrics(workdir, row)
+  dumps, calls = json.dumps, []
+
+  def interrupted(obj, *args, **kwargs):
+    calls.append(obj)
+    if len(calls) == 10:
+      raise KeyboardInterrupt("second SIGINT")
+    return dumps(obj, *args, **kwargs)
+
+  monkeypatch.setattr(workdir_lib.json, "dumps", interrupted)
+  with pytest.raises(KeyboardInterrupt):
+    workdir_lib.truncate_metrics(workdir, 50)
+  monkeypatch.setattr(workdir_lib.json, "dumps", dumps)
+  assert workdir_lib.read_metrics(workdir) == rows
+  assert os.listdir(workdir) == [workdir_lib.METRICS_FILE]
+  workdir_lib.truncate_metrics(workdir, 50)
+  assert workdir_lib.read_metrics(workdir) == rows[:50]
