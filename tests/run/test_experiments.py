@@ -8,6 +8,7 @@ import pytest
 
 from dml_jax.run import experiments
 from dml_jax.run import overrides
+from dml_jax.run import workdir as workdir_lib
 from dml_jax.evaluation import report
 from dml_test_support import ROOT, small_config
 
@@ -45,12 +46,14 @@ def test_sweep_overrides_types_and_errors():
 
 
 def fake_train(values):
-  """A train_fn writing the final eval JSON with recall@1 from ``values[(positive, seed)]``."""
+  """A train_fn writing config.json and the final eval JSON with recall@1 from
+  ``values[(positive, seed)]``, as train.py does."""
   calls = []
 
   def train_fn(config, workdir):
     calls.append((config.loss.positive, config.seed))
     os.makedirs(workdir, exist_ok=True)
+    workdir_lib.write_config(config, workdir)
     r1 = values[(config.loss.positive, config.seed)]
     report.write_results({"test": {"recall@1": r1, "nmi": 0.5}}, workdir=workdir,
                                step=config.num_train_steps)
@@ -67,6 +70,8 @@ def test_sweep_aggregates_and_resumes(tmp_path):
   # A finished run already on disk (seed 1 of 'easy') must be skipped.
   done = os.path.join(wd, "loss.positive=easy", "seed_1")
   os.makedirs(done)
+  workdir_lib.write_config(overrides.apply(small_config(10), {"loss.positive": "easy",
+                                                             "seed": 1}), done)
   report.write_results({"test": {"recall@1": 0.7, "nmi": 0.5}}, workdir=done, step=10)
   out = experiments.sweep(small_config(10), grid=["loss.positive=easy,random"], seeds=3,
                           workdir=wd, train_fn=train_fn, log=lambda s: None)
