@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import os
 from typing import Any, Callable
 
 import jax
@@ -68,17 +69,18 @@ def register(name: str, builder: Callable | None = None, *, references: bool = F
   one, so ``eval.py`` and the analysis tools find it too.
 
   Raises:
-    ValueError: ``name`` is already registered, or the builder has a positional or
+    ValueError: ``name`` is already registered by another builder (the same file imported
+      again replaces its builders: :func:`_reimported`), or the builder has a positional or
       default-less parameter.
   """
   support = Support(references=bool(references), parameters=bool(parameters),
                     randomness=bool(randomness))
 
   def add(fn: Callable) -> Callable:
-    if name in REGISTRY:
+    if name in REGISTRY and not _reimported(REGISTRY[name], fn):
       old = REGISTRY[name]
       raise ValueError(f"Objective {name!r} is already registered (by {old.__module__}."
-                       f"{old.__qualname__}); choose another name.")
+                       f"{old.__qualname__} in {_source(old)}); choose another name.")
     for p in inspect.signature(fn).parameters.values():
       if p.kind is not inspect.Parameter.KEYWORD_ONLY or p.default is inspect.Parameter.empty:
         raise ValueError(f"Objective builder {fn.__name__} for {name!r}: parameter {p.name!r} "
@@ -89,6 +91,22 @@ def register(name: str, builder: Callable | None = None, *, references: bool = F
     return fn
 
   return add if builder is None else add(builder)
+
+
+def _source(fn: Callable) -> str:
+  """The file a builder is defined in (its real path), or ``repr(fn)`` when it has no code."""
+  code = getattr(fn, "__code__", None)
+  return os.path.realpath(code.co_filename) if code is not None else repr(fn)
+
+
+def _reimported(old: Callable, new: Callable) -> bool:
+  """``new`` is ``old``'s definition run again: another function of the same name from the
+  same file (``importlib.reload`` of a user's module after editing it, or one file imported as
+  a module name and as a ``.py`` path). It then replaces ``old``; a builder of another file
+  (a built-in's name taken by accident) or the same function registered twice is refused."""
+  return (new is not old and getattr(new, "__code__", None) is not None
+          and getattr(old, "__qualname__", None) == getattr(new, "__qualname__", None)
+          and _source(old) == _source(new))
 
 
 def names() -> tuple[str, ...]:

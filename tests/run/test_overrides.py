@@ -102,6 +102,30 @@ def test_two_user_modules_of_one_file_name_are_both_imported(tmp_path, user_obje
     _registry.SUPPORT.pop("scaled_triplet_b", None)
 
 
+def test_a_user_module_imported_again_replaces_its_own_objective(user_objective, monkeypatch):
+  """One file imported as a module name and as a .py path (``import my_objectives`` next to
+  it, then ``--module=my_objectives.py`` / ``config.user_modules``), or reloaded after an edit,
+  registers its objective again: the new builder replaces its own earlier one. Another file
+  taking the name is still refused, naming the file that has it."""
+  import importlib  # pylint: disable=import-outside-toplevel
+  folder = os.path.dirname(user_objective)
+  monkeypatch.syspath_prepend(folder)
+  first = importlib.import_module("my_objectives")
+  try:
+    (second,) = overrides.import_user_modules([user_objective])
+    assert second is not first
+    assert objectives.REGISTRY["scaled_triplet"] is second.scaled_triplet
+    reloaded = importlib.reload(first)
+    assert objectives.REGISTRY["scaled_triplet"] is reloaded.scaled_triplet
+    with pytest.raises(ValueError, match="'scaled_triplet' is already registered .*"
+                       "my_objectives.py"):
+      objectives.register("scaled_triplet", lambda *, scale=1.0: None)
+    with pytest.raises(ValueError, match="already registered"):   # the same builder twice
+      objectives.register("scaled_triplet")(reloaded.scaled_triplet)
+  finally:
+    sys.modules.pop("my_objectives", None)
+
+
 def test_user_modules_are_recorded_absolute_and_once(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
   assert overrides.user_modules(("my.py", "pkg.losses"), (str(tmp_path / "my.py"),)) == (
