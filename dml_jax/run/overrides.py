@@ -20,6 +20,7 @@ import hashlib
 import importlib
 import importlib.util
 import os
+import re
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -201,7 +202,9 @@ def import_user_modules(specs) -> list:
       (``my_pkg.losses``) or paths of ``.py`` files.
 
   Returns:
-    The imported modules.
+    The imported modules. A ``.py`` file that does not exist (a workdir's
+    ``config.user_modules`` after the file moved) is the module of a file of the same name
+    imported before, e.g. by ``eval.py --module=NEW_PATH``.
 
   Raises:
     ValueError: a module cannot be found (naming it).
@@ -209,12 +212,19 @@ def import_user_modules(specs) -> list:
   modules = []
   for spec in specs:
     if spec.endswith(".py"):
+      stem = os.path.splitext(os.path.basename(spec))[0]
       if not os.path.isfile(spec):
-        raise ValueError(f"user module file {spec} does not exist")
+        # a recorded file that moved: a file of its name given first (--module) stands for it
+        moved = [m for n, m in sys.modules.items()
+                 if re.fullmatch(rf"dml_jax_user_{re.escape(stem)}_[0-9a-f]{{8}}", n)]
+        if moved:
+          modules.append(moved[0])
+          continue
+        raise ValueError(f"user module file {spec} does not exist; if it moved, give its path "
+                         "now with --module=PATH")
       # one module per file: two files of one name in other folders are two modules
       path = os.path.abspath(spec)
-      name = (f"dml_jax_user_{os.path.splitext(os.path.basename(path))[0]}_"
-              f"{hashlib.sha1(path.encode()).hexdigest()[:8]}")
+      name = f"dml_jax_user_{stem}_{hashlib.sha1(path.encode()).hexdigest()[:8]}"
       if name not in sys.modules:
         module_spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(module_spec)
