@@ -220,8 +220,9 @@ def import_user_modules(specs) -> list:
         if moved:
           modules.append(moved[0])
           continue
-        raise ValueError(f"user module file {spec} does not exist; if it moved, give its path "
-                         "now with --module=PATH")
+        where = "" if os.path.isabs(spec) else f" (from the current directory {os.getcwd()})"
+        raise ValueError(f"user module file {spec} does not exist{where}; if it moved, give "
+                         "its path now with --module=PATH")
       # one module per file: two files of one name in other folders are two modules
       path = os.path.abspath(spec)
       name = f"dml_jax_user_{stem}_{hashlib.sha1(path.encode()).hexdigest()[:8]}"

@@ -126,7 +126,8 @@ def test_a_user_module_imported_again_replaces_its_own_objective(user_objective,
     sys.modules.pop("my_objectives", None)
 
 
-def test_a_recorded_module_file_that_moved_is_found_through_module(tmp_path, user_objective):
+def test_a_recorded_module_file_that_moved_is_found_through_module(tmp_path, user_objective,
+                                                                   monkeypatch):
   """A workdir records its module files' absolute paths; after the file moved, its old path
   is refused with one line saying what to give, and is the module of the file of that name
   given first (``eval.py --module=NEW_PATH``, imported before the recorded ones)."""
@@ -139,6 +140,9 @@ def test_a_recorded_module_file_that_moved_is_found_through_module(tmp_path, use
   assert "scaled_triplet" in objectives.names()
   with pytest.raises(ValueError, match="my.py does not exist"):   # only a file of its name
     overrides.import_user_modules([str(tmp_path / "old" / "my.py")])
+  monkeypatch.chdir(tmp_path)
+  with pytest.raises(ValueError, match=r"my.py does not exist \(from the current directory "):
+    overrides.import_user_modules(["my.py"])
 
 
 def test_user_modules_are_recorded_absolute_and_once(tmp_path, monkeypatch):
