@@ -202,45 +202,55 @@ def import_user_modules(specs) -> list:
       (``my_pkg.losses``) or paths of ``.py`` files.
 
   Returns:
-    The imported modules. A ``.py`` file that does not exist (a workdir's
-    ``config.user_modules`` after the file moved) is the module of a file of the same name
-    imported before, e.g. by ``eval.py --module=NEW_PATH``.
+    The imported modules, in the order of ``specs``. A ``.py`` file that does not exist (a
+    workdir's ``config.user_modules`` after the file moved) is the module of a file of the
+    same name imported before or among ``specs``, e.g. by ``eval.py --module=NEW_PATH``.
 
   Raises:
     ValueError: a module cannot be found (naming it).
   """
-  modules = []
-  for spec in specs:
-    if spec.endswith(".py"):
-      stem = os.path.splitext(os.path.basename(spec))[0]
-      if not os.path.isfile(spec):
-        # a recorded file that moved: a file of its name given first (--module) stands for it
-        moved = [m for n, m in sys.modules.items()
-                 if re.fullmatch(rf"dml_jax_user_{re.escape(stem)}_[0-9a-f]{{8}}", n)]
-        if moved:
-          modules.append(moved[0])
-          continue
-        where = "" if os.path.isabs(spec) else f" (from the current directory {os.getcwd()})"
-        raise ValueError(f"user module file {spec} does not exist{where}; if it moved, give "
-                         "its path now with --module=PATH")
-      # one module per file: two files of one name in other folders are two modules
-      path = os.path.abspath(spec)
-      name = f"dml_jax_user_{stem}_{hashlib.sha1(path.encode()).hexdigest()[:8]}"
-      if name not in sys.modules:
-        module_spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(module_spec)
-        sys.modules[name] = module
-        module_spec.loader.exec_module(module)
-      modules.append(sys.modules[name])
-      continue
-    if os.getcwd() not in sys.path and "" not in sys.path:
-      sys.path.insert(0, os.getcwd())
-    try:
-      modules.append(importlib.import_module(spec))
-    except ModuleNotFoundError as e:
-      raise ValueError(f"user module {spec!r} cannot be imported ({e}); give a module "
-                       "importable from the current directory or a path to a .py file") from None
+  specs = list(specs)
+  missing = lambda i: specs[i].endswith(".py") and not os.path.isfile(specs[i])
+  modules, files = [None] * len(specs), {}
+  for i in sorted(range(len(specs)), key=missing):   # the files that exist first
+    modules[i] = _import_user_module(specs[i], files)
+    if specs[i].endswith(".py"):
+      files[os.path.basename(specs[i])] = modules[i]
   return modules
+
+
+def _import_user_module(spec: str, files: dict):
+  """One module of :func:`import_user_modules`; ``files``: file name -> module of the files
+  of its ``specs`` that exist."""
+  if spec.endswith(".py"):
+    stem = os.path.splitext(os.path.basename(spec))[0]
+    if not os.path.isfile(spec):
+      # a recorded file that moved: a file of its name given with it (or before, with
+      # --module) stands for it
+      moved = [m for n, m in sys.modules.items()
+               if re.fullmatch(rf"dml_jax_user_{re.escape(stem)}_[0-9a-f]{{8}}", n)]
+      stand_in = files.get(os.path.basename(spec)) or (moved[-1] if moved else None)
+      if stand_in is not None:
+        return stand_in
+      where = "" if os.path.isabs(spec) else f" (from the current directory {os.getcwd()})"
+      raise ValueError(f"user module file {spec} does not exist{where}; if it moved, give "
+                       "its path now with --module=PATH")
+    # one module per file: two files of one name in other folders are two modules
+    path = os.path.abspath(spec)
+    name = f"dml_jax_user_{stem}_{hashlib.sha1(path.encode()).hexdigest()[:8]}"
+    if name not in sys.modules:
+      module_spec = importlib.util.spec_from_file_location(name, path)
+      module = importlib.util.module_from_spec(module_spec)
+      sys.modules[name] = module
+      module_spec.loader.exec_module(module)
+    return sys.modules[name]
+  if os.getcwd() not in sys.path and "" not in sys.path:
+    sys.path.insert(0, os.getcwd())
+  try:
+    return importlib.import_module(spec)
+  except ModuleNotFoundError as e:
+    raise ValueError(f"user module {spec!r} cannot be imported ({e}); give a module "
+                     "importable from the current directory or a path to a .py file") from None
 
 
 def module_spec(spec: str) -> str:

@@ -137,6 +137,19 @@ def test_a_recorded_module_file_that_moved_is_found_through_module(tmp_path, use
     overrides.import_user_modules([gone])
   (given,) = overrides.import_user_modules([user_objective])
   assert overrides.import_user_modules([gone]) == [given]
+  # recorded as [the old path, the new one] (a config file's missing relative path and the
+  # --module given for it): the file that exists stands for the old one in either order
+  from dml_jax.objectives import _registry  # pylint: disable=import-outside-toplevel
+  other = tmp_path / "b" / "my_objectives.py"
+  other.parent.mkdir()
+  other.write_text(USER_MODULE.replace("scaled_triplet", "scaled_triplet_b"))
+  try:
+    moved, new = overrides.import_user_modules([str(tmp_path / "c" / "my_objectives.py"),
+                                                str(other)])
+    assert moved is new and "scaled_triplet_b" in objectives.names()
+  finally:
+    _registry.REGISTRY.pop("scaled_triplet_b", None)
+    _registry.SUPPORT.pop("scaled_triplet_b", None)
   assert "scaled_triplet" in objectives.names()
   with pytest.raises(ValueError, match="my.py does not exist"):   # only a file of its name
     overrides.import_user_modules([str(tmp_path / "old" / "my.py")])
