@@ -202,9 +202,11 @@ def import_user_modules(specs) -> list:
       (``my_pkg.losses``) or paths of ``.py`` files.
 
   Returns:
-    The imported modules, in the order of ``specs``. A ``.py`` file that does not exist (a
-    workdir's ``config.user_modules`` after the file moved) is the module of a file of the
-    same name imported before or among ``specs``, e.g. by ``eval.py --module=NEW_PATH``.
+    The imported modules, in the order of ``specs``. A ``.py`` file that does not exist, or
+    a module name that cannot be imported from here (a workdir's ``config.user_modules``
+    after the file moved, or read from another directory), is the module of a file of the
+    same name (``losses.py`` for ``my_pkg.losses``) imported before or among ``specs``, e.g.
+    by ``eval.py --module=NEW_PATH``.
 
   Raises:
     ValueError: a module cannot be found (naming it).
@@ -222,14 +224,15 @@ def import_user_modules(specs) -> list:
 def _import_user_module(spec: str, files: dict):
   """One module of :func:`import_user_modules`; ``files``: file name -> module of the files
   of its ``specs`` that exist."""
-  if spec.endswith(".py"):
-    stem = os.path.splitext(os.path.basename(spec))[0]
+  is_file = spec.endswith(".py")
+  stem = os.path.splitext(os.path.basename(spec))[0] if is_file else spec.rsplit(".", 1)[-1]
+  # a recorded module that moved: a file of its name given with it (or before, with --module)
+  # stands for it
+  moved = [m for n, m in sys.modules.items()
+           if re.fullmatch(rf"dml_jax_user_{re.escape(stem)}_[0-9a-f]{{8}}", n)]
+  stand_in = files.get(f"{stem}.py") or (moved[-1] if moved else None)
+  if is_file:
     if not os.path.isfile(spec):
-      # a recorded file that moved: a file of its name given with it (or before, with
-      # --module) stands for it
-      moved = [m for n, m in sys.modules.items()
-               if re.fullmatch(rf"dml_jax_user_{re.escape(stem)}_[0-9a-f]{{8}}", n)]
-      stand_in = files.get(os.path.basename(spec)) or (moved[-1] if moved else None)
       if stand_in is not None:
         return stand_in
       where = "" if os.path.isabs(spec) else f" (from the current directory {os.getcwd()})"
@@ -249,8 +252,14 @@ def _import_user_module(spec: str, files: dict):
   try:
     return importlib.import_module(spec)
   except ModuleNotFoundError as e:
-    raise ValueError(f"user module {spec!r} cannot be imported ({e}); give a module "
-                     "importable from the current directory or a path to a .py file") from None
+    parts = spec.split(".")
+    if e.name not in {".".join(parts[:k]) for k in range(1, len(parts) + 1)}:
+      raise ValueError(f"user module {spec!r} cannot be imported: {e}") from None   # its import
+    if stand_in is not None:   # e.g. recorded from another directory: --module=PATH given
+      return stand_in
+    raise ValueError(f"user module {spec!r} cannot be imported ({e}) from the current "
+                     f"directory {os.getcwd()}; give a module importable from here or its "
+                     f"file with --module=PATH") from None
 
 
 def module_spec(spec: str) -> str:

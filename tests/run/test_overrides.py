@@ -197,3 +197,24 @@ def test_a_negative_num_epochs_is_not_taken_for_training_by_epochs():
                            {"num_train_steps": 30, "num_epochs": -1})
   with pytest.raises(ValueError, match=r"config.num_epochs must be an integer >= 0, got -1"):
     config_lib.validate(config)
+
+
+def test_a_recorded_module_name_from_another_directory_is_found_through_module(
+    tmp_path, user_objective, monkeypatch):
+  """``--module=my_objectives`` (a name importable from the directory train.py ran in) is
+  recorded as given; read from another directory, the file of that name given with
+  ``--module=PATH`` stands for it, and without it the line says what to give. A module that
+  is found but imports a missing one says that."""
+  elsewhere = tmp_path / "elsewhere"
+  elsewhere.mkdir()
+  monkeypatch.chdir(elsewhere)
+  with pytest.raises(ValueError, match=r"user module 'my_objectives' cannot be imported .* "
+                     r"from the current directory .*elsewhere; .* --module=PATH"):
+    overrides.import_user_modules(["my_objectives"])
+  (given,) = overrides.import_user_modules([user_objective])
+  assert overrides.import_user_modules(["my_objectives", "pkg.my_objectives"]) == [given, given]
+  (elsewhere / "needs_more.py").write_text("import no_such_dependency_here\n")
+  with pytest.raises(ValueError, match="'needs_more' cannot be imported: No module named "
+                     "'no_such_dependency_here'"):
+    overrides.import_user_modules(["needs_more"])
+  sys.modules.pop("needs_more", None)
