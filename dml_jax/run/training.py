@@ -122,13 +122,19 @@ def build(config: ml_collections.ConfigDict) -> Setup:
   num_classes = int(np.max(train.labels)) + 1
   objective_params = objective.init(objective_key, num_classes=num_classes,
                                     dim=config.model.embedding_dim)
-  if config.memory.size:   # an objective that takes no reference set says so now, not mid-run
-    mem = memory_lib.init(config.memory.size, config.model.embedding_dim)
-    emb = jnp.zeros((config.batch_size, config.model.embedding_dim), jnp.float32)
-    labels = jnp.zeros((config.batch_size,), jnp.int32)
-    jax.eval_shape(lambda p, e, y, k: objective.apply(
-        p, e, y, rng=k, references=memory_lib.references(mem, e, y)),
-        objective_params, emb, labels, objective_key)
+  # an objective that takes no reference set, or (one of the user's own) returns no scalar
+  # loss, says so now, not mid-run
+  emb = jnp.zeros((config.batch_size, config.model.embedding_dim), jnp.float32)
+  labels = jnp.zeros((config.batch_size,), jnp.int32)
+  mem = memory_lib.init(config.memory.size, config.model.embedding_dim)
+  extra = (lambda e, y: {"references": memory_lib.references(mem, e, y)}
+           if config.memory.size else {})
+  loss_shape, _ = jax.eval_shape(lambda p, e, y, k: objective.apply(p, e, y, rng=k, **extra(e, y)),
+                                 objective_params, emb, labels, objective_key)
+  if loss_shape.shape != ():
+    raise ValueError(f"objective {objective.name!r} returns a loss of shape {loss_shape.shape}; "
+                     "apply must return a scalar loss (e.g. the mean over the batch) and its "
+                     "aux dict.")
   num_train_steps = resolve_num_train_steps(config, sampler.steps_per_epoch)
   tx, schedule = optimizers.make_optimizer(config.optimizer, num_train_steps=num_train_steps,
                                 model_params=params, steps_per_epoch=sampler.steps_per_epoch)

@@ -421,3 +421,28 @@ def test_augmentation_on_the_in_memory_digits_is_refused_not_ignored():
     training.build(small_config(**{"data.augmentation": "pad_crop"}))
   # a run recorded with it before the check still validates, so eval.py evaluates it
   config_lib.validate(small_config(**{"data.augmentation": "pad_crop"}))
+
+
+def test_a_user_objective_without_a_scalar_loss_is_one_line_before_the_workdir(tmp_path):
+  """An objective of the user's own whose ``apply`` forgot to reduce its per-anchor terms is
+  refused when the run is built, naming it and the loss's shape, with nothing written."""
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from dml_jax import objectives  # pylint: disable=import-outside-toplevel
+  from dml_jax.objectives import _registry  # pylint: disable=import-outside-toplevel
+
+  def per_anchor(*, scale: float = 1.0):
+    apply = lambda params, e, y, *, rng=None: (scale * jnp.sum(e * e, axis=1), {})
+    return objectives.no_params, apply
+
+  objectives.register("per_anchor_loss", per_anchor)
+  try:
+    config = small_config(num_train_steps=2)
+    config.loss = {"name": "per_anchor_loss", "scale": 1.0}
+    workdir = tmp_path / "run"
+    with pytest.raises(ValueError, match=r"objective 'per_anchor_loss' returns a loss of shape "
+                       r"\(32,\); apply must return a scalar loss"):
+      training.train_and_evaluate(config, str(workdir), show_progress=False)
+    assert not workdir.exists()
+  finally:
+    _registry.REGISTRY.pop("per_anchor_loss", None)
+    _registry.SUPPORT.pop("per_anchor_loss", None)
