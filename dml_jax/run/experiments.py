@@ -11,7 +11,9 @@ Grid syntax (``--grid`` may be repeated; axes may also be separated by ``;``):
   ``positive`` and ``negative`` modes: ``loss.positive+loss.negative=easy+hard,hard+all``).
 
 The grid is the Cartesian product of the axes. Values are converted to the type of the
-config field they replace (bool, int, float, str; tuples via ``ast.literal_eval``).
+config field they replace (bool, int, float, str; tuples via ``ast.literal_eval``, written as
+Python: ``model.embedding_hidden=(),(512,),(512,128)``; commas inside brackets do not separate
+values).
 
 Each (grid point, seed) trains in ``<workdir>/<point>/seed_<s>`` through
 ``training.train_and_evaluate`` with ``config.seed = seed_offset + s``. A run is *finished*
@@ -80,16 +82,29 @@ def parse_grid(specs: Sequence[str]) -> list[tuple[tuple[str, ...], list[tuple[s
           raise ValueError(f"Grid key {key!r} appears in more than one axis.")
         seen.add(key)
       values = []
-      for raw in (v.strip() for v in rhs.split(",")):
+      for raw in (v.strip() for v in _split_outside_brackets(rhs, ",")):
         if not raw:
           raise ValueError(f"Grid axis {part!r} has an empty value.")
-        parts = tuple(p.strip() for p in raw.split("+")) if len(keys) > 1 else (raw,)
+        parts = (tuple(p.strip() for p in _split_outside_brackets(raw, "+")) if len(keys) > 1
+                 else (raw,))
         if len(parts) != len(keys):
           raise ValueError(f"Grid axis {part!r}: value {raw!r} has {len(parts)} '+' parts, the "
                            f"axis sets {len(keys)} keys {keys}.")
         values.append(parts)
       axes.append((keys, values))
   return axes
+
+
+def _split_outside_brackets(text: str, sep: str) -> list[str]:
+  """``text`` split at each ``sep`` outside brackets: a tuple value ``(512, 128)`` of a grid
+  axis stays one value."""
+  parts, depth, start = [], 0, 0
+  for i, ch in enumerate(text):
+    depth += (ch in "([{") - (ch in ")]}")
+    if ch == sep and depth == 0:
+      parts.append(text[start:i])
+      start = i + 1
+  return parts + [text[start:]]
 
 
 def grid_points(axes) -> list[dict[str, str]]:

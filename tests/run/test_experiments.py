@@ -31,6 +31,20 @@ def test_parse_grid_and_points():
       experiments.parse_grid([bad])
 
 
+def test_a_grid_over_tuple_values_keeps_each_tuple_one_value():
+  """Tuple-valued keys (``model.embedding_hidden``, a user objective's tuple hyper-parameter)
+  are written as Python in the grid; their commas do not separate the axis's values."""
+  axes = experiments.parse_grid(["model.embedding_hidden=(),(512,),(512, 128)",
+                                 "loss.weights+loss.scale=(1.0,2.0)+3,[2, 1]+4"])
+  assert axes[0] == (("model.embedding_hidden",), [("()",), ("(512,)",), ("(512, 128)",)])
+  assert axes[1] == (("loss.weights", "loss.scale"), [("(1.0,2.0)", "3"), ("[2, 1]", "4")])
+  config = overrides.apply(small_config(10), experiments.grid_points(axes[:1])[2],
+                           from_strings=True)
+  assert tuple(config.model.embedding_hidden) == (512, 128)
+  names = {experiments.point_name(p) for p in experiments.grid_points(axes[:1])}
+  assert len(names) == 3
+
+
 def test_sweep_overrides_types_and_errors():
   c = small_config(10)
   got = overrides.apply(c, {"data.group_size": "4", "loss.margin": "0.5",
