@@ -430,6 +430,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     stop: when it is set (``signals.stop_on_signals``, on SIGINT / SIGTERM), a checkpoint of
       the current step is saved and :class:`TrainingInterrupted` raised.
   """
+  config = workdir_lib.absolute_data_paths(config)   # config.json: readable from anywhere
   setup, manager, start, state = start_run(config, workdir, overwrite=overwrite)
   writer = writers.make_writer(config, workdir, start_step=start)
   if workdir_lib.is_main_process():

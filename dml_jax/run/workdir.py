@@ -115,6 +115,31 @@ def data_cache_dir(workdir: str) -> str:
   return os.path.join(workdir, DATA_CACHE_DIR)
 
 
+# The data options that name a file or folder: recorded absolute in ``config.json``
+# (:func:`absolute_data_paths`), so that eval.py and the analysis tools, run from any
+# directory, read the files the run read.
+DATA_PATH_OPTIONS = ("root", "path", "data_dir")
+
+
+def _absolute_options(options) -> dict:
+  """The relative paths of ``options`` (a data.options mapping) made absolute from the current
+  directory; ``''`` and URLs (``gs://...``) as they are."""
+  return {k: os.path.abspath(v) for k, v in options.items()
+          if k in DATA_PATH_OPTIONS and isinstance(v, str) and v and "://" not in v
+          and not os.path.isabs(v)}
+
+
+def absolute_data_paths(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """``config`` with its relative ``data.options`` paths (``root``, ``path``, ``data_dir``)
+  made absolute from the current directory (a copy; ``config`` itself when there is none)."""
+  changed = _absolute_options(config.data.get("options", {}))
+  if not changed:
+    return config
+  config = ml_collections.ConfigDict(config.to_dict())
+  config.data.options.update(changed)
+  return config
+
+
 class WorkdirConflictError(ValueError):
   """A rerun asks for a config that differs from the one the workdir was trained with."""
 
@@ -305,7 +330,10 @@ def check_rerun(config: ml_collections.ConfigDict, workdir: str) -> list[tuple[s
           f"{CONFIG_FILE} (nor a checkpoint), and train.py would overwrite them; nothing was "
           "written. Give a new --workdir.")
     return []
-  new = _fill_added_keys(json.loads(config_json(config)))
+  # a relative data path recorded by an earlier version means the same files from here
+  old.get("data", {}).get("options", {}).update(
+      _absolute_options(old.get("data", {}).get("options", {})))
+  new = _fill_added_keys(json.loads(config_json(absolute_data_paths(config))))
   changes = config_changes(old, new)
   conflicts = [c for c in changes if not is_resumable(c[0])]
   if conflicts:

@@ -446,3 +446,30 @@ def test_a_user_objective_without_a_scalar_loss_is_one_line_before_the_workdir(t
   finally:
     _registry.REGISTRY.pop("per_anchor_loss", None)
     _registry.SUPPORT.pop("per_anchor_loss", None)
+
+
+def test_a_relative_data_folder_is_recorded_absolute_and_evaluated_from_anywhere(
+    tmp_path, monkeypatch):
+  """``--config.data.options.root=imgs`` (a folder relative to where train.py runs): the
+  workdir's config.json records it absolute, so eval.py run from another directory reads the
+  same images; a workdir that recorded it relative resumes from that directory."""
+  from configs import digits_image_folder  # pylint: disable=import-outside-toplevel
+  from dml_jax.data import digits  # pylint: disable=import-outside-toplevel
+  monkeypatch.chdir(tmp_path)
+  digits.write_digit_images("imgs", size=32)
+  config = digits_image_folder.get_config("smoke")
+  config.data.options.root = "imgs"
+  config.num_train_steps = 1
+  results = training.train_and_evaluate(config, "run", show_progress=False)
+  recorded = workdir_lib.read_config_json("run")
+  assert recorded["data"]["options"]["root"] == str(tmp_path / "imgs")
+  (tmp_path / "elsewhere").mkdir()
+  monkeypatch.chdir(tmp_path / "elsewhere")
+  _, again = eval_checkpoints.evaluate_checkpoint(str(tmp_path / "run"))
+  assert again["test"]["recall@1"] == results["test"]["recall@1"]
+  # an earlier version's config.json with the relative folder: the same rerun resumes
+  monkeypatch.chdir(tmp_path)
+  recorded["data"]["options"]["root"] = "imgs"
+  with open(os.path.join("run", "config.json"), "w") as f:
+    json.dump(recorded, f)
+  assert workdir_lib.check_rerun(config, "run") == []
