@@ -45,6 +45,12 @@ def load_config_file(spec: str) -> ml_collections.ConfigDict:
   root = os.path.dirname(os.path.dirname(os.path.abspath(path)))
   if root not in sys.path:
     sys.path.insert(0, root)
+  # the repository's configs/ (default.py, recipes.py), which a config builds on, also when
+  # the command runs outside the repository (python -m dml_jax.run.experiments from elsewhere)
+  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+  if (os.path.isfile(os.path.join(repo, "configs", "default.py"))
+      and os.path.abspath(repo) not in map(os.path.abspath, sys.path)):
+    sys.path.append(repo)
   module_spec = importlib.util.spec_from_file_location("_dml_jax_config", path)
   module = importlib.util.module_from_spec(module_spec)
   module_spec.loader.exec_module(module)

@@ -218,3 +218,26 @@ def test_a_recorded_module_name_from_another_directory_is_found_through_module(
                      "'no_such_dependency_here'"):
     overrides.import_user_modules(["needs_more"])
   sys.modules.pop("needs_more", None)
+
+
+def test_a_config_file_of_ones_own_loads_outside_the_repository(tmp_path):
+  """``python -m dml_jax.run.config show configs/my.py`` (or the sweep) run in a project of
+  one's own, with dml_jax importable but the repository root not on ``sys.path`` (an
+  installed package): the config still builds on the repository's configs/default.py, also
+  when the project's own folder is called configs/."""
+  import subprocess  # pylint: disable=import-outside-toplevel
+  site = tmp_path / "site"
+  site.mkdir()
+  (site / "dml_jax").symlink_to(os.path.join(ROOT, "dml_jax"))
+  project = tmp_path / "project"
+  (project / "configs").mkdir(parents=True)
+  (project / "configs" / "my.py").write_text(
+      "from dml_jax.run import config\n\n"
+      "def get_config(arg=''):\n"
+      "  return config.build({'num_train_steps': 7}, arg, path=__file__)\n")
+  env = {**os.environ, "PYTHONPATH": str(site)}
+  out = subprocess.run([sys.executable, "-m", "dml_jax.run.config", "show", "configs/my.py",
+                        "--diff-default"], cwd=project, env=env, capture_output=True,
+                       text=True, check=False)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert "num_train_steps = 7" in out.stdout
