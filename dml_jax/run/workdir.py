@@ -123,10 +123,10 @@ DATA_PATH_OPTIONS = ("root", "path", "data_dir")
 
 def _absolute_options(options) -> dict:
   """The relative paths of ``options`` (a data.options mapping) made absolute from the current
-  directory; ``''`` and URLs (``gs://...``) as they are."""
+  directory; ``''``, URLs (``gs://...``) and ``~/...`` as they are."""
   return {k: os.path.abspath(v) for k, v in options.items()
           if k in DATA_PATH_OPTIONS and isinstance(v, str) and v and "://" not in v
-          and not os.path.isabs(v)}
+          and not os.path.isabs(v) and not v.startswith("~")}
 
 
 def absolute_data_paths(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:

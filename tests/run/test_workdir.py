@@ -284,3 +284,14 @@ def test_a_stop_while_metrics_jsonl_is_rewritten_keeps_it_whole(tmp_path, monkey
   assert os.listdir(workdir) == [workdir_lib.METRICS_FILE]
   workdir_lib.truncate_metrics(workdir, 50)
   assert workdir_lib.read_metrics(workdir) == rows[:50]
+
+
+def test_only_relative_data_paths_are_made_absolute(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  config = small_config()
+  config.data.options = {"root": "imgs", "path": "", "data_dir": "gs://bucket/tfds",
+                         "train_digits": (0, 1)}
+  got = workdir_lib.absolute_data_paths(config).data.options
+  assert got.root == str(tmp_path / "imgs") and got.path == "" and got.data_dir.startswith("gs:")
+  config.data.options = {"root": "~/data", "path": "/abs/list.csv"}
+  assert workdir_lib.absolute_data_paths(config) is config
