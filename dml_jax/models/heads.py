@@ -45,7 +45,8 @@ class LinearEmbedding(nnx.Module):
   """Linear projection to the embedding, then optional L2 normalisation.
 
   ``e = finalize_embedding(f W + b, normalize)``: features ``f [B, F]`` -> ``e [B, D]``.
-  The head of the ResNet backbones (after ``global_average_pool``).
+  A bare linear head on pooled features; the ResNet and BN-Inception models use
+  :class:`EmbeddingHead` (pooling, optional hidden layers, then this projection).
 
   Args:
     in_features: ``F``.
