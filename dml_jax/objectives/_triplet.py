@@ -44,11 +44,17 @@ def _hinge_sums(x: jax.Array, dd: jax.Array) -> jax.Array:
   sorted form ``c x - sum_{dd < x} dd`` (``c = #{n : dd_an < x}``): ``dt/dx = c`` and
   ``dt/d dd_n = -[dd_n < x]``, 0 at ``dd_n = x`` (``jnp.maximum``'s own would be 1/2 there).
   """
+  return _hinge_sums_value(x, dd)
+
+
+def _hinge_sums_value(x: jax.Array, dd: jax.Array) -> jax.Array:
+  """:func:`_hinge_sums` without its custom VJP: the forward rule calls this, so that
+  forward-over-reverse differentiation (``jax.hessian``) can differentiate it."""
   return jnp.sum(jnp.maximum(x[:, :, None] - dd[:, None, :], 0.0), axis=2)
 
 
 def _hinge_sums_fwd(x, dd):
-  return _hinge_sums(x, dd), (x, dd)
+  return _hinge_sums_value(x, dd), (x, dd)
 
 
 def _hinge_sums_bwd(res, g):

@@ -192,3 +192,30 @@ def test_objective_traces_once_per_shape():
   for batch in BATCHES.values():   # the same shape, every bucket and the fallback
     fn(jnp.asarray(unit(13, 80)), jnp.asarray(np.resize(batch, 80)))
   assert len(traces) == 1
+
+
+@pytest.mark.parametrize("positive", ["random", "all"])
+def test_hessian_of_all_negatives_equals_the_sorted_path(positive):
+  """``jax.hessian`` (forward over reverse) differentiates the custom VJP of the sort-free
+  sums and gives the sorted form's Hessian."""
+  labels = jnp.asarray(class_labels(5, [3, 3, 2]))
+  e = jnp.asarray(np.random.default_rng(6).normal(size=(8, 4)), jnp.float32)
+  pos, neg = sim.label_masks(labels)
+  pairs = pos if positive == "all" else mining.positive_pairs(
+      jnp.zeros(pos.shape), pos, mode="easy")   # first positive of each anchor
+  size = 4 if positive == "all" else 1
+  d2 = lambda x: sim.squared_distance(sim.pairwise_similarity(x), kind="cosine")
+
+  def hessian(fn):
+    total = lambda x: jnp.sum(jnp.where(pairs, fn(d2(x)), 0.0))
+    return np.asarray(jax.jit(jax.hessian(total))(e))
+
+  new = hessian(lambda x: _triplet.triplet_all_negatives_compacted(
+      x, pairs, neg, margin=0.5, reduction="mean", size=size))
+  old = hessian(lambda x: losses.triplet_all_negatives(x, x, neg, margin=0.5,
+                                                       reduction="mean"))
+  assert np.any(new != 0)
+  np.testing.assert_allclose(new, old, rtol=1e-4, atol=1e-5 * np.max(np.abs(old)))
+  loss = lambda x: objectives.make("triplet", positive=positive, negative="all").apply(
+      {}, x, labels, rng=jax.random.key(0))[0]
+  assert np.all(np.isfinite(np.asarray(jax.hessian(loss)(e))))
