@@ -48,9 +48,11 @@ def multi_similarity_pairs(s: jax.Array, pos_mask: jax.Array, neg_mask: jax.Arra
     (the max over *all* negatives, as in the released code); ``'all'``: ``P_a``; ``'easy'``:
     the easy positive, unfiltered.
 
-  Inequalities are strict, as in the released code. An anchor without positives keeps no
-  negative (``min`` of an empty set is ``+inf``) and one without negatives keeps no positive.
-  The objective drops anchors whose kept positive or negative set is empty.
+  Inequalities are strict, as in the released code. Under ``negative='ms'`` an anchor without
+  positives keeps no negative (``min`` of an empty set is ``+inf``), and under
+  ``positive='ms'`` one without negatives keeps no positive; the ``'all'`` and ``'easy'`` modes
+  keep their sets regardless. The objective drops anchors whose kept positive or negative set
+  is empty.
 
   Args:
     s: float ``[B, N]`` similarities (stop-gradient is applied).
