@@ -392,5 +392,6 @@ def pair_aux(entering: jax.Array, term_fn: Callable, sg: jax.Array, pos: jax.Arr
 def num_pairs(s: jax.Array) -> int:
   """The ordered pairs ``(anchor, reference)`` of ``S [B, N]`` that are not self pairs:
   ``B (B - 1)`` for the batch against itself, ``B (N - 1)`` with a reference set that holds the
-  batch (an upper bound otherwise)."""
+  batch (an upper bound when pairs are masked out, e.g. empty memory slots; a reference set
+  without the batch has ``B N``)."""
   return s.shape[0] * (s.shape[1] - 1)
