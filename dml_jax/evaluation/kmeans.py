@@ -11,16 +11,19 @@ the cosine geometry) and returns the assignment of the restart of lowest inertia
   mean of its points (on the CPU by a scatter-add, elsewhere by one-hot products over row
   blocks, so that a GPU, whose scatter-add adds in the order its atomics land, gives the same
   clustering on every run); a centre left without points moves to the point farthest from its own
-  centre (the farthest first), as scikit-learn does. Stops when the centres move by at most
-  ``tol`` times the mean per-dimension variance of ``x`` in squared distance (scikit-learn's
-  rule), when no assignment changes, or after ``max_iter`` iterations; the assignment returned
-  is the one of the final centres. The iterations run in compiled loops of ``LLOYD_STEPS``
-  (:func:`lloyd`), the host looking in only between them: early embeddings need tens of
-  iterations, and a round trip per iteration cost more than the iteration at small ``k``.
+  centre (the farthest first), as scikit-learn does, except that the point also stays in its
+  old cluster's mean for that iteration (scikit-learn takes it out). Stops when the centres
+  move by at most ``tol`` times the mean per-dimension variance of ``x`` in squared distance
+  (scikit-learn's rule), when no assignment changes, or after ``max_iter`` iterations; the
+  assignment returned is the one of the final centres. The iterations run in compiled loops
+  of ``LLOYD_STEPS`` (:func:`lloyd`), the host looking in only between them: early embeddings
+  need tens of iterations, and a round trip per iteration cost more than the iteration at
+  small ``k``.
 * **Bounds**: from the second iteration on, a point is assigned again only when a lower
   bound on its distance to every other centre no longer exceeds its distance to its own
-  (Hamerly's bound, the 64 centres that moved most measured exactly; :func:`lloyd`; from 64
-  clusters, below that every distance is computed), so the
+  (Hamerly's bound, the ``min(64, k // 8)`` centres that moved most measured exactly
+  (:func:`movers`); :func:`lloyd`; from 64 clusters, below that every distance is computed),
+  so the
   work falls with the points still moving; the assignments are those of computing every
   distance. ``d2`` of a point whose centre the bound kept is computed row by row, so the
   inertia can differ from the dense computation's in the last digits.
@@ -30,7 +33,8 @@ the cosine geometry) and returns the assignment of the restart of lowest inertia
   as the CPU does. Each row's best centre is ``jnp.argmax``'s, taken on the CPU by a C++ kernel
   (``top_m_kernel.argmax_rows_kernel``: XLA:CPU's argmax cost twice the product) with the same
   result. Memory: ``x`` and the centres on the device plus one ``[rows, k]`` tile
-  (``memory_bytes``, default 256 MiB) and the bounds' ``[N, 64]`` distances to the movers.
+  (``memory_bytes``, default 256 MiB) and the bounds' ``[N, min(64, k // 8)]`` distances to
+  the movers.
   That form rounds with ``|x|^2``, so the points are first moved by their mean rounded to whole
   numbers (k-means does not change; unit embeddings, whose mean coordinates lie below 0.5
   unless they collapsed, are not moved) and the centres moved back: the rounding follows the

@@ -8,7 +8,8 @@ squared distance to the nearest centre chosen so far: the candidate of lowest po
 (``b L`` points without replacement, proportional to ``D^2`` before the round: Gumbel
 top-``bL``), takes the best of each group of ``L`` and updates ``D^2``; every step is a
 blocked ``[rows, bL]`` product (when ``x`` is one block, the chosen candidates' distances
-update ``D^2`` without a second product). With ``b = 1`` this is greedy k-means++ itself;
+update ``D^2`` without a second product). With ``b = 1`` this is greedy k-means++ itself,
+but for its ``L`` candidates being distinct points (scikit-learn draws them with replacement);
 ``b = ceil((k - 1) / seeding_rounds)`` (default 256 rounds) keeps the seeding a few hundred
 matrix products at large ``k`` (SOP: 11,316 clusters) instead of ``k`` passes over the data,
 and is exact up to 257 clusters. ``greedy=False`` draws one candidate (plain k-means++).
