@@ -376,7 +376,9 @@ def clear(workdir: str) -> list[str]:
     The deleted paths.
   """
   removed = []
-  for pattern in OUTPUTS:
+  # config.json last: a folder whose deletion is cut off (a kill, a second Ctrl-C) still reads
+  # as a dml_jax workdir, not as another program's (:func:`foreign_outputs`)
+  for pattern in [p for p in OUTPUTS if p != CONFIG_FILE] + [CONFIG_FILE]:
     for path in sorted(glob.glob(os.path.join(glob.escape(workdir), pattern))):
       if os.path.isdir(path):
         shutil.rmtree(path)

@@ -295,3 +295,29 @@ def test_only_relative_data_paths_are_made_absolute(tmp_path, monkeypatch):
   assert got.root == str(tmp_path / "imgs") and got.path == "" and got.data_dir.startswith("gs:")
   config.data.options = {"root": "~/data", "path": "/abs/list.csv"}
   assert workdir_lib.absolute_data_paths(config) is config
+
+
+def test_an_overwrite_cut_off_while_deleting_can_be_rerun(tmp_path, monkeypatch):
+  """A kill (or a second Ctrl-C) while ``--overwrite`` deletes the earlier outputs leaves a
+  folder that train.py still takes as its own: the same command, with or without
+  ``--overwrite``, is not refused as another program's folder."""
+  workdir = str(tmp_path / "run")
+  config = small_config(2)
+  workdir_lib.write_config(config, workdir)
+  for name in (workdir_lib.RUN_INFO_FILE, workdir_lib.METRICS_FILE, "eval_step_2.json"):
+    (tmp_path / "run" / name).write_text("{}\n")
+  remove, calls = os.remove, []
+
+  def killed(path):
+    calls.append(path)
+    if len(calls) == 2:
+      raise KeyboardInterrupt("second SIGINT")
+    remove(path)
+
+  monkeypatch.setattr(workdir_lib.os, "remove", killed)
+  with pytest.raises(KeyboardInterrupt):
+    workdir_lib.clear(workdir)
+  monkeypatch.setattr(workdir_lib.os, "remove", remove)
+  assert workdir_lib.foreign_outputs(workdir) == []
+  workdir_lib.check_overwrite(workdir)
+  assert workdir_lib.check_rerun(config, workdir) == []
