@@ -8,6 +8,7 @@ without importing the package that imports them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import os
 from typing import Any, Callable
@@ -79,11 +80,12 @@ def register(name: str, builder: Callable | None = None, *, references: bool = F
   def add(fn: Callable) -> Callable:
     if name in REGISTRY and not _reimported(REGISTRY[name], fn):
       old = REGISTRY[name]
-      raise ValueError(f"Objective {name!r} is already registered (by {old.__module__}."
-                       f"{old.__qualname__} in {_source(old)}); choose another name.")
+      raise ValueError(f"Objective {name!r} is already registered (by {_describe(old)} in "
+                       f"{_source(old)}); choose another name.")
     for p in inspect.signature(fn).parameters.values():
       if p.kind is not inspect.Parameter.KEYWORD_ONLY or p.default is inspect.Parameter.empty:
-        raise ValueError(f"Objective builder {fn.__name__} for {name!r}: parameter {p.name!r} "
+        raise ValueError(f"Objective builder {getattr(_function(fn), '__name__', fn)} for "
+                         f"{name!r}: parameter {p.name!r} "
                          "must be keyword-only with a default (hyper-parameters are "
                          "config keys).")
     REGISTRY[name] = fn
@@ -93,9 +95,23 @@ def register(name: str, builder: Callable | None = None, *, references: bool = F
   return add if builder is None else add(builder)
 
 
+def _function(fn: Callable) -> Callable:
+  """The function a builder calls: ``fn`` itself, or the one a ``functools.partial`` wraps."""
+  while isinstance(fn, functools.partial):
+    fn = fn.func
+  return fn
+
+
+def _describe(fn: Callable) -> str:
+  """``module.qualname`` of a builder (of the function a ``functools.partial`` wraps)."""
+  f = _function(fn)
+  return f"{getattr(f, '__module__', '?')}.{getattr(f, '__qualname__', repr(f))}"
+
+
 def _source(fn: Callable) -> str:
-  """The file a builder is defined in (its real path), or ``repr(fn)`` when it has no code."""
-  code = getattr(fn, "__code__", None)
+  """The file a builder (the function a ``functools.partial`` wraps) is defined in, its real
+  path, or ``repr(fn)`` when it has no code."""
+  code = getattr(_function(fn), "__code__", None)
   return os.path.realpath(code.co_filename) if code is not None else repr(fn)
 
 

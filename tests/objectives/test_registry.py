@@ -211,3 +211,33 @@ def test_register_refuses_a_taken_name_and_a_bad_builder():
     del _registry.REGISTRY["registry_test_objective"], _registry.SUPPORT["registry_test_objective"]
   with pytest.raises(ValueError, match="Unknown objective 'registry_test_objective'"):
     objectives.support("registry_test_objective")
+
+
+def test_a_partial_builder_is_refused_in_one_line_not_replaced():
+  """A ``functools.partial`` builder: a second one of its name, a built-in's name taken by a
+  partial of the built-in's builder, or a bad parameter, is one ``ValueError`` naming the
+  function it wraps (no ``AttributeError`` from the partial's missing ``__qualname__``)."""
+  import functools  # pylint: disable=import-outside-toplevel
+
+  def scaled(*, scale=1.0, shift=0.0):
+    return objectives.no_params, None
+
+  objectives.register("registry_test_partial", functools.partial(scaled, shift=1.0))
+  try:
+    with pytest.raises(ValueError, match=r"'registry_test_partial' is already registered \(by "
+                       r"\S*test_registry\..*scaled in .*test_registry\.py\)"):
+      objectives.register("registry_test_partial", functools.partial(scaled, shift=2.0))
+    assert _registry.REGISTRY["registry_test_partial"].keywords == {"shift": 1.0}
+  finally:
+    del _registry.REGISTRY["registry_test_partial"], _registry.SUPPORT["registry_test_partial"]
+  nca = _registry.REGISTRY["nca"]
+  with pytest.raises(ValueError, match="'nca' is already registered.*_nca.nca"):
+    objectives.register("nca", functools.partial(nca, margin=0.5))
+  assert _registry.REGISTRY["nca"] is nca
+
+  def positional(x, *, scale=1.0):
+    return scaled(scale=scale + x)
+
+  with pytest.raises(ValueError, match="builder positional for 'registry_test_bad': parameter "
+                                       "'x' must be keyword-only"):
+    objectives.register("registry_test_bad", functools.partial(positional, scale=2.0))
