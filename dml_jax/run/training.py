@@ -492,8 +492,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       writer.write_row({"step": step, **report.flatten(results)})
 
   try:
-    if 0 < start < total:   # stopped at its checkpoint before the step's evaluation was logged
-      scatter_and_evaluate(start, missed_only=True)
+    if 0 < start <= total:   # stopped at its checkpoint before the step's evaluation was logged
+      scatter_and_evaluate(start, missed_only=True)   # (the last step's: only its scatter)
     for batch_step, local_inputs, local_labels in batches:
       step = batch_step + 1
       images, labels = feed(local_inputs, local_labels)

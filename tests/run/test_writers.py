@@ -150,6 +150,29 @@ def test_a_final_evaluation_cut_off_is_logged_by_the_rerun(tmp_path, monkeypatch
   assert eval_steps(workdir) == ([10], [10])
 
 
+def test_a_kill_during_the_last_steps_scatter_diagram_draws_it_on_rerun(tmp_path, monkeypatch):
+  """The scatter diagram of the last step, cut off (a kill, a second Ctrl-C) after its
+  checkpoint, is drawn and logged by the rerun, once, before the final evaluation."""
+  workdir = str(tmp_path)
+  config = small_config(10, scatter_every_steps=10)
+  scatter = training.log_scatter
+
+  def second_ctrl_c(*args, **kwargs):
+    raise KeyboardInterrupt("second SIGINT: stopping without saving")
+
+  monkeypatch.setattr(training, "log_scatter", second_ctrl_c)
+  with pytest.raises(KeyboardInterrupt):
+    training.train_and_evaluate(config, workdir, show_progress=False)
+  monkeypatch.setattr(training, "log_scatter", scatter)
+  training.train_and_evaluate(config, workdir, show_progress=False)
+  scatter_steps = lambda: [r["step"] for r in workdir_lib.read_metrics(workdir)
+                           if "scatter/correct_fraction" in r]
+  assert scatter_steps() == [10] and eval_steps(workdir) == ([10], [10])
+  assert os.path.exists(os.path.join(workdir, "scatter_test_step_10.png"))
+  training.train_and_evaluate(config, workdir, show_progress=False)   # logged: not again
+  assert scatter_steps() == [10] and eval_steps(workdir) == ([10], [10])
+
+
 class Failing:
   def __init__(self):
     self.calls = 0
