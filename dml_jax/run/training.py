@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from absl import logging
 from flax import nnx
@@ -129,12 +129,15 @@ def build(config: ml_collections.ConfigDict) -> Setup:
   mem = memory_lib.init(config.memory.size, config.model.embedding_dim)
   extra = (lambda e, y: {"references": memory_lib.references(mem, e, y)}
            if config.memory.size else {})
-  loss_shape, _ = jax.eval_shape(lambda p, e, y, k: objective.apply(p, e, y, rng=k, **extra(e, y)),
-                                 objective_params, emb, labels, objective_key)
-  if loss_shape.shape != ():
-    raise ValueError(f"objective {objective.name!r} returns a loss of shape {loss_shape.shape}; "
-                     "apply must return a scalar loss (e.g. the mean over the batch) and its "
-                     "aux dict.")
+  out = jax.eval_shape(lambda p, e, y, k: objective.apply(p, e, y, rng=k, **extra(e, y)),
+                       objective_params, emb, labels, objective_key)
+  if not (isinstance(out, (tuple, list)) and len(out) == 2 and isinstance(out[1], Mapping)):
+    raise ValueError(f"objective {objective.name!r} returns {_structure(out)}; apply must "
+                     "return a pair (loss, aux): a scalar loss and a dict of scalars ({} for "
+                     "none).")
+  if (shape := getattr(out[0], "shape", type(out[0]).__name__)) != ():
+    raise ValueError(f"objective {objective.name!r} returns a loss of shape {shape}; apply must "
+                     "return a scalar loss (e.g. the mean over the batch) and its aux dict.")
   num_train_steps = resolve_num_train_steps(config, sampler.steps_per_epoch)
   tx, schedule = optimizers.make_optimizer(config.optimizer, num_train_steps=num_train_steps,
                                 model_params=params, steps_per_epoch=sampler.steps_per_epoch)
@@ -152,6 +155,16 @@ def build(config: ml_collections.ConfigDict) -> Setup:
                train_graphdef=train_graphdef if not config.model.freeze_bn else eval_graphdef,
                eval_graphdef=eval_graphdef, tx=tx, schedule=schedule, init_state=init_state,
                mesh=mesh, num_train_steps=num_train_steps)
+
+
+def _structure(out) -> str:
+  """What an objective's ``apply`` returned: ``'an array of shape ()'``, ``'a tuple of 3'``."""
+  if hasattr(out, "shape"):
+    return f"an array of shape {tuple(out.shape)}"
+  if not isinstance(out, (tuple, list)):
+    return f"a {type(out).__name__}"
+  aux = f" whose aux is a {type(out[1]).__name__}" if len(out) == 2 else ""
+  return f"a {type(out).__name__} of {len(out)}{aux}"
 
 
 def _train_step_fn(setup: Setup) -> Callable:

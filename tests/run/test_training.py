@@ -473,3 +473,32 @@ def test_a_relative_data_folder_is_recorded_absolute_and_evaluated_from_anywhere
   with open(os.path.join("run", "config.json"), "w") as f:
     json.dump(recorded, f)
   assert workdir_lib.check_rerun(config, "run") == []
+
+
+@pytest.mark.parametrize("returns, says", [
+    (lambda loss: loss, r"returns an array of shape \(\); apply must return a pair \(loss, aux\)"),
+    (lambda loss: (loss,), r"returns a tuple of 1; apply must return a pair"),
+    (lambda loss: (loss, {}, {}), r"returns a tuple of 3; apply must return a pair"),
+    (lambda loss: (loss, [loss]), r"returns a tuple of 2 whose aux is a list; apply must"),
+])
+def test_a_user_objective_that_returns_no_loss_aux_pair_is_one_line(returns, says):
+  """An objective of the user's own whose ``apply`` returns the loss alone (or another
+  structure than ``(loss, aux dict)``) is refused when the run is built, in one line, not by
+  a ``TypeError`` from unpacking it."""
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from dml_jax import objectives  # pylint: disable=import-outside-toplevel
+  from dml_jax.objectives import _registry  # pylint: disable=import-outside-toplevel
+
+  def no_aux(*, scale: float = 1.0):
+    apply = lambda params, e, y, *, rng=None: returns(scale * jnp.mean(e * e))
+    return objectives.no_params, apply
+
+  objectives.register("no_aux_loss", no_aux)
+  try:
+    config = small_config(num_train_steps=2)
+    config.loss = {"name": "no_aux_loss", "scale": 1.0}
+    with pytest.raises(ValueError, match=r"objective 'no_aux_loss' " + says):
+      training.build(config)
+  finally:
+    _registry.REGISTRY.pop("no_aux_loss", None)
+    _registry.SUPPORT.pop("no_aux_loss", None)
