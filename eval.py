@@ -55,6 +55,7 @@ flags.DEFINE_bool("export_embeddings", False, "Write the test embeddings for Ten
 cli.define_cache_flag()
 cli.define_host_memory_flag()
 cli.define_machine_flags()
+cli.define_data_location_flags()
 flags.DEFINE_multi_string("module", [], "Modules to import first (a run's own objective); "
                           "those recorded in the workdir's config are imported anyway.")
 
@@ -113,7 +114,7 @@ def main(argv):
     check_flags()
     print(cli.describe_cache(cache), flush=True)
     overrides.import_user_modules(FLAGS.module)
-    machine = cli.machine_overrides()
+    machine = {**cli.machine_overrides(), **cli.data_location_overrides()}
     if FLAGS.workdirs is not None:
       out = eval_checkpoints.evaluate_workdirs(FLAGS.workdirs, step=FLAGS.step, output=FLAGS.output,
                                                show_progress=FLAGS.progress, machine=machine)

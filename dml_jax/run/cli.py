@@ -283,6 +283,27 @@ def machine_overrides(flag_values: flags.FlagValues = FLAGS) -> dict[str, int]:
           if name in flag_values and flag_values[name].value is not None}
 
 
+# eval.py's flags for where a run's data files are on this machine: flag -> data.options key.
+DATA_LOCATION_FLAGS = {"data_root": "root", "data_list": "path", "data_dir": "data_dir"}
+
+
+def define_data_location_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+  """``--data_root`` / ``--data_list`` / ``--data_dir``: where the run's image folder, list
+  file or TFDS directory is on this machine (``data.options.root`` / ``path`` / ``data_dir``
+  of the run; default: the recorded ones), for a workdir copied from another machine."""
+  for name, key in DATA_LOCATION_FLAGS.items():
+    flags.DEFINE_string(name, None, f"Where the run's data.options.{key} is on this machine "
+                        "(default: the path config.json records).", flag_values=flag_values)
+
+
+def data_location_overrides(flag_values: flags.FlagValues = FLAGS) -> dict[str, str]:
+  """``{'data.options.root': '/abs/dir', ...}`` for the data location flags that are set
+  (paths made absolute from the current directory; ``~`` expanded)."""
+  return {f"data.options.{key}": os.path.abspath(os.path.expanduser(flag_values[name].value))
+          for name, key in DATA_LOCATION_FLAGS.items()
+          if name in flag_values and flag_values[name].value}
+
+
 def keep_host_memory(keep: bool) -> None:
   """Keeps freed host memory if ``keep`` and JAX will run on the CPU (call it before JAX
   starts its threads) and logs the outcome."""

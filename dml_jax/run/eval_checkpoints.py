@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from absl import logging
 
@@ -33,13 +34,26 @@ def print_line(line: str) -> None:
     print(f"dml_jax: {line}", flush=True)
 
 
-def load_config(workdir: str, machine: Mapping[str, int] | None = None):
+def load_config(workdir: str, machine: Mapping[str, Any] | None = None):
   """The workdir's ``config.json`` with this machine's settings (``{'data.num_threads': 4}``,
-  what ``cli.machine_overrides`` gives) in place of the recorded ones."""
+  what ``cli.machine_overrides`` gives; ``{'data.options.root': '/data/cub'}``, what
+  ``cli.data_location_overrides`` gives) in place of the recorded ones.
+
+  Raises:
+    ValueError: a ``data.options`` key the run's dataset does not read (e.g. a ``root`` for
+      the in-memory digits).
+  """
   config = workdir_lib.load_config(workdir)
   for key, value in (machine or {}).items():
-    section, _, name = key.rpartition(".")
-    (config[section] if section else config)[name] = value
+    *sections, name = key.split(".")
+    node = config
+    for section in sections:
+      node = node[section]
+    if sections == ["data", "options"] and name not in node:
+      raise ValueError(f"{workdir}: its dataset {config.data.name!r} reads no "
+                       f"data.options.{name} (its options: {', '.join(sorted(node)) or 'none'}),"
+                       f" so it takes no {name} location.")
+    node[name] = value
   return config
 
 
@@ -48,7 +62,7 @@ def evaluate_checkpoint(workdir: str, *, step: int | None = None,
                         protocols: tuple[str, ...] | None = None, grid: dict | None = None,
                         export_embeddings: bool = False,
                         tensorboard: bool | None = None,
-                        machine: Mapping[str, int] | None = None) -> tuple[int, dict]:
+                        machine: Mapping[str, Any] | None = None) -> tuple[int, dict]:
   """Restores a checkpoint of ``workdir`` (newest readable when ``step`` is None) and
   evaluates it as ``train_and_evaluate`` does at the end (:func:`evaluate_with_config`);
   writes ``eval_step_<N>.json``.
@@ -198,7 +212,7 @@ def evaluate_checkpoints(model: restore.RestoredModel, workdir: str, *, steps=No
 def evaluate_all_steps(workdir: str, *, best_by: str | None = None,
                        output: str | None = None, show_progress: bool = False,
                        grid: dict | None = None, export_embeddings: bool = False,
-                       machine: Mapping[str, int] | None = None) -> dict:
+                       machine: Mapping[str, Any] | None = None) -> dict:
   """Evaluates every checkpoint of ``workdir`` (``eval.py --all_steps``).
 
   Writes ``eval_step_<N>.json`` per step, ``output`` (default
@@ -247,7 +261,7 @@ def evaluate_all_steps(workdir: str, *, best_by: str | None = None,
 
 def evaluate_workdirs(workdirs, *, step: int | None = None, output: str | None = None,
                       show_progress: bool = False,
-                      machine: Mapping[str, int] | None = None) -> dict:
+                      machine: Mapping[str, Any] | None = None) -> dict:
   """Evaluates the newest (or ``step``) checkpoint of each workdir, e.g. one per seed, and
   aggregates mean ± std (``eval.py --workdirs=a,b,c``).
 

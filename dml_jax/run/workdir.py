@@ -93,7 +93,8 @@ RESUMABLE_KEYS = (
     "num_train_steps", "num_epochs", "log_every_steps", "checkpoint_every_steps",
     "eval_every_steps", "scatter_every_steps", "max_checkpoints_to_keep", "num_devices",
     "eval.", "data.num_threads", "data.num_workers", "data.prefetch",
-    "data.options.data_dir", "data.options.root", "log.", "keep_host_memory",
+    "data.options.data_dir", "data.options.root", "data.options.path", "log.",
+    "keep_host_memory",
     "data.cache", "data.cache_max_gb", "user_modules",
 )
 

@@ -87,6 +87,17 @@ def test_machine_flags_take_their_defaults_from_the_environment(monkeypatch):
   assert cli.env_bool("DML_JAX_KEEP_HOST_MEMORY", None) is None
 
 
+def test_data_location_flags_give_absolute_data_options(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  flag_values = flags.FlagValues()
+  cli.define_data_location_flags(flag_values)
+  flag_values(["eval.py"])
+  assert cli.data_location_overrides(flag_values) == {}
+  flag_values(["eval.py", "--data_root=imgs", "--data_list=/lists/train.csv"])
+  assert cli.data_location_overrides(flag_values) == {
+      "data.options.root": str(tmp_path / "imgs"), "data.options.path": "/lists/train.csv"}
+
+
 def test_a_compilation_cache_that_cannot_be_a_folder_is_off_with_a_warning(tmp_path, caplog):
   blocker = tmp_path / "file"
   blocker.write_text("")

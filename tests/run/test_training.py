@@ -473,6 +473,15 @@ def test_a_relative_data_folder_is_recorded_absolute_and_evaluated_from_anywhere
   with open(os.path.join("run", "config.json"), "w") as f:
     json.dump(recorded, f)
   assert workdir_lib.check_rerun(config, "run") == []
+  # the images moved (a workdir copied to another machine): eval.py --data_root names them
+  os.rename("imgs", "moved")
+  with pytest.raises(FileNotFoundError, match="imgs"):
+    eval_checkpoints.evaluate_checkpoint(str(tmp_path / "run"))
+  _, moved = eval_checkpoints.evaluate_checkpoint(
+      str(tmp_path / "run"), machine={"data.options.root": str(tmp_path / "moved")})
+  assert moved["test"]["recall@1"] == results["test"]["recall@1"]
+  with pytest.raises(ValueError, match=r"reads no data.options.data_dir \(its options: .*root"):
+    eval_checkpoints.load_config(str(tmp_path / "run"), {"data.options.data_dir": "/tfds"})
 
 
 @pytest.mark.parametrize("returns, says", [
