@@ -158,7 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--max_modes", type=int, default=5)
   args = common.parse_args(parser, argv)
   step, data, config = common.load_embeddings(args.workdir, step=args.step,
-                                              at_init=args.at_init, splits=(args.split,))
+                                              data=common.data_paths(args), at_init=args.at_init,
+                                              splits=(args.split,))
   emb, split = data[args.split]
   labels = common.labels_of(split, args.label_set)
   sub = common.labels_of(split, args.sub_label_set) if args.sub_label_set else None

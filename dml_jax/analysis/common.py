@@ -3,8 +3,9 @@ similarity matrices and matplotlib set-up."""
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import jax.numpy as jnp
 import numpy as np
@@ -50,9 +51,11 @@ def labels_of(split, label_set: str | None) -> np.ndarray:
 
 def load_embeddings(workdir: str, *, step: int | None = None,
                     splits: Sequence[str] = ("train", "test"), batch_size: int | None = None,
-                    at_init: bool = False):
+                    at_init: bool = False, data: Mapping[str, str] | None = None):
   """Embeds ``splits`` with a checkpoint of ``workdir`` (newest readable when ``step`` is None),
-  or with the config's initial parameters (``at_init=True``; returned step 0).
+  or with the config's initial parameters (``at_init=True``; returned step 0). ``data``: where
+  the run's data files are on this machine (``{'data.options.root': DIR}``, :func:`data_paths`;
+  default: the paths ``config.json`` records).
 
   Uses ``restore.restore_model`` (the model and the dataset's splits only) and
   ``restore.embed_split``.
@@ -63,7 +66,7 @@ def load_embeddings(workdir: str, *, step: int | None = None,
   Raises:
     FileNotFoundError: not a workdir or no checkpoint. ValueError: unknown split or step.
   """
-  model = restore.restore_model(workdir, at_init=True)
+  model = restore.restore_model(workdir, at_init=True, machine=data)
   for name in splits:
     if name not in model.splits:
       raise ValueError(f"Unknown split {name!r}; the dataset has {sorted(model.splits)}.")
@@ -84,6 +87,17 @@ def add_workdir_args(parser) -> None:
   parser.add_argument("--module", action="append", default=[],
                       help="a module to import first (a run's own objective; those recorded "
                            "in the workdir's config are imported anyway)")
+  for flag, key in cli.DATA_LOCATION_FLAGS.items():
+    parser.add_argument(f"--{flag}", default=None,
+                        help=f"where the run's data.options.{key} is on this machine (default: "
+                             "the path config.json records)")
+
+
+def data_paths(args) -> dict[str, str]:
+  """``{'data.options.root': '/abs/dir', ...}`` of the data location flags that are set
+  (``--data_root``, ``--data_list``, ``--data_dir``; made absolute, ``~`` expanded)."""
+  return {f"data.options.{key}": os.path.abspath(os.path.expanduser(getattr(args, flag)))
+          for flag, key in cli.DATA_LOCATION_FLAGS.items() if getattr(args, flag, None)}
 
 
 def parse_args(parser, argv):

@@ -119,7 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--train_label_set", default="", help="default: train labels")
   parser.add_argument("--test_label_set", default="", help="default: test labels")
   args = common.parse_args(parser, argv)
-  step, data, config = common.load_embeddings(args.workdir, step=args.step, at_init=args.at_init)
+  step, data, config = common.load_embeddings(args.workdir, step=args.step,
+                                              data=common.data_paths(args), at_init=args.at_init)
   (train, train_split), (test, test_split) = data["train"], data["test"]
   d = distributions(train, common.labels_of(train_split, args.train_label_set), test,
                     common.labels_of(test_split, args.test_label_set),

@@ -28,7 +28,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--label_set", default="", help="label set of the split (default labels)")
   parser.add_argument("--similarity", default="", help="default: config.eval.similarity")
   args = common.parse_args(parser, argv)
-  step, data, config = common.load_embeddings(args.workdir, step=args.step, at_init=args.at_init,
+  step, data, config = common.load_embeddings(args.workdir, step=args.step,
+                                              data=common.data_paths(args), at_init=args.at_init,
                                               splits=(args.split,))
   emb, split = data[args.split]
   labels = common.labels_of(split, args.label_set)

@@ -171,7 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     raise ValueError(f"--num_batches={args.num_batches}: use 1 or more batches.")
   from dml_jax import data as data_lib  # pylint: disable=import-outside-toplevel
   step, data, config = common.load_embeddings(args.workdir, step=args.step,
-                                              at_init=args.at_init, splits=(args.split,))
+                                              data=common.data_paths(args), at_init=args.at_init,
+                                              splits=(args.split,))
   emb, split = data[args.split]
   batch_size = args.batch_size or config.batch_size
   sampler = data_lib.NPerClassSampler(split.labels, batch_size=batch_size,

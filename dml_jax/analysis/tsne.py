@@ -77,7 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   args = common.parse_args(parser, argv)
   names = tuple(s for s in args.splits.split(",") if s)
   step, data, config = common.load_embeddings(args.workdir, step=args.step,
-                                              at_init=args.at_init, splits=names)
+                                              data=common.data_paths(args), at_init=args.at_init,
+                                              splits=names)
   panels = []
   for name in names:
     emb, split = data[name]

@@ -34,27 +34,8 @@ def print_line(line: str) -> None:
     print(f"dml_jax: {line}", flush=True)
 
 
-def load_config(workdir: str, machine: Mapping[str, Any] | None = None):
-  """The workdir's ``config.json`` with this machine's settings (``{'data.num_threads': 4}``,
-  what ``cli.machine_overrides`` gives; ``{'data.options.root': '/data/cub'}``, what
-  ``cli.data_location_overrides`` gives) in place of the recorded ones.
-
-  Raises:
-    ValueError: a ``data.options`` key the run's dataset does not read (e.g. a ``root`` for
-      the in-memory digits).
-  """
-  config = workdir_lib.load_config(workdir)
-  for key, value in (machine or {}).items():
-    *sections, name = key.split(".")
-    node = config
-    for section in sections:
-      node = node[section]
-    if sections == ["data", "options"] and name not in node:
-      raise ValueError(f"{workdir}: its dataset {config.data.name!r} reads no "
-                       f"data.options.{name} (its options: {', '.join(sorted(node)) or 'none'}),"
-                       f" so it takes no {name} location.")
-    node[name] = value
-  return config
+# The workdir's config.json with this machine's settings (restore.load_config).
+load_config = restore.load_config
 
 
 def evaluate_checkpoint(workdir: str, *, step: int | None = None,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from collections.abc import Mapping
 from typing import Any, Callable
 
 from flax import nnx
@@ -172,18 +173,42 @@ def initial_model(config: ml_collections.ConfigDict, *,
                        variables={"params": params, "batch_stats": batch_stats}, step=0)
 
 
-def restore_model(workdir: str, step: int | None = None, *,
-                  at_init: bool = False) -> RestoredModel:
+def load_config(workdir: str, machine: Mapping[str, Any] | None = None):
+  """The workdir's ``config.json`` with this machine's settings (``{'data.num_threads': 4}``,
+  what ``cli.machine_overrides`` gives; ``{'data.options.root': '/data/cub'}``, what
+  ``cli.data_location_overrides`` gives) in place of the recorded ones.
+
+  Raises:
+    ValueError: a ``data.options`` key the run's dataset does not read (e.g. a ``root`` for
+      the in-memory digits).
+  """
+  config = workdir_lib.load_config(workdir)
+  for key, value in (machine or {}).items():
+    *sections, name = key.split(".")
+    node = config
+    for section in sections:
+      node = node[section]
+    if sections == ["data", "options"] and name not in node:
+      raise ValueError(f"{workdir}: its dataset {config.data.name!r} reads no "
+                       f"data.options.{name} (its options: {', '.join(sorted(node)) or 'none'}),"
+                       f" so it takes no {name} location.")
+    node[name] = value
+  return config
+
+
+def restore_model(workdir: str, step: int | None = None, *, at_init: bool = False,
+                  machine: Mapping[str, Any] | None = None) -> RestoredModel:
   """The model of a checkpoint of ``workdir`` (the newest readable when ``step`` is None;
   the initial parameters with ``at_init``) and its evaluation data, from the workdir's
-  ``config.json``. Builds no sampler, objective or optimizer.
+  ``config.json`` (with this machine's settings ``machine``, :func:`load_config`). Builds no
+  sampler, objective or optimizer.
 
   Raises:
     FileNotFoundError: not a workdir, or no checkpoint. ValueError: ``step`` does not exist,
       or a bad evaluation setting. checkpointing.CheckpointMismatchError: the checkpoint does
       not fit the config's model.
   """
-  model = initial_model(workdir_lib.load_config(workdir), pretrained=at_init)
+  model = initial_model(load_config(workdir, machine), pretrained=at_init)
   return model if at_init else model.at(workdir, step)
 
 

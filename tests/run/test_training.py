@@ -480,6 +480,8 @@ def test_a_relative_data_folder_is_recorded_absolute_and_evaluated_from_anywhere
   _, moved = eval_checkpoints.evaluate_checkpoint(
       str(tmp_path / "run"), machine={"data.options.root": str(tmp_path / "moved")})
   assert moved["test"]["recall@1"] == results["test"]["recall@1"]
+  from dml_jax.analysis import scatter  # pylint: disable=import-outside-toplevel
+  assert scatter.main([f"--workdir={tmp_path / 'run'}", "--data_root=moved"]) == 0
   with pytest.raises(ValueError, match=r"reads no data.options.data_dir \(its options: .*root"):
     eval_checkpoints.load_config(str(tmp_path / "run"), {"data.options.data_dir": "/tfds"})
 
