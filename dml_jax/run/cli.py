@@ -175,7 +175,7 @@ def resolved_config(config_flag, *, modules: Sequence[str] = (),
   modules = overrides.user_modules(modules)
   overrides.import_user_modules(modules)
   base = overrides.load_config_file(spec)
-  overrides.import_user_modules(base.get("user_modules", ()))
+  overrides.import_user_modules(base.get("user_modules", ()), from_config=True)
   config = overrides.apply(base, {**config_flags.get_override_values(config_flag),
                                   **(machine or {})})
   config.user_modules = overrides.user_modules(config.get("user_modules", ()), modules)

@@ -248,7 +248,7 @@ def resolve(spec: str, sets: Mapping[str, str] = ()) -> ml_collections.ConfigDic
   importing the config's ``user_modules``."""
   from dml_jax.run import overrides  # pylint: disable=import-outside-toplevel
   config = overrides.load_config_file(spec)
-  overrides.import_user_modules(config.get("user_modules", ()))
+  overrides.import_user_modules(config.get("user_modules", ()), from_config=True)
   return overrides.apply(config, dict(sets), from_strings=True)
 
 

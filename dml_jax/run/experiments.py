@@ -388,7 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     overrides_lib.import_user_modules(modules)
     config = overrides_lib.load_config_file(args.config)
     config.user_modules = overrides_lib.user_modules(config.get("user_modules", ()), modules)
-    overrides_lib.import_user_modules(config.user_modules)
+    overrides_lib.import_user_modules(config.user_modules, from_config=True)
     # Ctrl-C / SIGTERM: the running point saves a checkpoint of its step and the sweep stops;
     # the same command resumes it
     with signals.stop_on_signals() as stop:

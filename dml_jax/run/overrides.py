@@ -200,19 +200,28 @@ def apply(base: ml_collections.ConfigDict, overrides: Mapping[str, Any], *,
   return config
 
 
-def import_user_modules(specs) -> list:
+# Set on a user module file imported from a config's ``user_modules`` (a workdir's record, a
+# config file's list) rather than given on the command line: only the latter stand in for a
+# recorded module that moved (:func:`import_user_modules`).
+_FROM_CONFIG = "__dml_jax_from_config__"
+
+
+def import_user_modules(specs, *, from_config: bool = False) -> list:
   """Imports the user's modules (e.g. ones that call ``objectives.register``).
 
   Args:
     specs: module names importable from the current directory / ``sys.path``
       (``my_pkg.losses``) or paths of ``.py`` files.
+    from_config: ``specs`` is a config's ``user_modules`` (a workdir's record, a config
+      file's list), not modules given on the command line (``--module``).
 
   Returns:
     The imported modules, in the order of ``specs``. A ``.py`` file that does not exist, or
     a module name that cannot be imported from here (a workdir's ``config.user_modules``
     after the file moved, or read from another directory), is the module of a file of the
-    same name (``losses.py`` for ``my_pkg.losses``) imported before or among ``specs``, e.g.
-    by ``eval.py --module=NEW_PATH``.
+    same name (``losses.py`` for ``my_pkg.losses``) among ``specs`` or given on the command
+    line before (``eval.py --module=NEW_PATH``); a file another workdir's record imported
+    (``eval.py --workdirs``) never stands for it.
 
   Raises:
     ValueError: a module cannot be found (naming it).
@@ -221,13 +230,13 @@ def import_user_modules(specs) -> list:
   missing = lambda i: specs[i].endswith(".py") and not os.path.isfile(specs[i])
   modules, files = [None] * len(specs), {}
   for i in sorted(range(len(specs)), key=missing):   # the files that exist first
-    modules[i] = _import_user_module(specs[i], files)
+    modules[i] = _import_user_module(specs[i], files, from_config=from_config)
     if specs[i].endswith(".py"):
       files[os.path.basename(specs[i])] = modules[i]
   return modules
 
 
-def _import_user_module(spec: str, files: dict):
+def _import_user_module(spec: str, files: dict, *, from_config: bool):
   """One module of :func:`import_user_modules`; ``files``: file name -> module of the files
   of its ``specs`` that exist."""
   is_file = spec.endswith(".py")
@@ -235,7 +244,8 @@ def _import_user_module(spec: str, files: dict):
   # a recorded module that moved: a file of its name given with it (or before, with --module)
   # stands for it
   moved = [m for n, m in sys.modules.items()
-           if re.fullmatch(rf"dml_jax_user_{re.escape(stem)}_[0-9a-f]{{8}}", n)]
+           if re.fullmatch(rf"dml_jax_user_{re.escape(stem)}_[0-9a-f]{{8}}", n)
+           and not getattr(m, _FROM_CONFIG, False)]
   stand_in = files.get(f"{stem}.py") or (moved[-1] if moved else None)
   if is_file:
     if not os.path.isfile(spec):
@@ -250,6 +260,8 @@ def _import_user_module(spec: str, files: dict):
     if name not in sys.modules:
       module_spec = importlib.util.spec_from_file_location(name, path)
       module = importlib.util.module_from_spec(module_spec)
+      if from_config:
+        setattr(module, _FROM_CONFIG, True)
       sys.modules[name] = module
       module_spec.loader.exec_module(module)
     return sys.modules[name]

@@ -163,7 +163,7 @@ def initial_model(config: ml_collections.ConfigDict, *,
   initialisation and, when ``pretrained``, the ``model.pretrained`` backbone; without it, a
   model whose variables a checkpoint replaces, ``RestoredModel.at``) and its evaluation
   data; imports ``config.user_modules`` first."""
-  overrides.import_user_modules(config.get("user_modules", ()))
+  overrides.import_user_modules(config.get("user_modules", ()), from_config=True)
   splits = load_splits(config)
   model_key, _ = jax.random.split(jax.random.key(config.seed))   # as training.build
   model = make_model(config, splits["train"].images.shape, model_key, pretrained=pretrained)

@@ -95,7 +95,7 @@ def build(config: ml_collections.ConfigDict) -> Setup:
   First imports ``config.user_modules`` (a user's registered objectives), so that every
   binary that builds a workdir's config finds them.
   """
-  overrides.import_user_modules(config.get("user_modules", ()))
+  overrides.import_user_modules(config.get("user_modules", ()), from_config=True)
   config_lib.validate(config)
   config_lib.validate_training(config)
   objective = objectives.make(**config.loss.to_dict())   # its values checked before the data
@@ -387,7 +387,7 @@ def start_run(config: ml_collections.ConfigDict, workdir: str, *,
     ValueError: the newest checkpoint is past the run's final step.
   """
   workdir_lib.check_path(workdir)
-  overrides.import_user_modules(config.get("user_modules", ()))
+  overrides.import_user_modules(config.get("user_modules", ()), from_config=True)
   # a bad value is named as such, not as a change of the config
   config_lib.validate(config)
   config_lib.validate_training(config)

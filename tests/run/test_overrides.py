@@ -158,6 +158,26 @@ def test_a_recorded_module_file_that_moved_is_found_through_module(tmp_path, use
     overrides.import_user_modules(["my.py"])
 
 
+def test_another_workdirs_recorded_module_never_stands_for_a_moved_one(tmp_path):
+  """``eval.py --workdirs=A,B``: A's recorded losses.py is imported from A's record; B's
+  recorded losses.py (another file) moved. B's is refused, not silently A's module; a file
+  given on the command line (``--module``) still stands for it."""
+  a = tmp_path / "a" / "losses.py"
+  a.parent.mkdir()
+  a.write_text("WHICH = 'a'\n")
+  gone = str(tmp_path / "b" / "losses.py")
+  (from_a,) = overrides.import_user_modules([str(a)], from_config=True)
+  assert from_a.WHICH == "a"
+  with pytest.raises(ValueError, match=r"b/losses.py does not exist; if it moved"):
+    overrides.import_user_modules([gone], from_config=True)
+  given = tmp_path / "new" / "losses.py"
+  given.parent.mkdir()
+  given.write_text("WHICH = 'b'\n")
+  overrides.import_user_modules([str(given)])   # eval.py --module=new/losses.py
+  (stand_in,) = overrides.import_user_modules([gone], from_config=True)
+  assert stand_in.WHICH == "b"
+
+
 def test_user_modules_are_recorded_absolute_and_once(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
   assert overrides.user_modules(("my.py", "pkg.losses"), (str(tmp_path / "my.py"),)) == (
