@@ -61,6 +61,8 @@ def test_all_steps_and_best_checkpoint_on_a_validation_protocol(runs):
 def test_retrieval_grid_export_and_tensorboard_of_one_checkpoint(runs, tmp_path):
   workdir = str(tmp_path / "copy")
   shutil.copytree(next(iter(runs)), workdir)
+  # the earlier tests' evaluations stay in tensorboard/eval (nothing is purged): start empty
+  shutil.rmtree(os.path.join(workdir, "tensorboard", "eval"), ignore_errors=True)
   grid = {"num_queries": 3, "k": 4, "mode": "worst", "seed": 0}
   step, results = eval_checkpoints.evaluate_checkpoint(workdir, grid=grid, export_embeddings=True)
   written = [os.path.relpath(p, workdir) for p in eval_checkpoints.extra_outputs(
