@@ -130,18 +130,23 @@ def test_a_stop_at_an_evaluation_step_evaluates_it_on_resume(tmp_path):
   assert eval_steps(workdir) == ([10, 20], [10, 20])
 
 
-def test_a_final_evaluation_cut_off_is_logged_by_the_rerun(tmp_path, monkeypatch):
-  workdir = str(tmp_path)
-  config = small_config(10)
-  evaluate = compute.evaluate_with_config
+def run_cut_off_in(module, name: str, config, workdir: str, monkeypatch) -> None:
+  """Trains ``config`` in ``workdir`` with ``module.name`` stopping the run the way a second
+  Ctrl-C does (no checkpoint of its own), then puts ``module.name`` back."""
 
   def second_ctrl_c(*args, **kwargs):
     raise KeyboardInterrupt("second SIGINT: stopping without saving")
 
-  monkeypatch.setattr(compute, "evaluate_with_config", second_ctrl_c)
-  with pytest.raises(KeyboardInterrupt):
-    training.train_and_evaluate(config, workdir, show_progress=False)
-  monkeypatch.setattr(compute, "evaluate_with_config", evaluate)
+  with monkeypatch.context() as patch:
+    patch.setattr(module, name, second_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+      training.train_and_evaluate(config, workdir, show_progress=False)
+
+
+def test_a_final_evaluation_cut_off_is_logged_by_the_rerun(tmp_path, monkeypatch):
+  workdir = str(tmp_path)
+  config = small_config(10)
+  run_cut_off_in(compute, "evaluate_with_config", config, workdir, monkeypatch)
   results = training.train_and_evaluate(config, workdir, show_progress=False)
   assert eval_steps(workdir) == ([10], [10])
   row, = [r for r in workdir_lib.read_metrics(workdir) if "eval/test/recall@1" in r]
@@ -155,15 +160,7 @@ def test_a_kill_during_the_last_steps_scatter_diagram_draws_it_on_rerun(tmp_path
   checkpoint, is drawn and logged by the rerun, once, before the final evaluation."""
   workdir = str(tmp_path)
   config = small_config(10, scatter_every_steps=10)
-  scatter = training.log_scatter
-
-  def second_ctrl_c(*args, **kwargs):
-    raise KeyboardInterrupt("second SIGINT: stopping without saving")
-
-  monkeypatch.setattr(training, "log_scatter", second_ctrl_c)
-  with pytest.raises(KeyboardInterrupt):
-    training.train_and_evaluate(config, workdir, show_progress=False)
-  monkeypatch.setattr(training, "log_scatter", scatter)
+  run_cut_off_in(training, "log_scatter", config, workdir, monkeypatch)
   training.train_and_evaluate(config, workdir, show_progress=False)
   scatter_steps = lambda: [r["step"] for r in workdir_lib.read_metrics(workdir)
                            if "scatter/correct_fraction" in r]
