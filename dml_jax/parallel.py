@@ -90,6 +90,21 @@ def replicate(mesh: Mesh, tree):
   return jax.device_put(tree, replicated(mesh))
 
 
+def process_max(mesh: Mesh):
+  """``vote(value: int) -> jax.Array``: the largest ``value`` any process passed, as a
+  replicated int32 scalar on the devices, not fetched (a collective: every process of the mesh
+  calls ``vote`` the same number of times; the caller reads the result when it needs it)."""
+  sharding, n = batch_sharded(mesh), mesh.devices.size
+  local = len(mesh.local_devices)
+  reduce = jax.jit(lambda x: x.max(), out_shardings=replicated(mesh))
+
+  def vote(value: int) -> jax.Array:
+    x = np.full((local,), value, np.int32)
+    return reduce(jax.make_array_from_process_local_data(sharding, x, (n,)))
+
+  return vote
+
+
 def describe(mesh: Mesh, batch_size: int) -> str:
   """One line on what a run computes on, e.g. ``'8 x cpu devices, 1 process, batch 128
   (16 per device)'``."""

@@ -1,6 +1,7 @@
 """Data parallelism: 8 (fake CPU) devices give the single-device global-batch results."""
 
 import functools
+import signal
 
 import jax
 import jax.numpy as jnp
@@ -10,6 +11,7 @@ import pytest
 from dml_jax import objectives
 from dml_jax import parallel
 from dml_jax import similarity
+from dml_jax.run import signals
 from dml_jax.run import training
 from dml_jax.run import workdir as workdir_lib
 from dml_test_support import small_config, steps_on_1_and_8_devices
@@ -56,6 +58,26 @@ def test_loss_and_grad_on_8_devices_equal_1_device(case):
   assert len(g8.sharding.device_set) == 8
   np.testing.assert_allclose(float(l8), float(l1), atol=1e-5, rtol=1e-5)
   np.testing.assert_allclose(np.asarray(g8), np.asarray(g1), atol=1e-5, rtol=1e-5)
+
+
+def test_processes_stop_after_the_same_step():
+  """Several processes stop after the step where every one has seen the signal (a vote over
+  the devices, read a step later), so that they save one checkpoint together; one process
+  stops at once."""
+  mesh = parallel.make_mesh(8)
+  assert int(parallel.process_max(mesh)(3)) == 3
+  stop = signals.StopFlag()
+  check = training.make_stop_check(stop, mesh, processes=2)
+  assert check() is None
+  stop.set(signal.SIGTERM)
+  assert check() is None            # this step's vote is read after the next step
+  assert check() == signal.SIGTERM
+  by_hand = signals.StopFlag()
+  check = training.make_stop_check(by_hand, mesh, processes=1)
+  assert check() is None
+  by_hand.set()
+  assert check() == 0
+  assert training.make_stop_check(None, mesh)() is None
 
 
 def test_batch_not_divisible_by_devices_is_a_clear_error():
