@@ -60,6 +60,23 @@ def test_multi_similarity_pairs_match_loops():
   np.testing.assert_array_equal(kept["ms", "ms", "hardest"], kept["ms", "ms", "selected"])
 
 
+def test_multi_similarity_pairs_drop_exact_ties():
+  """Both MS rules are strict (released code): a negative with ``s_an + eps == min s_ap`` and a
+  positive with ``s_ap - eps == max s_an`` are not kept (dyadic scores: the ties are exact)."""
+  labels = jnp.asarray([0, 0, 0, 1, 1], jnp.int32)
+  s = np.full((5, 5), -1.0, np.float32)
+  s[0, 1:] = [0.5, 0.75, 0.25, 0.125]   # anchor 0: positives 0.5, 0.75; negatives 0.25, 0.125
+  pos, neg = sim.label_masks(labels)
+  pk, nk = map(np.asarray, mining.multi_similarity_pairs(jnp.asarray(s), pos, neg,
+                                                         epsilon=0.25))
+  assert not nk[0, 3] and not nk[0, 4]       # 0.25 + 0.25 == min s_ap 0.5: dropped
+  assert not pk[0, 1] and not pk[0, 2]       # 0.5 - 0.25 == max s_an 0.25: dropped
+  pk, nk = map(np.asarray, mining.multi_similarity_pairs(jnp.asarray(s), pos, neg,
+                                                         epsilon=0.375))
+  assert nk[0, 3] and not nk[0, 4]           # 0.625 > 0.5; 0.125 + 0.375 == 0.5: dropped
+  assert pk[0, 1] and not pk[0, 2]           # 0.125 < 0.25; 0.375 > 0.25
+
+
 def test_kl_weights_and_grouped_weights_match_loops():
   gamma = 0.3
   p = np.asarray(mining.kl_weights(S_RAND, MASK_RAND, gamma=gamma))
