@@ -144,6 +144,11 @@ def test_triplet_all_negatives_matches_loop_values_and_gradients(reduction):
 def test_masked_mean_over_valid_terms():
   values = jnp.asarray(S_AP, jnp.float32)
   np.testing.assert_allclose(losses.masked_mean(values, VALID), S_AP[VALID].mean(), rtol=1e-6)
+  one = np.zeros((B, N), bool)
+  one[1, 2] = True                             # a single valid term: the mean is that term
+  np.testing.assert_allclose(losses.masked_mean(values, one), S_AP[1, 2], rtol=1e-6)
+  np.testing.assert_allclose(losses.reduce(values, one, "mean", counts=2.0), S_AP[1, 2] / 2,
+                             rtol=1e-6)
 
 
 def test_masked_mean_without_valid_terms_is_zero_with_zero_gradient():
