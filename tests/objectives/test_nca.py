@@ -85,6 +85,23 @@ def test_ephn_released_code_options():
   assert 0 < len(kept) < len(dropped)
 
 
+def test_positive_similarity_only_drops_exactly_orthogonal_pairs():
+  """``S_ap > 0`` and ``S_an > 0`` are strict: pairs of orthogonal embeddings (``S = 0``
+  exactly) leave the loss, whether positive, single negative or one of all negatives."""
+  e = np.array([[1, 0, 0], [0.6, 0.8, 0], [0, 0, 1], [0.8, 0, 0.6]], np.float32)
+  s = np_similarity(e, "cosine")
+  assert s[0, 2] == 0 and s[1, 2] == 0
+  nca = lambda sp, sn: np.log1p(np.sum(np.exp((np.asarray(sn) - sp) / 0.1)))
+  loss = lambda labels, negative: jax.jit(objectives.make(
+      "nca", negative=negative, positive_similarity_only=True).apply)(
+          {}, jnp.asarray(e), jnp.asarray(labels, jnp.int32))[0]
+  # All negatives, labels 0 0 1 1: 2 leaves the sums of 0 and 1; anchor 2 keeps none.
+  want = [nca(s[0, 1], [s[0, 3]]), nca(s[1, 0], [s[1, 3]]), nca(s[3, 2], s[3, :2])]
+  np.testing.assert_allclose(loss([0, 0, 1, 1], "all"), np.mean(want), rtol=1e-5)
+  # Easy negatives, labels 0 1 0 1: anchors 0 and 2 have S_ap = 0, anchor 1 has S_an = 0.
+  np.testing.assert_allclose(loss([0, 1, 0, 1], "easy"), nca(s[3, 1], [s[3, 2]]), rtol=1e-5)
+
+
 # ----------------------------------------------------------------------------- properties
 
 
