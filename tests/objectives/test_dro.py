@@ -51,6 +51,7 @@ CASES = [
     ("dro_topk_pn", dict(k=12)),                                      # 2 (K/2) < 16 positives
     ("dro_topk_pn", dict(k=40, pair_loss="binomial")),              # 2 (K/2) > 16 positives
     ("dro_topk_pn", dict(k=40, balanced=True)),                     # and 16 negatives
+    ("dro_topk_pn", dict(k=17, balanced=True)),     # exactly 16 positives: 18 negatives
     ("dro_kl", dict(mode="weight")),
     ("dro_kl", dict(mode="weight", pair_loss="binomial", gamma=0.5, remove_zero_loss=False)),
     ("dro_kl", dict(mode="sample", k=50)),
