@@ -273,3 +273,24 @@ def test_each_config_docstring_says_what_its_commands_need():
     if config.data.name not in built_in:
       assert re.search(r"datasets\.md|data\.options\.(root|path)", doc), (
           f"{path.name}: says not where its data ({config.data.name}) comes from")
+
+
+def test_objective_table_defaults_are_the_objectives_defaults():
+  """Every ``key=value`` of the defaults column of docs/objectives.md's objective table is that
+  objective's default (the papers' values quoted there)."""
+  from dml_jax import objectives  # pylint: disable=g-import-not-at-top
+  text = (ROOT / "docs" / "objectives.md").read_text()
+  rows = re.findall(r"^\| `(\w+)` \|.*\| ([^|]*) \|$", text[:text.index("### Choosing")], re.M)
+  assert sorted(name for name, _ in rows) == sorted(objectives.names())
+  for name, cell in rows:
+    defaults = objectives.hparam_defaults(name)
+    for part in cell.split(", "):
+      if part.startswith("as `"):
+        continue
+      *keys, value = part.split("=")
+      value = value.strip("`")
+      value = {"True": True, "False": False}.get(value, value)
+      if isinstance(value, str) and re.fullmatch(r"-?[\d.]+", value):
+        value = float(value)
+      for key in keys:
+        assert key in defaults and defaults[key] == value, (name, key, value, defaults.get(key))
