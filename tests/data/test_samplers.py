@@ -128,6 +128,16 @@ def test_all_mode_last_single_slot_extends_a_group():
   assert 5 in lengths and 1 not in lengths
 
 
+def test_all_mode_never_tops_up_with_a_class_of_one_example():
+  # Classes of one example give no top-up group (it would be a lone anchor): each is in the
+  # epoch once, as its own group.
+  labels = np.concatenate([np.repeat(np.arange(3), 6), np.arange(3, 9)])
+  s = NPerClassSampler(labels, batch_size=8, group_size=4, seed=0)
+  for epoch in range(3):
+    visits = np.bincount(s.epoch_batches(epoch).ravel(), minlength=len(labels))
+    np.testing.assert_array_equal(visits[18:], 1)
+
+
 def test_all_mode_single_slot_with_used_up_classes_enlarges_a_top_up():
   """A last free slot whose batch's classes have no unused example: a top-up group is
   replaced by a larger one of an absent class, never a repeated example (600 classes of
@@ -234,6 +244,10 @@ def test_pad_to_largest_keeps_a_multiple_of_n_and_refuses_skip():
   for c, distinct in ((0, 104), (1, 104), (2, 40)):
     own = table.ravel()[:3 * 104][big[table.ravel()[:3 * 104]] == c]
     assert len(own) == 104 and len(np.unique(own)) == distinct
+  # Exactly 1,000 is not over 1,000: L = 1000.
+  edge = np.repeat(np.arange(3), [1000, 150, 40])
+  s = NPerClassSampler(edge, batch_size=16, group_size=8, seed=0, epoch="pad_to_largest")
+  assert s.steps_per_epoch == 3 * 1000 // 16 + 1
   with pytest.raises(ValueError, match="small_class='skip' drops the classes"):
     NPerClassSampler(labels, batch_size=4, group_size=2, seed=0, small_class="skip",
                      epoch="pad_to_largest")
