@@ -43,6 +43,9 @@ def test_clean_subsample():
   assert idx.shape == (60,) and np.all(np.diff(idx) > 0) and idx.min() >= 0 and idx.max() < 100
   np.testing.assert_array_equal(idx, noise.clean_subsample(100, fraction=0.6, seed=3))
   assert noise.clean_subsample(100, fraction=1.0, seed=0).tolist() == list(range(100))
+  # round(fraction N), not its floor: 0.29 * 100 is 28.999999999999996 in floating point.
+  assert [len(noise.clean_subsample(n, fraction=f, seed=0))
+          for n, f in ((100, 0.29), (10, 0.77), (10, 0.01))] == [29, 8, 1]
   with pytest.raises(ValueError, match="fraction"):
     noise.clean_subsample(100, fraction=0.0, seed=0)
   with pytest.raises(ValueError, match="num"):
