@@ -53,7 +53,10 @@ def test_profile_and_step_parts_with_a_small_step(tmp_path):
          "STEP_VARIANTS": ("\n--set=model.embedding_dim=64 XLA_FLAGS=--xla_backend_optimization_level=2"
                            " XLA_FLAGS=--xla_dump_hlo_as_text=false\n--set=model.bogus=1"
                            "\nXLA_FLAGS=--xla_no_such_flag"),   # reaches XLA: fails
-         "XLA_FLAGS": ""}   # one CPU device, not the test session's eight
+         "XLA_FLAGS": "",   # one CPU device, not the test session's eight
+         # the profile's step and the step part's first variant compile one program once
+         "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache"),
+         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
   r = subprocess.run(["bash", SCRIPT, "profile", "step"], cwd=ROOT, env=env,
                      capture_output=True, text=True, timeout=600, check=False)
   assert r.returncode == 0, r.stderr[-2000:]
