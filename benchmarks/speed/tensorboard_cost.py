@@ -2,6 +2,8 @@
 
   python benchmarks/speed/tensorboard_cost.py [--rounds=2] [--out=runs/tensorboard_cost.json]
   python benchmarks/speed/tensorboard_cost.py --smoke      # the smoke config, one round
+  (--compilation_cache=DIR: the runs share JAX's compilation cache in DIR instead of compiling
+  cold; their seconds are then not the measurement's)
 
 Runs ``python train.py --config=configs/digits_evenodd_eps.py --compilation_cache= --noprogress
 --config.log.tensorboard=False`` and ``=True`` alternately (``--rounds`` of each), every run in
@@ -29,11 +31,11 @@ CONFIG = "configs/digits_evenodd_eps.py"
 SETTINGS = ("False", "True")
 
 
-def time_run(config: str, workdir: str, tensorboard: str) -> dict:
+def time_run(config: str, workdir: str, tensorboard: str, cache: str = "") -> dict:
   """Seconds from launching ``train.py`` to its exit (``error``: the output's tail, if it
-  failed)."""
+  failed); ``cache``: ``train.py``'s ``--compilation_cache`` (``''``: compiled cold)."""
   cmd = [sys.executable, os.path.join(REPO, "train.py"), f"--config={config}",
-         f"--workdir={workdir}", "--compilation_cache=", "--noprogress",
+         f"--workdir={workdir}", f"--compilation_cache={cache}", "--noprogress",
          f"--config.log.tensorboard={tensorboard}"]
   t0 = time.perf_counter()
   proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False)
@@ -43,13 +45,13 @@ def time_run(config: str, workdir: str, tensorboard: str) -> dict:
   return out
 
 
-def run(*, rounds: int, config: str = CONFIG, log=print) -> dict:
+def run(*, rounds: int, config: str = CONFIG, cache: str = "", log=print) -> dict:
   """``{'config', 'rounds', 'runs': {'False': [...], 'True': [...]}}``, off and on in turns."""
   runs = {s: [] for s in SETTINGS}
   with tempfile.TemporaryDirectory(prefix="tensorboard_cost_") as tmp:
     for r in range(rounds):
       for setting in SETTINGS:
-        res = time_run(config, os.path.join(tmp, f"run_{r}_{setting}"), setting)
+        res = time_run(config, os.path.join(tmp, f"run_{r}_{setting}"), setting, cache)
         runs[setting].append(res)
         log(f"round {r + 1}/{rounds}, log.tensorboard={setting}: {res['seconds']:.1f} s"
             + ("" if res["returncode"] == 0 else f" (failed, exit {res['returncode']})"))
@@ -81,11 +83,14 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--smoke", action="store_true",
                       help=f"{CONFIG}:smoke, one round")
   parser.add_argument("--out", default="")
+  parser.add_argument("--compilation_cache", default="",
+                      help="JAX compilation cache the runs share ('': each compiles cold)")
   args = parser.parse_args(argv)
   if args.rounds < 1:
     raise SystemExit(f"--rounds must be >= 1, got {args.rounds}.")
   config, rounds = (CONFIG + ":smoke", 1) if args.smoke else (CONFIG, args.rounds)
-  report = {"script": SCRIPT, **run(rounds=rounds, config=config), "stamp": harness.stamp()}
+  report = {"script": SCRIPT, **run(rounds=rounds, config=config, cache=args.compilation_cache),
+            "stamp": harness.stamp()}
   print(table(report))
   harness.write_json(report, args.out, indent=1)
   return 0

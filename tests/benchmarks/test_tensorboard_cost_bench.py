@@ -2,6 +2,7 @@
 in its own process, and the table reads the report (no timings are checked)."""
 
 import json
+import os
 
 from dml_test_support import load_benchmark
 
@@ -10,7 +11,8 @@ bench = load_benchmark("speed.tensorboard_cost")
 
 def test_smoke_run_times_both_settings(tmp_path):
   out = tmp_path / "tensorboard_cost.json"
-  assert bench.main(["--smoke", f"--out={out}"]) == 0
+  cache = os.environ.get("DML_JAX_COMPILATION_CACHE", "")   # the session's train.py cache
+  assert bench.main(["--smoke", f"--out={out}", f"--compilation_cache={cache}"]) == 0
   report = json.loads(out.read_text())
   assert report["script"] == bench.SCRIPT and report["rounds"] == 1
   for setting in ("False", "True"):
