@@ -6,6 +6,7 @@ import sys
 import numpy as np
 import pytest
 
+from dml_jax.analysis import common
 from dml_jax.analysis import vector_field as vf
 
 
@@ -78,11 +79,20 @@ def test_cli_writes_png(tmp_path):
   assert png.stat().st_size > 1000
 
 
-@pytest.mark.parametrize("flag", ["--gamma=2", "--losses=nope", "--p=-1", "--num=1"])
-def test_cli_bad_flag_is_one_line(tmp_path, flag):
+def test_cli_bad_flag_is_one_line(tmp_path):
   run = subprocess.run([sys.executable, "-m", "dml_jax.analysis.vector_field",
-                        f"--workdir={tmp_path}", flag], capture_output=True, text=True)
+                        f"--workdir={tmp_path}", "--gamma=2"], capture_output=True, text=True)
   assert run.returncode == 1
   assert "Traceback" not in run.stderr
   assert run.stderr.startswith("python -m dml_jax.analysis.vector_field: ")
   assert len(run.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("flag", ["--losses=nope", "--p=-1", "--num=1"])
+def test_other_bad_flags_are_one_line(tmp_path, flag, capsys):
+  # what the module's __main__ runs (the subprocess above), in this process
+  program = "python -m dml_jax.analysis.vector_field"
+  assert common.run(lambda: vf.main([f"--workdir={tmp_path}", flag]), program) == 1
+  err = capsys.readouterr().err
+  assert err.startswith(f"{program}: ") and len(err.strip().splitlines()) == 1
+  assert not list(tmp_path.iterdir())
