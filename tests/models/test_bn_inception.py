@@ -70,6 +70,13 @@ def _fmap_and_embed(model, x):
   return model.feature_map(x), model(x)
 
 
+@nnx.jit
+def _fmap_and_backbone(model, x):
+  """The feature map of ``x`` and the backbone's output for ``x`` and for ``x`` with its
+  channels reversed, in one compiled program (the network run eagerly compiles op by op)."""
+  return model.feature_map(x), model.backbone(x), model.backbone(x[..., ::-1])
+
+
 def test_feature_map_embedding_shapes_and_default_max_pooling():
   model = _filled()
   assert model.head.pooling == "max" and model.arch == "bn_inception"
@@ -95,19 +102,21 @@ def test_model_takes_rgb_and_feeds_the_port_backbone_bgr():
   """dml_jax's inputs are RGB; the port's weights read BGR: the model reverses the channels."""
   model = _filled()
   rgb = jnp.asarray(np.random.default_rng(0).standard_normal((1, 64, 64, 3)), jnp.float32)
-  bgr = rgb[..., ::-1]
-  np.testing.assert_allclose(model.feature_map(rgb), model.backbone(bgr), rtol=1e-6, atol=1e-6)
-  assert not np.allclose(model.feature_map(rgb), model.backbone(rgb), atol=1e-3)
+  fmap, of_rgb, of_bgr = _fmap_and_backbone(model, rgb)
+  np.testing.assert_allclose(fmap, of_bgr, rtol=1e-6, atol=1e-6)
+  assert not np.allclose(fmap, of_rgb, atol=1e-3)
   np.testing.assert_array_equal(bn_inception.to_port_channels(jnp.arange(3.0)), [2.0, 1.0, 0.0])
 
 
 def test_rgb_input_false_feeds_the_images_as_they_are():
   """``rgb_input=False`` (runs recorded before the option) gives the backbone its input
   unchanged; ``make_model`` passes the key to BN-Inception only."""
-  model = models.make("bn_inception", embedding_dim=8, rgb_input=False,
-                      rngs=nnx.Rngs(params=0))
+  model = _filled(rgb_input=False)  # built by models.make(..., rgb_input=False)
+  assert model.rgb_input is False
   x = jnp.asarray(np.random.default_rng(1).standard_normal((1, 64, 64, 3)), jnp.float32)
-  np.testing.assert_allclose(model.feature_map(x), model.backbone(x), rtol=1e-6, atol=1e-6)
+  fmap, of_x, of_reversed = _fmap_and_backbone(model, x)
+  np.testing.assert_allclose(fmap, of_x, rtol=1e-6, atol=1e-6)
+  assert not np.allclose(fmap, of_reversed, atol=1e-3)
   with pytest.raises(ValueError, match="rgb_input='no' must be True or False"):
     models.make("bn_inception", embedding_dim=8, rgb_input="no", rngs=nnx.Rngs(params=0))
   old = ml_collections.ConfigDict({"name": "resnet18", "rgb_input": False})
