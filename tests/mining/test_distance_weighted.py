@@ -168,7 +168,8 @@ def test_inverse_cdf_draws_never_land_on_a_zero_weight_entry():
   weights the unguarded search drew about 2 per million."""
   rng = np.random.default_rng(0)
   w = (rng.random((256, 4096)) * (rng.random((256, 4096)) < 0.5)).astype(np.float32)
-  draw = jax.jit(lambda k: mining_common.inverse_cdf_rows(k, jnp.asarray(w), 4096))
+  # w is an argument, not a constant of the program: XLA would constant-fold the cumsum.
+  draw = jax.jit(lambda k, w: mining_common.inverse_cdf_rows(k, w, 4096))
   for seed in (0, 1):
-    idx = np.asarray(draw(jax.random.key(seed)))
+    idx = np.asarray(draw(jax.random.key(seed), jnp.asarray(w)))
     assert np.all(np.take_along_axis(w, idx, axis=1) > 0), seed
