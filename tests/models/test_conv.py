@@ -471,8 +471,9 @@ def test_vmap_over_a_model_with_the_cpu_kernels_equals_the_batch():
     return jnp.sum(nnx.merge(graphdef, p, rest, copy=True)(xi[None]) ** 3)
 
   per_example = jax.jit(jax.vmap(jax.value_and_grad(loss), in_axes=(None, 0)))(params, x)
+  one_example = jax.jit(jax.value_and_grad(loss))
   for i in range(3):
-    value, grad = jax.value_and_grad(loss)(params, x[i])
+    value, grad = one_example(params, x[i])
     np.testing.assert_allclose(per_example[0][i], value, rtol=1e-5, atol=1e-6)
     for a, b in zip(jax.tree.leaves(per_example[1]), jax.tree.leaves(grad)):
       np.testing.assert_allclose(a[i], b, rtol=1e-4, atol=1e-5)
