@@ -218,4 +218,4 @@ def test_hessian_of_all_negatives_equals_the_sorted_path(positive):
   np.testing.assert_allclose(new, old, rtol=1e-4, atol=1e-5 * np.max(np.abs(old)))
   loss = lambda x: objectives.make("triplet", positive=positive, negative="all").apply(
       {}, x, labels, rng=jax.random.key(0))[0]
-  assert np.all(np.isfinite(np.asarray(jax.hessian(loss)(e))))
+  assert np.all(np.isfinite(np.asarray(jax.jit(jax.hessian(loss))(e))))
