@@ -207,9 +207,9 @@ def test_ranked_list_empty_reference_slots_change_nothing():
   e, labels = batch(4, d=4, normalize=False), LABELS.astype(np.int32)
   obj = objectives.make("ranked_list")
   empty = memory.init(512, e.shape[1])
-  plain = jax.value_and_grad(lambda x: obj.apply({}, x, labels)[0])(e)
-  with_memory = jax.value_and_grad(lambda x: obj.apply(
-      {}, x, labels, references=memory.references(empty, x, labels))[0])(e)
+  plain = jax.jit(jax.value_and_grad(lambda x: obj.apply({}, x, labels)[0]))(e)
+  with_memory = jax.jit(jax.value_and_grad(lambda x, m: obj.apply(
+      {}, x, labels, references=memory.references(m, x, labels))[0]))(e, empty)
   np.testing.assert_allclose(float(with_memory[0]), float(plain[0]), rtol=1e-6)
   np.testing.assert_allclose(np.asarray(with_memory[1]), np.asarray(plain[1]), rtol=1e-5,
                              atol=1e-7)
