@@ -172,8 +172,9 @@ def test_k_above_the_number_of_pairs_is_clamped_with_a_warning():
     run("dro_topk_pn", e, labels, k=800)
   with warnings.catch_warnings():
     warnings.simplefilter("error")          # sampling draws with replacement: no clamp
-    objectives.make("dro_kl", k=500).apply({}, jnp.asarray(e), jnp.asarray(labels),
-                                           rng=RNG_KEY)
+    obj = objectives.make("dro_kl", k=500)
+    jax.jit(lambda x, y, key: obj.apply({}, x, y, rng=key))(jnp.asarray(e), jnp.asarray(labels),
+                                                            RNG_KEY)
 
 
 @pytest.mark.parametrize("call,match", [
