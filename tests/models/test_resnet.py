@@ -251,7 +251,7 @@ def test_param_labels_split_backbone_and_head_learning_rates():
 def test_images_with_the_wrong_channel_count_are_one_clear_error(shape):
   """Grey images, or NCHW ones, into a 3-channel ResNet name the shape and ``in_channels``."""
   with pytest.raises(ValueError, match=r"resnet18 expects images \[B, H, W, 3\].*in_channels"):
-    _resnet18()(jnp.ones(shape))
+    _filled("resnet18")(jnp.ones(shape))
 
 
 def test_non_positive_in_channels_and_head_widths_are_refused():
@@ -264,7 +264,7 @@ def test_non_positive_in_channels_and_head_widths_are_refused():
 def test_train_mode_batch_norm_over_one_value_per_channel_is_refused():
   """Batch 1 at 32 px leaves ResNet-18's last stage 1 x 1: its batch statistics would be the
   value itself and the embedding the same for every image (torch raises too)."""
-  model = _resnet18()
+  model = _filled("resnet18", dim=16)
   model.train()
   one = jnp.ones((1, 32, 32, 3))
   match = r"one value per channel: input shape \(1, 1, 1, 512\) \(batch 1, feature map 1 x 1\)"
