@@ -102,8 +102,10 @@ def test_all_negatives_without_positives_or_negatives_give_zero_terms():
 
 
 @functools.partial(jax.jit, static_argnames=("negative", "distance"))
-def sorted_path_loss(e, labels, refs, *, negative, distance="squared"):
-  """The ``positive='all'`` triplet loss on the sorted paths (no compaction)."""
+@jax.value_and_grad
+def sorted_path_value_and_grad(e, labels, refs, *, negative, distance="squared"):
+  """The ``positive='all'`` triplet loss on the sorted paths (no compaction), and its
+  gradient."""
   s, pos, neg = objectives_common.similarities(e, labels, "cosine", refs)
   d2 = sim.squared_distance(s)
   d = d2 if distance == "squared" else jnp.sqrt(jnp.maximum(d2, 1e-12))
@@ -127,8 +129,8 @@ def objective(negative, distance="squared"):
 def check_equals_sorted_path(e, labels, refs=None, *, negative, distance="squared"):
   e, labels = jnp.asarray(e), jnp.asarray(labels)
   loss, grad = objective(negative, distance)(e, labels, refs)
-  want, want_grad = jax.value_and_grad(sorted_path_loss)(e, labels, refs, negative=negative,
-                                                         distance=distance)
+  want, want_grad = sorted_path_value_and_grad(e, labels, refs, negative=negative,
+                                               distance=distance)
   assert np.isfinite(float(loss)) and float(want) > 0
   np.testing.assert_allclose(float(loss), float(want), rtol=1e-5, atol=1e-7)
   np.testing.assert_allclose(np.asarray(grad, np.float32), np.asarray(want_grad, np.float32),
