@@ -15,6 +15,14 @@ if "DML_JAX_COMPILATION_CACHE" not in os.environ:
   import tempfile  # pylint: disable=g-import-not-at-top
   os.environ["DML_JAX_COMPILATION_CACHE"] = tempfile.mkdtemp(prefix="dml_jax_test_jax_cache_")
 
+# The test processes use it too, for the programs that take a while to compile: many tests
+# build the same run or model afresh (a new jitted function each time, so JAX's in-memory
+# cache cannot reuse the program), and the programs compiled once serve them all.
+if os.environ["DML_JAX_COMPILATION_CACHE"]:
+  import jax  # pylint: disable=g-import-not-at-top
+  jax.config.update("jax_compilation_cache_dir", os.environ["DML_JAX_COMPILATION_CACHE"])
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+
 TESTS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TESTS)
 for path in (ROOT, TESTS):
