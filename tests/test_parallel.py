@@ -67,17 +67,17 @@ def test_processes_stop_after_the_same_step():
   mesh = parallel.make_mesh(8)
   assert int(parallel.process_max(mesh)(3)) == 3
   stop = signals.StopFlag()
-  check = training.make_stop_check(stop, mesh, processes=2)
+  check = signals.stop_check(stop, mesh, processes=2)
   assert check() is None
   stop.set(signal.SIGTERM)
   assert check() is None            # this step's vote is read after the next step
   assert check() == signal.SIGTERM
   by_hand = signals.StopFlag()
-  check = training.make_stop_check(by_hand, mesh, processes=1)
+  check = signals.stop_check(by_hand, mesh, processes=1)
   assert check() is None
   by_hand.set()
   assert check() == 0
-  assert training.make_stop_check(None, mesh)() is None
+  assert signals.stop_check(None, mesh)() is None
 
 
 def test_batch_not_divisible_by_devices_is_a_clear_error():

@@ -367,33 +367,6 @@ def evaluation_splits(setup: Setup, *, workdir: str,
 # ------------------------------------------------------------------------------ train
 
 
-def make_stop_check(stop: signals.StopFlag | None, mesh: jax.sharding.Mesh, *,
-                    processes: int | None = None) -> Callable[[], int | None]:
-  """``check() -> signum or None``, called once per train step by every process: the signal
-  (``StopFlag.signum``) to stop after this step on, ``None`` to go on.
-
-  One process: whether ``stop`` is set now. Several (``processes``, default
-  ``jax.process_count()``): a signal reaches each process at its own moment (a Ctrl-C on one
-  host, a scheduler's SIGTERM to each task), yet the checkpoint of the stop is written by all
-  of them together, so they must stop after the same step: each step every process casts its
-  flag into a vote over the devices (``parallel.process_max``), and ``check`` returns the
-  result of the previous step's vote, the same on every process, one step late (read without
-  waiting for the step just dispatched).
-  """
-  if stop is None:
-    return lambda: None
-  if (jax.process_count() if processes is None else processes) == 1:
-    return lambda: stop.signum if stop.is_set() else None
-  vote, pending = parallel.process_max(mesh), []
-
-  def check() -> int | None:
-    agreed = int(jax.device_get(pending.pop())) if pending else 0   # signum + 1, or 0
-    pending.append(vote(stop.signum + 1 if stop.is_set() else 0))
-    return agreed - 1 if agreed else None
-
-  return check
-
-
 def start_run(config: ml_collections.ConfigDict, workdir: str, *,
               overwrite: bool = False) -> tuple[Setup, Any, int, dict]:
   """Opens ``workdir`` for training ``config``: a fresh start, or a resume of its newest
@@ -490,9 +463,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   # Every process computes the histograms (a collective program); process 0 writes them.
   batch_similarity = (make_batch_similarity_fn(setup) if writers.config_backends(config)
                       else None)
-  train_step = make_guarded_step(setup)
-  key_fn = make_step_key_fn(config.seed)
-  stop_check = make_stop_check(stop, setup.mesh)
+  train_step, key_fn = make_guarded_step(setup), make_step_key_fn(config.seed)
+  stop_check = signals.stop_check(stop, setup.mesh)   # the same step on every process
   embed_fn = make_embed_fn(setup)
   eval_splits = evaluation_splits(setup, workdir=workdir, log=log)
   total = setup.num_train_steps
@@ -541,8 +513,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       state, halted, history[step] = train_step(state, halted, images, labels, key_fn(step))
       window_n += config.batch_size
       bar.update(1)
-      signum = stop_check()
-      interrupted = signum is not None and step != total
+      interrupted = (signum := stop_check()) is not None and step != total
       if step % config.log_every_steps == 0 or step == total:
         check_finite()
         rows = list(jax.device_get(history).values())
