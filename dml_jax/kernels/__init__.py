@@ -173,8 +173,8 @@ def compiler() -> list[str]:
 def build(source: str) -> str:
   """The path of the shared library of ``source``, compiled now unless already cached.
 
-  Raises ``OSError`` (no compiler, a failed compile with its message) or
-  ``subprocess.TimeoutExpired``.
+  Raises ``OSError`` (no compiler, a cache folder it cannot write, a failed compile with its
+  message) or ``subprocess.TimeoutExpired``.
   """
   cxx = compiler()
   version = subprocess.run([*cxx, "--version"], capture_output=True, text=True,
@@ -190,7 +190,6 @@ def build(source: str) -> str:
   key = hashlib.sha256(repr((code, FLAGS, cxx[1:], version, jax.__version__,
                              jax.lib.__version__, sys.platform)).encode()).hexdigest()[:16]
   cache = os.path.expanduser(os.environ.get(CACHE_ENV) or DEFAULT_CACHE)
-  os.makedirs(cache, exist_ok=True)
   path = os.path.join(cache, f"{source.removesuffix('.cc')}-{key}.so")
   if os.path.exists(path):
     return path
@@ -198,7 +197,12 @@ def build(source: str) -> str:
   # partial file. The compiler creates the file in a folder of its own, so that it gets the
   # usual mode (readable by all where the umask allows: a shared cache), not a private
   # temporary file's.
-  scratch = tempfile.mkdtemp(dir=cache)
+  try:
+    os.makedirs(cache, exist_ok=True)
+    scratch = tempfile.mkdtemp(dir=cache)
+  except OSError as e:   # a read-only or missing home, a cache path under a file
+    raise OSError(f"cannot write the kernel cache {cache} ({e.strerror or e}); "
+                  f"{CACHE_ENV}=DIR moves it") from e
   tmp = os.path.join(scratch, os.path.basename(path))
   try:
     done = subprocess.run([*cxx, *FLAGS, "-I", include, "-I", folder, src, "-o", tmp],

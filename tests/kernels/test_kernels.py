@@ -103,6 +103,18 @@ def test_no_compiler_warns_once_and_falls_back(fresh_cache, monkeypatch):
     assert kernels._load.__wrapped__("top_m.cc") is None
 
 
+def test_an_unwritable_cache_names_the_variable_that_moves_it(tmp_path, monkeypatch):
+  # a read-only or missing home (a cache path under a file here: root may write anywhere)
+  (tmp_path / "file").write_text("")
+  monkeypatch.setenv(kernels.CACHE_ENV, str(tmp_path / "file" / "cache"))
+  monkeypatch.setenv("CXX", "true")   # no compile is reached
+  with pytest.raises(OSError, match=f"cannot write the kernel cache .*file/cache .*"
+                                    f"{kernels.CACHE_ENV}=DIR moves it"):
+    kernels.build("soft_pool.cc")
+  with pytest.warns(UserWarning, match=f"{kernels.CACHE_ENV}=DIR moves it.*pure-XLA path"):
+    assert kernels._load.__wrapped__("soft_pool.cc") is None
+
+
 def test_cxx_may_be_a_command_with_words(fresh_cache, monkeypatch):
   require_compiler()
   cxx = kernels.compiler()
