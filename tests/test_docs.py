@@ -110,6 +110,22 @@ def test_the_readme_library_example_runs():
   assert float(namespace["loss"]) > 0 and namespace["aux"]["active_fraction"] >= 0
 
 
+def test_the_package_metadata_agrees_with_the_requirements_and_the_docs():
+  """pyproject's dependencies are requirements.txt's (what the docs install), its version is
+  ``dml_jax.__version__``, and each ``jax[cudaNN]`` the docs name is an extra of the package."""
+  import tomllib  # pylint: disable=import-outside-toplevel
+  import dml_jax  # pylint: disable=import-outside-toplevel
+  project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+  lines = [l.split("#")[0].strip() for l in (ROOT / "requirements.txt").read_text().splitlines()]
+  assert sorted(l for l in lines if l and l != "-e .") == sorted(project["dependencies"])
+  assert project["version"] == dml_jax.__version__
+  text = README.read_text() + (ROOT / "docs" / "getting-started.md").read_text()
+  named = set(re.findall(r"jax\[(cuda\d+)\]", text))
+  assert named, "the docs name no jax[cudaNN]"
+  extras = project["optional-dependencies"]
+  assert {n: extras.get(n) for n in named} == {n: [f"jax[{n}]"] for n in named}
+
+
 def test_the_readme_is_short():
   lines = README.read_text().count("\n")
   assert lines <= 210, f"README.md has {lines} lines; the details belong in docs/"
