@@ -190,6 +190,9 @@ def build(source: str) -> str:
   key = hashlib.sha256(repr((code, FLAGS, cxx[1:], version, jax.__version__,
                              jax.lib.__version__, sys.platform)).encode()).hexdigest()[:16]
   cache = os.path.expanduser(os.environ.get(CACHE_ENV) or DEFAULT_CACHE)
+  if cache.startswith("~"):   # no home: HOME unset, a user without a passwd entry
+    raise OSError(f"no home folder for the kernel cache {cache} (HOME is not set); "
+                  f"{CACHE_ENV}=DIR chooses one")
   path = os.path.join(cache, f"{source.removesuffix('.cc')}-{key}.so")
   if os.path.exists(path):
     return path

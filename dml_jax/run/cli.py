@@ -212,12 +212,16 @@ def enable_compilation_cache(path: str) -> str | None:
   if not path:
     return None
   import jax  # pylint: disable=import-outside-toplevel
-  path = os.path.abspath(os.path.expanduser(path))
-  try:
-    os.makedirs(path, exist_ok=True)
-    problem = "" if os.access(path, os.W_OK | os.X_OK) else "not writable"
-  except OSError as e:
-    problem = e.strerror or str(e)
+  path = os.path.expanduser(path)
+  if path.startswith("~"):   # no home: HOME unset, a user without a passwd entry
+    problem = "no home folder: HOME is not set"
+  else:
+    path = os.path.abspath(path)
+    try:
+      os.makedirs(path, exist_ok=True)
+      problem = "" if os.access(path, os.W_OK | os.X_OK) else "not writable"
+    except OSError as e:
+      problem = e.strerror or str(e)
   if problem:
     logging.warning("JAX compilation cache off: %s cannot be its folder (%s); "
                     "--compilation_cache=DIR chooses another.", path, problem)

@@ -115,6 +115,17 @@ def test_an_unwritable_cache_names_the_variable_that_moves_it(tmp_path, monkeypa
     assert kernels._load.__wrapped__("soft_pool.cc") is None
 
 
+def test_without_a_home_the_kernel_cache_is_not_a_folder_named_tilde(tmp_path, monkeypatch):
+  monkeypatch.delenv(kernels.CACHE_ENV, raising=False)
+  monkeypatch.delenv("HOME", raising=False)   # and no passwd entry: '~' stays '~'
+  monkeypatch.setattr(kernels.os.path, "expanduser", lambda p: p)
+  monkeypatch.setenv("CXX", "true")
+  monkeypatch.chdir(tmp_path)
+  with pytest.raises(OSError, match=f"no home folder .*HOME is not set.*{kernels.CACHE_ENV}=DIR"):
+    kernels.build("soft_pool.cc")
+  assert not os.listdir(tmp_path)
+
+
 def test_cxx_may_be_a_command_with_words(fresh_cache, monkeypatch):
   require_compiler()
   cxx = kernels.compiler()

@@ -106,6 +106,15 @@ def test_a_compilation_cache_that_cannot_be_a_folder_is_off_with_a_warning(tmp_p
   assert cli.describe_cache(None).startswith("JAX compilation cache: off")
 
 
+def test_without_a_home_the_compilation_cache_is_off(tmp_path, monkeypatch, caplog):
+  monkeypatch.delenv("HOME", raising=False)   # and no passwd entry: '~' stays '~'
+  monkeypatch.setattr(os.path, "expanduser", lambda p: p)
+  monkeypatch.chdir(tmp_path)
+  assert cli.enable_compilation_cache(cli.DEFAULT_CACHE) is None
+  assert "no home folder: HOME is not set" in caplog.text
+  assert not os.listdir(tmp_path)
+
+
 def test_a_python_file_that_is_not_a_config_is_named(capsys, tmp_path, monkeypatch):
   """--config=a .py file without get_config(): the line names the file and what it lacks,
   not a 'bad --config override' (no override was given)."""
