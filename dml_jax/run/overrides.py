@@ -53,11 +53,19 @@ def load_config_file(spec: str) -> ml_collections.ConfigDict:
     sys.path.append(repo)
   module_spec = importlib.util.spec_from_file_location("_dml_jax_config", path)
   module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  if not callable(getattr(module, "get_config", None)):
-    raise ValueError(f"config file {path} has no get_config() function (a config file defines "
-                     "get_config(arg='') returning the config; see configs/*.py)")
-  return module.get_config(arg) if arg else module.get_config()
+  try:
+    module_spec.loader.exec_module(module)
+    if not callable(getattr(module, "get_config", None)):
+      raise ValueError(f"config file {path} has no get_config() function (a config file "
+                       "defines get_config(arg='') returning the config; see configs/*.py)")
+    return module.get_config(arg) if arg else module.get_config()
+  except ImportError as e:
+    if e.name != "configs" and not str(e.name).startswith("configs."):
+      raise
+    # a package install run outside the checkout, or another package named configs first
+    raise ValueError(f"config file {path}: {e}; a config builds on configs/default.py and "
+                     "recipes.py of a dml_jax checkout: keep the file in the checkout's configs/ "
+                     "folder (another package named configs hides them)") from e
 
 
 def _flat_keys(config: ml_collections.ConfigDict, prefix: str = "") -> dict[str, Any]:

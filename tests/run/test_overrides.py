@@ -39,6 +39,26 @@ def test_an_unknown_variant_is_one_line_naming_the_allowed_ones():
     overrides.load_config_file(EPS + ":smok")
 
 
+def test_a_config_outside_the_checkout_without_its_configs_is_one_line(tmp_path, monkeypatch):
+  """A project of one's own with a configs package first on the path (or an installed package
+  run away from the checkout): ``from configs import default`` fails in one line."""
+  (tmp_path / "configs").mkdir()
+  (tmp_path / "configs" / "__init__.py").write_text("")
+  (tmp_path / "configs" / "mine.py").write_text(
+      "from dml_jax.run import config\n"
+      "def get_config(arg=''):\n  return config.build({'seed': 1}, arg)\n")
+  monkeypatch.setattr(sys, "path", list(sys.path))
+  saved = {k: sys.modules.pop(k) for k in list(sys.modules) if k.split(".")[0] == "configs"}
+  try:
+    with pytest.raises(ValueError, match=r"^config file .*mine.py: cannot import name 'default' "
+                                         r"from 'configs' .*keep the file in the checkout's configs/"):
+      overrides.load_config_file(str(tmp_path / "configs" / "mine.py"))
+  finally:
+    for k in [k for k in sys.modules if k.split(".")[0] == "configs"]:
+      del sys.modules[k]
+    sys.modules.update(saved)
+
+
 def test_switching_the_objective_takes_its_defaults_and_the_given_keys():
   base = overrides.load_config_file(NCA)
   assert base.loss.name == "nca" and "temperature" in base.loss
