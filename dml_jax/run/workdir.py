@@ -63,7 +63,9 @@ ADDED_CONFIG_KEYS = {
     "data.prefetch": 2,
     "optimizer.decay_epochs": (),
     "user_modules": (),
-    "optimizer.weight_decay_mode": "decoupled",
+    # before the key: AdamW for adam, L2 in the gradient for sgd / rmsprop
+    "optimizer.weight_decay_mode": lambda tree: (
+        "decoupled" if tree.get("optimizer", {}).get("name") == "adam" else "coupled"),
     "optimizer.decay_objective": True,
     "memory.size": 0,
     "memory.start_step": 0,

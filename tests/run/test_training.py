@@ -340,6 +340,18 @@ def test_every_key_added_to_the_schema_has_its_older_value():
                        "reproduces runs recorded before them")
 
 
+@pytest.mark.parametrize("name,mode", [("adam", "decoupled"), ("sgd", "coupled"),
+                                       ("rmsprop", "coupled")])
+def test_workdir_before_weight_decay_mode_keeps_its_optimizers_decay(tmp_path, name, mode):
+  # before the key, adam's weight decay was AdamW's and sgd / rmsprop's L2 in the gradient
+  config = small_config(**{"optimizer.name": name, "optimizer.weight_decay": 1e-4})
+  del config.optimizer["weight_decay_mode"]
+  workdir_lib.write_config(config, str(tmp_path))
+  loaded = workdir_lib.load_config(str(tmp_path))
+  assert loaded.optimizer.weight_decay_mode == mode
+  config_lib.validate(loaded)   # evaluates and resumes
+
+
 def test_workdir_before_the_sampler_epoch_and_rgb_input_keys_resumes_as_it_was(tmp_path):
   config = small_config()
   del config.data["epoch"]
