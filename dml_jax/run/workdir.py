@@ -80,6 +80,7 @@ ADDED_CONFIG_KEYS = {
     "data.cache": "none",
     "data.cache_max_gb": 8.0,
     "eval.cache": "none",
+    "eval.kmeans": "sklearn",   # NMI's k-means before the JAX one
     "data.epoch": "every_example",
     # BN-Inception runs were fed RGB as it came; the key changes nothing for other models
     "model.rgb_input": lambda tree: tree.get("model", {}).get("name") != "bn_inception",

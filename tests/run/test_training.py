@@ -314,6 +314,10 @@ def test_older_workdir_config_gets_keys_added_since(tmp_path):
   assert loaded.data.noise_seed == 0 and loaded.optimizer.head_learning_rate == 0.0
   assert loaded.model.conv_impl == "auto"
   config_lib.validate(loaded)
+  # NMI of a run evaluated before the JAX k-means: scikit-learn's, as train.py printed it
+  del config.eval["kmeans"]
+  workdir_lib.write_config(config, str(tmp_path))
+  assert workdir_lib.load_config(str(tmp_path)).eval.kmeans == "sklearn"
 
 
 # The schema keys a workdir's config.json has always had; every key added since is in
@@ -321,7 +325,7 @@ def test_older_workdir_config_gets_keys_added_since(tmp_path):
 ORIGINAL_KEYS = {
     "batch_size", "checkpoint_every_steps", "data.clean_fraction", "data.group_size",
     "data.image_size", "data.label_noise", "data.name", "data.small_class", "eval.batch_size",
-    "eval.kmeans", "eval.kmeans_n_init", "eval.ks", "eval.metrics", "eval.overcluster",
+    "eval.kmeans_n_init", "eval.ks", "eval.metrics", "eval.overcluster",
     "eval.plot", "eval.rho_skip", "eval.similarity", "eval.splits", "eval_every_steps",
     "log_every_steps", "max_checkpoints_to_keep", "model.bn_mode", "model.dtype",
     "model.embedding_dim", "model.embedding_hidden", "model.freeze_bn", "model.name",
