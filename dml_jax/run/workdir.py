@@ -43,6 +43,14 @@ METRICS_FILE = "metrics.jsonl"
 # reproduces the older behaviour (or a function of the older config.json's tree giving it);
 # load_config fills them into older config.json files.
 ADDED_CONFIG_KEYS = {
+    # the first runs: the small CNN alone, its BatchNorm trained, in float32, no hidden layer
+    "model.bn_mode": "train",
+    "model.dtype": "float32",
+    "model.embedding_hidden": (),
+    "model.pooling": "",
+    "eval.metrics": ("retrieval", "clustering"),
+    "eval.rho_skip": 0,
+    "eval.kmeans_n_init": 10,
     "num_devices": 0,
     "model.conv_impl": "auto",
     "data.noise_seed": 0,

@@ -325,11 +325,9 @@ def test_older_workdir_config_gets_keys_added_since(tmp_path):
 ORIGINAL_KEYS = {
     "batch_size", "checkpoint_every_steps", "data.clean_fraction", "data.group_size",
     "data.image_size", "data.label_noise", "data.name", "data.small_class", "eval.batch_size",
-    "eval.kmeans_n_init", "eval.ks", "eval.metrics", "eval.overcluster",
-    "eval.plot", "eval.rho_skip", "eval.similarity", "eval.splits", "eval_every_steps",
-    "log_every_steps", "max_checkpoints_to_keep", "model.bn_mode", "model.dtype",
-    "model.embedding_dim", "model.embedding_hidden", "model.freeze_bn", "model.name",
-    "model.normalize", "model.pooling", "model.pretrained", "num_train_steps",
+    "eval.ks", "eval.overcluster", "eval.plot", "eval.similarity", "eval.splits",
+    "eval_every_steps", "log_every_steps", "max_checkpoints_to_keep", "model.embedding_dim",
+    "model.freeze_bn", "model.name", "model.normalize", "model.pretrained", "num_train_steps",
     "optimizer.decay_factor", "optimizer.decay_steps", "optimizer.learning_rate",
     "optimizer.momentum", "optimizer.name", "optimizer.objective_learning_rate",
     "optimizer.schedule", "optimizer.warmup_steps", "optimizer.weight_decay", "seed"}
@@ -354,6 +352,17 @@ def test_workdir_before_weight_decay_mode_keeps_its_optimizers_decay(tmp_path, n
   loaded = workdir_lib.load_config(str(tmp_path))
   assert loaded.optimizer.weight_decay_mode == mode
   config_lib.validate(loaded)   # evaluates and resumes
+
+
+def test_workdir_of_the_first_schema_resumes_with_todays_config(tmp_path):
+  # the first config.json files lacked the backbone options and the metric choices
+  config = small_config()
+  for key in ("bn_mode", "dtype", "embedding_hidden", "pooling"):
+    del config.model[key]
+  for key in ("metrics", "rho_skip", "kmeans_n_init"):
+    del config.eval[key]
+  workdir_lib.write_config(config, str(tmp_path))
+  assert workdir_lib.check_rerun(small_config(), str(tmp_path)) == []   # resumes unchanged
 
 
 def test_workdir_before_the_sampler_epoch_and_rgb_input_keys_resumes_as_it_was(tmp_path):
