@@ -91,9 +91,25 @@ def flags_parser(program: str, *, groups: Sequence[tuple[str, Sequence[str]]] = 
     except (AttributeError, KeyError, OSError, ValueError, TypeError) as e:
       # ml_collections: an override of a section the config does not have.
       fail(program, override_error(argv, e))
+    except (ImportError, NameError, SyntaxError) as e:   # raised reading the config file
+      fail(program, config_file_error(argv, e))
     return []
 
   return parse
+
+
+def config_file_error(argv: Sequence[str], error: Exception) -> str:
+  """The line for a ``--config`` file of ``argv`` that could not be executed: it imports a
+  module that is not there (or no longer: an older config file), or is not Python (a run's
+  ``config.json``)."""
+  specs = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("--config=")]
+  path = specs[-1].partition(":")[0] if specs else "given with --config"
+  text = " ".join(str(error).split())
+  if path.endswith(".json"):
+    return (f"config file {path} is JSON, not a Python config file ({text}); --config takes "
+            "a .py file defining get_config() (configs/*.py): a run resumes with the config "
+            "file it was trained with")
+  return f"config file {path} cannot be executed: {type(error).__name__}: {text}"
 
 
 _EXCEPTION_PREFIX = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ")   # "ValueError: "

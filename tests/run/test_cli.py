@@ -126,3 +126,20 @@ def test_a_python_file_that_is_not_a_config_is_named(capsys, tmp_path, monkeypat
   err = error_line(capsys, ["train.py", f"--config={path}"])
   assert err == (f"train.py: config file {path} has no get_config() function (a config file "
                  "defines get_config(arg='') returning the config; see configs/*.py)\n")
+
+
+@pytest.mark.parametrize("text,message", [
+    ("from dml_jax import training\n",   # a module of an earlier layout
+     "cannot be executed: ImportError: cannot import name 'training' from 'dml_jax'"),
+    ('{"seed": true}\n', "is JSON, not a Python config file (name 'true' is not defined)"),
+    ("def get_config(:\n", "cannot be executed: SyntaxError: "),
+])
+def test_a_config_file_that_cannot_be_executed_is_one_line(capsys, tmp_path, monkeypatch, text,
+                                                           message):
+  import sys  # pylint: disable=import-outside-toplevel
+  monkeypatch.delitem(sys.modules, "config_config", raising=False)
+  path = tmp_path / ("config.json" if text.startswith("{") else "old.py")
+  path.write_text(text)
+  err = error_line(capsys, ["train.py", f"--config={path}"])
+  assert err.startswith(f"train.py: config file {path} {message}")
+  assert err.count("\n") == 1 and "Traceback" not in err
