@@ -271,7 +271,11 @@ def _import_user_module(spec: str, files: dict, *, from_config: bool):
       if from_config:
         setattr(module, _FROM_CONFIG, True)
       sys.modules[name] = module
-      module_spec.loader.exec_module(module)
+      try:
+        module_spec.loader.exec_module(module)
+      except ImportError as e:   # what it imports is not there (or no longer, in dml_jax)
+        del sys.modules[name]
+        raise ValueError(f"user module {spec} cannot be imported: {e}") from None
     return sys.modules[name]
   if os.getcwd() not in sys.path and "" not in sys.path:
     sys.path.insert(0, os.getcwd())
@@ -286,6 +290,8 @@ def _import_user_module(spec: str, files: dict, *, from_config: bool):
     raise ValueError(f"user module {spec!r} cannot be imported ({e}) from the current "
                      f"directory {os.getcwd()}; give a module importable from here or its "
                      f"file with --module=PATH") from None
+  except ImportError as e:   # a name it imports is not there (or no longer, in dml_jax)
+    raise ValueError(f"user module {spec!r} cannot be imported: {e}") from None
 
 
 def module_spec(spec: str) -> str:

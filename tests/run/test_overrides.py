@@ -258,6 +258,13 @@ def test_a_recorded_module_name_from_another_directory_is_found_through_module(
                      "'no_such_dependency_here'"):
     overrides.import_user_modules(["needs_more"])
   sys.modules.pop("needs_more", None)
+  # a module written for an earlier layout of dml_jax, as a name or as a file
+  (elsewhere / "older.py").write_text("from dml_jax import training\n")
+  for spec in ("older", str(elsewhere / "older.py")):
+    with pytest.raises(ValueError, match=r"user module .*older.* cannot be imported: cannot "
+                       r"import name 'training' from 'dml_jax'"):
+      overrides.import_user_modules([spec])
+  sys.modules.pop("older", None)
 
 
 def test_a_config_file_of_ones_own_loads_outside_the_repository(tmp_path):
