@@ -351,10 +351,26 @@ def check_rerun(config: ml_collections.ConfigDict, workdir: str) -> list[tuple[s
   if conflicts:
     listed = "; ".join(format_change(*c) for c in conflicts)
     raise WorkdirConflictError(
-        f"{workdir} was trained with a different config ({listed}). Use a new --workdir, or "
-        f"add --overwrite to delete this workdir's checkpoints and results and start afresh "
-        f"(keys a rerun may change: {', '.join(RESUMABLE_KEYS)}).")
+        f"{workdir} was trained with a different config ({listed}). Use a new --workdir, "
+        f"{resume_flags(conflicts)}or add --overwrite to delete this workdir's checkpoints and "
+        f"results and start afresh (keys a rerun may change: {', '.join(RESUMABLE_KEYS)}).")
   return changes
+
+
+def resume_flags(conflicts: list[tuple[str, Any, Any]]) -> str:
+  """``'resume it as trained with --config.K=V ..., '`` for the ``(key, old, new)`` of
+  :func:`config_changes` when every old value is one a ``--config.K=V`` flag gives (a string
+  without spaces, a number or a bool; e.g. a default the config file changed since), else
+  ``''``."""
+  def flag(value):
+    if isinstance(value, str):
+      return value if value and not any(c.isspace() or c in "'\"()[]," for c in value) else None
+    return str(value) if isinstance(value, (bool, int, float)) else None
+  values = [flag(old) for _, old, _ in conflicts]
+  if None in values:
+    return ""
+  return "resume it as trained with " + " ".join(
+      f"--config.{key}={v}" for (key, _, _), v in zip(conflicts, values)) + ", "
 
 
 def check_overwrite(workdir: str) -> None:

@@ -379,7 +379,9 @@ def test_workdir_before_the_sampler_epoch_and_rgb_input_keys_resumes_as_it_was(t
   del bn.model["rgb_input"]
   workdir_lib.write_config(bn, str(tmp_path / "bn"))
   assert workdir_lib.load_config(str(tmp_path / "bn")).model.rgb_input is False
-  with pytest.raises(workdir_lib.WorkdirConflictError, match="model.rgb_input False -> True"):
+  with pytest.raises(workdir_lib.WorkdirConflictError, match=r"model.rgb_input False -> True\)"
+                     r"\. Use a new --workdir, resume it as trained with "
+                     r"--config.model.rgb_input=False, or add --overwrite"):
     workdir_lib.check_rerun(small_config(**{"model.name": "bn_inception"}), str(tmp_path / "bn"))
 
 
