@@ -307,7 +307,7 @@ def sweep(config: ml_collections.ConfigDict, *, grid: Sequence[str] = (), seeds:
     for s in range(seeds):
       run_dir = os.path.join(workdir, point_name(point), f"seed_{seed_offset + s}")
       run_cfg = overrides_lib.apply(cfg, {"seed": seed_offset + s})
-      changes = workdir_lib.check_rerun(run_cfg, run_dir)
+      changes = workdir_lib.check_rerun(run_cfg, run_dir, override_flag="--set=")
       workdir_lib.check_not_past_the_end(run_dir, run_cfg)   # a shortened rerun, refused now
       stale[run_dir] = any(changes_results(key) for key, _, _ in changes)
   runs = []

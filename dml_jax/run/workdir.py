@@ -322,8 +322,11 @@ def foreign_outputs(workdir: str) -> list[str]:
                 for path in glob.glob(os.path.join(glob.escape(workdir), pattern)))
 
 
-def check_rerun(config: ml_collections.ConfigDict, workdir: str) -> list[tuple[str, Any, Any]]:
-  """Compares ``config`` with the ``config.json`` already in ``workdir``, writing nothing.
+def check_rerun(config: ml_collections.ConfigDict, workdir: str, *,
+                override_flag: str = "--config.") -> list[tuple[str, Any, Any]]:
+  """Compares ``config`` with the ``config.json`` already in ``workdir``, writing nothing;
+  ``override_flag`` (``'--config.'``, the sweep's ``'--set='``) starts the flags the refusal
+  names to resume it as trained.
 
   Returns:
     The changes of resumable keys (``[]`` for a new workdir or an identical config).
@@ -352,16 +355,18 @@ def check_rerun(config: ml_collections.ConfigDict, workdir: str) -> list[tuple[s
     listed = "; ".join(format_change(*c) for c in conflicts)
     raise WorkdirConflictError(
         f"{workdir} was trained with a different config ({listed}). Use a new --workdir, "
-        f"{resume_flags(conflicts)}or add --overwrite to delete this workdir's checkpoints and "
-        f"results and start afresh (keys a rerun may change: {', '.join(RESUMABLE_KEYS)}).")
+        f"{resume_flags(conflicts, override_flag)}or add --overwrite to delete this workdir's "
+        f"checkpoints and results and start afresh (keys a rerun may change: "
+        f"{', '.join(RESUMABLE_KEYS)}).")
   return changes
 
 
-def resume_flags(conflicts: list[tuple[str, Any, Any]]) -> str:
-  """``'resume it as trained with --config.K=V ..., '`` for the ``(key, old, new)`` of
-  :func:`config_changes` when every old value is one a ``--config.K=V`` flag gives (a string
-  without spaces, a number or a bool; e.g. a default the config file changed since), else
-  ``''``."""
+def resume_flags(conflicts: list[tuple[str, Any, Any]],
+                 override_flag: str = "--config.") -> str:
+  """``'resume it as trained with --config.K=V ..., '`` (``override_flag`` then ``K=V``) for
+  the ``(key, old, new)`` of :func:`config_changes` when every old value is one such a flag
+  gives (a string without spaces, a number or a bool; e.g. a default the config file changed
+  since), else ``''``."""
   def flag(value):
     if isinstance(value, str):
       return value if value and not any(c.isspace() or c in "'\"()[]," for c in value) else None
@@ -370,7 +375,7 @@ def resume_flags(conflicts: list[tuple[str, Any, Any]]) -> str:
   if None in values:
     return ""
   return "resume it as trained with " + " ".join(
-      f"--config.{key}={v}" for (key, _, _), v in zip(conflicts, values)) + ", "
+      f"{override_flag}{key}={v}" for (key, _, _), v in zip(conflicts, values)) + ", "
 
 
 def check_overwrite(workdir: str) -> None:

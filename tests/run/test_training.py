@@ -383,6 +383,9 @@ def test_workdir_before_the_sampler_epoch_and_rgb_input_keys_resumes_as_it_was(t
                      r"\. Use a new --workdir, resume it as trained with "
                      r"--config.model.rgb_input=False, or add --overwrite"):
     workdir_lib.check_rerun(small_config(**{"model.name": "bn_inception"}), str(tmp_path / "bn"))
+  with pytest.raises(workdir_lib.WorkdirConflictError, match="with --set=model.rgb_input=False,"):
+    workdir_lib.check_rerun(small_config(**{"model.name": "bn_inception"}), str(tmp_path / "bn"),
+                            override_flag="--set=")   # the sweep's flag
 
 
 def test_scatter_diagram_is_logged_during_training(tmp_path):
