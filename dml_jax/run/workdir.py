@@ -326,7 +326,8 @@ def check_rerun(config: ml_collections.ConfigDict, workdir: str, *,
                 override_flag: str = "--config.") -> list[tuple[str, Any, Any]]:
   """Compares ``config`` with the ``config.json`` already in ``workdir``, writing nothing;
   ``override_flag`` (``'--config.'``, the sweep's ``'--set='``) starts the flags the refusal
-  names to resume it as trained.
+  names to resume it as trained (the sweep's refusal names deleting the run folder where
+  train.py's names ``--overwrite``, which the sweep does not have).
 
   Returns:
     The changes of resumable keys (``[]`` for a new workdir or an identical config).
@@ -355,8 +356,10 @@ def check_rerun(config: ml_collections.ConfigDict, workdir: str, *,
     listed = "; ".join(format_change(*c) for c in conflicts)
     raise WorkdirConflictError(
         f"{workdir} was trained with a different config ({listed}). Use a new --workdir, "
-        f"{resume_flags(conflicts, override_flag)}or add --overwrite to delete this workdir's "
-        f"checkpoints and results and start afresh (keys a rerun may change: "
+        f"{resume_flags(conflicts, override_flag)}or "
+        + ("add --overwrite to delete this workdir's checkpoints and results and start afresh"
+           if override_flag == "--config." else "delete this run folder to train it afresh")
+        + f" (keys a rerun may change: "
         f"{', '.join(RESUMABLE_KEYS)}).")
   return changes
 

@@ -383,7 +383,8 @@ def test_workdir_before_the_sampler_epoch_and_rgb_input_keys_resumes_as_it_was(t
                      r"\. Use a new --workdir, resume it as trained with "
                      r"--config.model.rgb_input=False, or add --overwrite"):
     workdir_lib.check_rerun(small_config(**{"model.name": "bn_inception"}), str(tmp_path / "bn"))
-  with pytest.raises(workdir_lib.WorkdirConflictError, match="with --set=model.rgb_input=False,"):
+  with pytest.raises(workdir_lib.WorkdirConflictError,   # the sweep has no --overwrite
+                     match=r"with --set=model.rgb_input=False, or delete this run folder"):
     workdir_lib.check_rerun(small_config(**{"model.name": "bn_inception"}), str(tmp_path / "bn"),
                             override_flag="--set=")   # the sweep's flag
 
