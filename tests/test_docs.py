@@ -126,6 +126,26 @@ def test_the_package_metadata_agrees_with_the_requirements_and_the_docs():
   assert {n: extras.get(n) for n in named} == {n: [f"jax[{n}]"] for n in named}
 
 
+def test_the_minimum_versions_file_pins_the_declared_floors():
+  """requirements-min.txt (the oldest releases the suite was run on) pins exactly the floors of
+  requirements.txt, one ``==`` per ``>=`` (``1.0`` and ``1.0.0`` alike), and jaxlib at jax's."""
+  def parse(name, op):
+    out = {}
+    for line in (ROOT / name).read_text().splitlines():
+      line = line.split("#")[0].strip()
+      if line and line != "-e .":
+        package, _, version = line.partition(op)
+        assert version, f"{name}: {line!r} is not PACKAGE{op}VERSION"
+        release = [int(n) for n in version.strip().split(".")]
+        while release and release[-1] == 0:
+          release.pop()
+        out[re.sub(r"[-_.]+", "-", package.strip().lower())] = tuple(release)
+    return out
+  floors, pins = parse("requirements.txt", ">="), parse("requirements-min.txt", "==")
+  assert pins.pop("jaxlib") == pins["jax"]
+  assert pins == floors
+
+
 def test_the_readme_is_short():
   lines = README.read_text().count("\n")
   assert lines <= 210, f"README.md has {lines} lines; the details belong in docs/"
