@@ -42,3 +42,12 @@ def run20(tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp("run20"))
   results = training.train_and_evaluate(small_config(20), workdir, show_progress=False)
   return workdir, results
+
+
+@pytest.fixture
+def run20_copy(run20, tmp_path):
+  """A copy of the shared finished 20-step run (:func:`run20`), for a test to write into."""
+  import shutil  # pylint: disable=import-outside-toplevel
+  workdir = str(tmp_path / "copy")
+  shutil.copytree(run20[0], workdir)
+  return workdir

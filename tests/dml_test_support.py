@@ -32,6 +32,17 @@ def small_config(num_train_steps=20, **overrides):
   return c
 
 
+def snapshot(workdir):
+  """``{relative path: bytes}`` of every file under ``workdir``."""
+  files = {}
+  for root, _, names in os.walk(workdir):
+    for name in names:
+      path = os.path.join(root, name)
+      with open(path, "rb") as f:
+        files[os.path.relpath(path, workdir)] = f.read()
+  return files
+
+
 def leaves_equal(a, b, atol=0.0):
   """Whether two pytrees have the same leaves up to ``atol``."""
   la, lb = jax.tree.leaves(a), jax.tree.leaves(b)

@@ -5,7 +5,8 @@ library (every other ``dml_jax`` package, which never imports this one).
   ``train_input``: the training batches; ``checkpointing``: Orbax checkpoints;
 * ``restore``: ``restore_model(workdir)``, a workdir's model and evaluation data only;
   ``eval_checkpoints``: evaluating a workdir's checkpoints (eval.py);
-* ``workdir``: a run's files; ``writers``: metric writers (TensorBoard, W&B);
+* ``workdir``: a run's files; ``workdir_lock``: one training run per workdir; ``writers``:
+  metric writers (TensorBoard, W&B);
 * ``config``: a config file's row, its variants, validation and ``python -m dml_jax.run.config show``;
 * ``cli``, ``signals``, ``host_memory``: command-line plumbing of train.py and eval.py;
 * ``experiments`` (``python -m dml_jax.run.experiments``): sweeps over seeds and grids;

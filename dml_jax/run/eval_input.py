@@ -116,3 +116,17 @@ def cached_splits(config: ml_collections.ConfigDict, splits: Mapping, *,
     log(f"evaluation images (eval.cache={config.eval.cache}): " + "; ".join(done) +
         (f"; memory maps in {folder}" if folder else ""))
   return out
+
+
+def evaluation_splits(config: ml_collections.ConfigDict, splits: Mapping, *, workdir: str,
+                      log: Callable[[str], None] | None = None) -> Callable[[], dict]:
+  """``get()``: the ``splits`` every evaluation of a training run embeds, with the evaluation
+  cache (:func:`cached_splits`, ``eval.cache``) built at the first call and reused after."""
+  built = {}
+
+  def get() -> dict:
+    if not built:
+      built.update(cached_splits(config, splits, workdir=workdir, log=log))
+    return built
+
+  return get

@@ -47,6 +47,7 @@ from dml_jax.run import restore
 from dml_jax.run import signals
 from dml_jax.run import train_input
 from dml_jax.run import workdir as workdir_lib
+from dml_jax.run import workdir_lock
 from dml_jax.run import writers
 
 
@@ -315,7 +316,8 @@ def log_scatter(setup: Setup, state: dict, embed_fn: Callable, *, workdir: str,
                 splits: dict | None = None) -> dict:
   """Triplet scatter diagram (2nd-order paper Fig. 1) of the first evaluation protocol's split
   at this step: ``scatter_<split>_step_<N>.png`` and summary numbers for metrics.jsonl.
-  ``splits``: the evaluation's splits (default ``setup.splits``; :func:`evaluation_splits`)."""
+  ``splits``: the evaluation's splits (default ``setup.splits``;
+  ``eval_input.evaluation_splits``)."""
   splits = setup.splits if splits is None else splits
   protocol = protocols_lib.parse_protocol(setup.config.eval.splits[0], splits)
   split = splits[protocol.split]
@@ -347,21 +349,6 @@ def logged(workdir: str, step: int, prefix: str) -> bool:
     from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
     found = bool(multihost_utils.broadcast_one_to_all(np.asarray(found)))
   return bool(found)
-
-
-def evaluation_splits(setup: Setup, *, workdir: str,
-                      log: Callable[[str], None] | None = None) -> Callable[[], dict]:
-  """``splits()``: the splits every evaluation of the run embeds, with the evaluation cache
-  (``eval_input.cached_splits``, ``eval.cache``) built at the first call and reused after."""
-  built = {}
-
-  def splits() -> dict:
-    if not built:
-      built.update(eval_input.cached_splits(setup.config, setup.splits, workdir=workdir,
-                                            log=log))
-    return built
-
-  return splits
 
 
 # ------------------------------------------------------------------------------ train
@@ -442,8 +429,18 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     overwrite: start ``workdir`` afresh, deleting its earlier outputs.
     stop: when it is set (``signals.stop_on_signals``, on SIGINT / SIGTERM), a checkpoint of
       the current step is saved and :class:`TrainingInterrupted` raised.
+
+  Raises:
+    workdir_lock.WorkdirInUseError: another run trains in ``workdir`` (holds its lock).
   """
-  config = workdir_lib.absolute_data_paths(config)   # config.json: readable from anywhere
+  with workdir_lock.hold(workdir):   # one run writes a workdir at a time
+    # config.json: readable from anywhere
+    return _train(workdir_lib.absolute_data_paths(config), workdir,
+                  show_progress=show_progress, overwrite=overwrite, stop=stop)
+
+
+def _train(config, workdir, *, show_progress, overwrite, stop) -> dict:
+  """:func:`train_and_evaluate` with the workdir's lock held."""
   setup, manager, start, state = start_run(config, workdir, overwrite=overwrite)
   writer = writers.make_writer(config, workdir, start_step=start)
   if workdir_lib.is_main_process():
@@ -466,7 +463,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   train_step, key_fn = make_guarded_step(setup), make_step_key_fn(config.seed)
   stop_check = signals.stop_check(stop, setup.mesh)   # the same step on every process
   embed_fn = make_embed_fn(setup)
-  eval_splits = evaluation_splits(setup, workdir=workdir, log=log)
+  eval_splits = eval_input.evaluation_splits(setup.config, setup.splits, workdir=workdir,
+                                             log=log)
   total = setup.num_train_steps
   batches = train_batches(setup, start_step=start, cache=cache)
   feed = train_input.make_feed(config, setup.mesh, cache)

@@ -9,6 +9,7 @@
   of the steps ``first_step``..``step`` (since the previous row, or since the checkpoint a
   resumed run started from: the steps between the last row and that checkpoint are in none);
 * ``checkpoints/<step>``, ``eval_step_<N>.json``, PNGs, ``train_labels.*`` (label noise);
+* ``.dml_jax.lock`` while it trains: the lock that keeps a second run out (``workdir_lock``);
 * ``data_cache/``: the memory-mapped decoded-image cache (``data.cache='mmap'``) and evaluation
   cache (``eval.cache``), reused by a rerun and by ``eval.py`` and kept by ``--overwrite``
   (they are checked against their records' fingerprint).

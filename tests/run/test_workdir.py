@@ -4,7 +4,6 @@ checkpoints that do not fit the config; Ctrl-C saves; the resolved config on dis
 import json
 import os
 import re
-import shutil
 
 import pytest
 
@@ -15,25 +14,12 @@ from dml_jax.run import workdir as workdir_lib
 from dml_jax.run import eval_checkpoints
 from dml_test_support import ROOT
 from dml_test_support import small_config
-
-
-def snapshot(workdir):
-  """``{relative path: bytes}`` of every file under ``workdir``."""
-  files = {}
-  for root, _, names in os.walk(workdir):
-    for name in names:
-      path = os.path.join(root, name)
-      with open(path, "rb") as f:
-        files[os.path.relpath(path, workdir)] = f.read()
-  return files
+from dml_test_support import snapshot
 
 
 @pytest.fixture
-def copy(run20, tmp_path):
-  """A copy of the shared finished 20-step run (conftest ``run20``)."""
-  workdir = str(tmp_path / "copy")
-  shutil.copytree(run20[0], workdir)
-  return workdir
+def copy(run20_copy):
+  return run20_copy
 
 
 @pytest.mark.parametrize("key,value,listed", [

@@ -1,0 +1,166 @@
+"""One training run per workdir at a time.
+
+Two ``train.py`` (or sweep) processes on one workdir would both write its checkpoints,
+``metrics.jsonl`` and TensorBoard files, interleaving two copies of the run, and
+``--overwrite`` would delete the checkpoints of a run still training there. While it trains,
+:func:`hold` keeps an exclusive lock (``flock``) on ``<workdir>/.dml_jax.lock``, a small JSON
+file naming its holder (program, pid, host, start time). A second run finds it locked and
+stops with one line naming the holder, before it reads a checkpoint, writes or deletes
+anything.
+
+* The kernel releases the lock when its process ends, however it ends (a kill, a crash), so a
+  file left behind by a killed run locks nothing; a run that ends otherwise removes it, and the
+  workdir too when it created it and nothing else was written there (a refused first run).
+* On several processes (multi-host), process 0 holds the lock for all of them and tells the
+  others whether they may go on.
+* ``eval.py`` and the analysis tools take no lock: they read a workdir beside the run
+  training in it.
+* On a file system without locks (some FUSE mounts) a warning says so and the run goes on
+  unguarded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import errno
+import fcntl
+import json
+import os
+import socket
+from collections.abc import Iterator
+
+from absl import logging
+import jax
+import numpy as np
+
+from dml_jax.run import workdir as workdir_lib
+
+LOCK_FILE = ".dml_jax.lock"
+# what flock raises where the file system has no locks (ENOTSUP is EOPNOTSUPP on Linux)
+NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS})
+
+
+class WorkdirInUseError(ValueError):
+  """Another process trains in the workdir (holds its lock)."""
+
+
+def lock_path(workdir: str) -> str:
+  """``<workdir>/.dml_jax.lock``."""
+  return os.path.join(workdir, LOCK_FILE)
+
+
+def holder(path: str) -> str:
+  """Who holds the lock file ``path``, as its holder wrote it (``'train.py (pid 12 on host
+  h, started 2026-12-02 03:40:00 UTC)'``), or ``'another process'`` when the file cannot be
+  read (its holder is writing it, or is not a dml_jax program)."""
+  try:
+    with open(path) as f:
+      info = json.load(f)
+    return (f"{info['program']} (pid {int(info['pid'])} on host {info['host']}, started "
+            f"{info['started']})")
+  except (OSError, ValueError, KeyError, TypeError):
+    return "another process"
+
+
+def _describe(program: str) -> str:
+  started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+  return json.dumps({"program": program, "pid": os.getpid(), "host": socket.gethostname(),
+                     "started": started}) + "\n"
+
+
+def acquire(workdir: str, program: str) -> tuple[int | None, str | None]:
+  """Tries once to lock ``workdir`` (an existing folder) for ``program``.
+
+  Returns:
+    ``(fd, None)``: held, the file descriptor to :func:`release`; ``(None, holder)``: another
+    process holds it (:func:`holder`); ``(None, None)``: the file system has no locks.
+
+  Raises:
+    OSError: the lock file cannot be created (a read-only or foreign folder).
+  """
+  path = lock_path(workdir)
+  while True:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      os.close(fd)
+      return None, holder(path)
+    except OSError as e:
+      os.close(fd)
+      if e.errno in NO_LOCKS:
+        return None, None
+      raise
+    # The holder removes the file as it releases it: a file opened just before that is no
+    # longer the one at ``path`` (another run may lock a new one there), so open it again.
+    try:
+      here = os.stat(path)
+    except FileNotFoundError:
+      here = None
+    mine = os.fstat(fd)
+    if here is not None and (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino):
+      os.ftruncate(fd, 0)
+      os.write(fd, _describe(program).encode())
+      return fd, None
+    os.close(fd)
+
+
+def release(workdir: str, fd: int) -> None:
+  """Removes the lock file, then unlocks it (closes ``fd``)."""
+  with contextlib.suppress(FileNotFoundError):
+    os.remove(lock_path(workdir))
+  os.close(fd)
+
+
+def agree(flag: bool) -> bool:
+  """Process 0's ``flag`` on every process (a collective when there are several)."""
+  if jax.process_count() == 1:
+    return flag
+  from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+  return bool(multihost_utils.broadcast_one_to_all(np.asarray(flag)))
+
+
+@contextlib.contextmanager
+def hold(workdir: str, program: str = "train.py") -> Iterator[None]:
+  """Within the block, this process (process 0 of several) holds ``workdir``'s lock; the
+  workdir is created when missing.
+
+  Raises:
+    ValueError: ``workdir`` is not a usable path (``workdir.check_path``) or cannot be written.
+    WorkdirInUseError: another process holds the lock; one line naming it, nothing written.
+  """
+  workdir_lib.check_path(workdir)
+  fd, refusal, created = None, None, False
+  if workdir_lib.is_main_process():
+    created = not os.path.isdir(workdir)
+    try:
+      os.makedirs(workdir, exist_ok=True)
+      fd, other = acquire(workdir, program)
+    except OSError as e:
+      other = None
+      refusal = ValueError(f"the workdir {workdir!r} cannot be written ({e.strerror or e}); "
+                           f"{program} keeps its checkpoints and results there. Give a "
+                           "writable --workdir.")
+    if other is not None:
+      refusal = WorkdirInUseError(
+          f"{workdir} is in use: {other} is training in it; nothing was written. Wait for it "
+          "to finish, stop it (Ctrl-C saves a checkpoint, and the same command then resumes "
+          "the run), or give another --workdir.")
+    elif fd is None and refusal is None:
+      logging.warning("%s is on a file system without file locks: %s cannot tell whether "
+                      "another run is writing it.", workdir, program)
+  if agree(refusal is not None):
+    if created:
+      with contextlib.suppress(OSError):
+        os.rmdir(workdir)
+    raise refusal or WorkdirInUseError(
+        f"{workdir}: process 0 refused it (its output says why); nothing was written.")
+  try:
+    yield
+  finally:
+    if fd is not None:
+      release(workdir, fd)
+    if created:   # a first run refused before it wrote anything leaves no empty folder
+      with contextlib.suppress(OSError):
+        os.rmdir(workdir)
