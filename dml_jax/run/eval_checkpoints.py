@@ -137,7 +137,8 @@ def evaluate_checkpoints(model: restore.RestoredModel, workdir: str, *, steps=No
     model: ``restore.initial_model(config, pretrained=False)`` of the workdir's config; its
       variables are replaced by each checkpoint's.
     workdir: a directory written by ``train.py``.
-    steps: ``None`` (the newest readable checkpoint), ``'all'`` (every checkpoint) or a
+    steps: ``None`` (the newest readable checkpoint), ``'all'`` (every checkpoint; one that a
+      run training there deletes before its turn is skipped, said through ``log``) or a
       sequence of steps.
     plot: write the embedding PNGs; ``None`` means ``config.eval.plot``.
     show_progress: progress bars.
@@ -173,7 +174,16 @@ def evaluate_checkpoints(model: restore.RestoredModel, workdir: str, *, steps=No
   wanted = [None] if steps is None else available if steps == "all" else sorted(steps)
   history, eval_splits = {}, None
   for step in wanted:
-    restored = model.at(workdir, step)
+    try:
+      restored = model.at(workdir, step)
+    except Exception:  # pylint: disable=broad-except
+      if steps != "all" or step in checkpoint_steps(workdir):
+        raise
+      # a run training in the workdir deleted it since (max_checkpoints_to_keep)
+      if log:
+        log(f"step {step}: deleted since it was listed (max_checkpoints_to_keep of the run "
+            "training there); skipped")
+      continue
     if eval_splits is None:   # after the first restore: a missing step fails before decoding
       eval_splits = eval_input.cached_splits(config, splits, protocols=protocols,
                                              workdir=workdir, log=log)
@@ -187,6 +197,9 @@ def evaluate_checkpoints(model: restore.RestoredModel, workdir: str, *, steps=No
     if export_embeddings and workdir_lib.is_main_process():
       projector.export(cache, eval_splits, workdir=workdir, step=restored.step,
                        protocol=(protocols or tuple(config.eval.splits))[0])
+  if not history:
+    raise ValueError(f"every checkpoint of {workdir} listed at the start ({available}) was "
+                     "deleted before its turn by the run training there; evaluate again.")
   return history
 
 

@@ -1,7 +1,10 @@
 """eval_checkpoints: the machine's input settings replace a workdir's recorded ones."""
 
+import json
 import os
 import shutil
+
+import pytest
 
 from dml_jax.run import eval_checkpoints
 from dml_jax.run import writers
@@ -43,3 +46,34 @@ def test_eval_py_keeps_the_earlier_evaluations_in_tensorboard(run20, tmp_path):
   events = writers.read_events(os.path.join(workdir, writers.TENSORBOARD_DIR, "eval"))
   assert [s for s, _ in events["scalars"]["eval/test/recall@1"]] == [10, 20, 10]
   assert [s for s, _ in events["histograms"]["eval/test/similarity_positive"]] == [10, 20, 10]
+
+
+def test_all_steps_skips_a_checkpoint_deleted_since_it_was_listed(run20_copy, monkeypatch,
+                                                                  capsys):
+  """eval.py --all_steps beside a run training with max_checkpoints_to_keep: a checkpoint
+  that run deletes before its turn is skipped with a line, the others are evaluated (it
+  stopped the whole evaluation with 'No checkpoint for step ...')."""
+  workdir, listed = run20_copy, eval_checkpoints.checkpoint_steps
+
+  def listed_then_deleted(wd):
+    steps = listed(wd)
+    if os.path.isdir(os.path.join(wd, "checkpoints", "10")):   # the first listing
+      shutil.rmtree(os.path.join(wd, "checkpoints", "10"))
+    return steps
+
+  monkeypatch.setattr(eval_checkpoints, "checkpoint_steps", listed_then_deleted)
+  out = eval_checkpoints.evaluate_all_steps(workdir)
+  assert list(out["steps"]) == [20]
+  assert ("dml_jax: step 10: deleted since it was listed (max_checkpoints_to_keep of the run "
+          "training there); skipped\n") in capsys.readouterr().out
+  with open(out["json"]) as f:
+    assert list(json.load(f)["steps"]) == ["20"]
+
+
+def test_all_steps_still_fails_on_a_listed_checkpoint_that_cannot_be_read(run20_copy):
+  for root, _, files in os.walk(os.path.join(run20_copy, "checkpoints", "10")):
+    for name in files:
+      with open(os.path.join(root, name), "wb") as f:
+        f.write(b"garbage")
+  with pytest.raises(ValueError, match="10"):
+    eval_checkpoints.evaluate_all_steps(run20_copy)
