@@ -19,7 +19,9 @@ Each (grid point, seed) trains in ``<workdir>/<point>/seed_<s>`` through
 ``training.train_and_evaluate`` with ``config.seed = seed_offset + s``. A run is *finished*
 when its final ``eval_step_<num_train_steps>.json`` exists; finished runs are skipped (their
 results are read back), so an interrupted sweep resumes where it stopped (an unfinished run
-resumes from its own newest checkpoint). A run directory trained with a config that differs in
+resumes from its own newest checkpoint). The same sweep may run in several processes (e.g.
+one per GPU): a run another process trains is left to it and read back once it has finished
+(``workdir_lock``). A run directory trained with a config that differs in
 a key train.py would refuse on a rerun (``workdir.check_rerun``) stops the sweep with one line
 before any run; a finished run whose length (``num_train_steps``, ``num_epochs``) or
 evaluation (``eval.*``) changed is rerun, resuming from its checkpoint. At the end it writes
@@ -40,6 +42,7 @@ import json
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 from absl import logging
@@ -49,6 +52,7 @@ import numpy as np
 from dml_jax.run import cli
 from dml_jax.run import overrides as overrides_lib
 from dml_jax.run import workdir as workdir_lib
+from dml_jax.run import workdir_lock
 from dml_jax.evaluation import report
 from dml_jax.run import config as config_lib
 
@@ -262,8 +266,14 @@ def check_plot_options(points: Sequence[Mapping[str, str]],
 def sweep(config: ml_collections.ConfigDict, *, grid: Sequence[str] = (), seeds: int = 1,
           workdir: str, seed_offset: int = 0, overrides: Mapping[str, str] | None = None,
           metric: str = "recall@1", protocol: str | None = None, x: str | None = None,
-          train_fn: Callable | None = None, log: Callable[[str], None] = print) -> dict:
+          train_fn: Callable | None = None, log: Callable[[str], None] = print,
+          stop=None, poll_seconds: float = 10.0) -> dict:
   """Runs ``grid x seeds`` sequentially (skipping finished runs) and aggregates them.
+
+  A run another process trains (its workdir's lock, ``workdir_lock``: the same sweep started
+  in several processes, e.g. one per GPU) is left to it; once the others are done, the sweep
+  reads its results when it has finished, or trains it here when that process left it
+  unfinished (stopped, killed).
 
   Args:
     config: the base config (``overrides.load_config_file``).
@@ -276,6 +286,9 @@ def sweep(config: ml_collections.ConfigDict, *, grid: Sequence[str] = (), seeds:
     train_fn: ``train_fn(config, workdir) -> results``; default
       ``training.train_and_evaluate`` without a progress bar.
     log: progress lines.
+    stop: a ``signals.StopFlag``; set while waiting for another process's runs, the sweep
+      stops (:class:`SweepInterrupted`).
+    poll_seconds: how often it looks at the runs another process trains.
 
   Returns:
     The ``sweep.json`` content plus ``'table'``, ``'json'``, ``'md'``, ``'png'`` paths/text.
@@ -310,8 +323,23 @@ def sweep(config: ml_collections.ConfigDict, *, grid: Sequence[str] = (), seeds:
       changes = workdir_lib.check_rerun(run_cfg, run_dir, override_flag="--set=")
       workdir_lib.check_not_past_the_end(run_dir, run_cfg)   # a shortened rerun, refused now
       stale[run_dir] = any(changes_results(key) for key, _, _ in changes)
-  runs = []
-  total, done = len(points) * seeds, 0
+  runs, pending, total = [], {}, len(points) * seeds
+
+  def attempt(run_cfg, run_dir, first: bool = True) -> dict | None:
+    """Trains (or resumes) the run; ``None`` while another process trains it (said once)."""
+    try:
+      train_fn(run_cfg, run_dir)
+    except workdir_lock.WorkdirInUseError as e:
+      if first:
+        log(f"{run_dir}: {e.holder} is training it; the sweep takes the other runs first")
+      return None
+    last = workdir_lib.final_step(run_dir, run_cfg)
+    results = read_final_results(run_dir, last)
+    if results is None:
+      raise RuntimeError(f"Run {run_dir} ended without writing "
+                         f"{final_results_path(run_dir, last)}.")
+    return results
+
   for point, cfg in configs:
     name = point_name(point)
     for s in range(seeds):
@@ -320,35 +348,69 @@ def sweep(config: ml_collections.ConfigDict, *, grid: Sequence[str] = (), seeds:
       run_cfg = overrides_lib.apply(cfg, {"seed": seed})
       results = (read_final_results(run_dir, workdir_lib.final_step(run_dir, run_cfg))
                  if os.path.exists(run_dir) and not stale[run_dir] else None)
-      done += 1
       if results is None:
-        log(f"[{done}/{total}] training {name} seed {seed} -> {run_dir}")
-        train_fn(run_cfg, run_dir)
-        last = workdir_lib.final_step(run_dir, run_cfg)
-        results = read_final_results(run_dir, last)
+        log(f"[{len(runs) + 1}/{total}] training {name} seed {seed} -> {run_dir}")
+        results = attempt(run_cfg, run_dir)
         if results is None:
-          raise RuntimeError(f"Run {run_dir} ended without writing "
-                             f"{final_results_path(run_dir, last)}.")
+          pending[len(runs)] = run_cfg
       else:
-        log(f"[{done}/{total}] {name} seed {seed}: finished, skipped")
+        log(f"[{len(runs) + 1}/{total}] {name} seed {seed}: finished, skipped")
       runs.append({"point": point, "name": name, "seed": seed, "workdir": run_dir,
                    "results": results})
+  if pending:
+    log(f"waiting for {len(pending)} run(s) that another process trains (looking every "
+        f"{poll_seconds:g} s; a run it leaves unfinished is trained here)")
+  while pending:
+    for i, run_cfg in list(pending.items()):
+      run_dir = runs[i]["workdir"]
+      changes = workdir_lib.check_rerun(run_cfg, run_dir, override_flag="--set=")
+      results = (None if any(changes_results(key) for key, _, _ in changes) else
+                 read_final_results(run_dir, workdir_lib.final_step(run_dir, run_cfg)))
+      if results is not None:
+        log(f"{run_dir}: finished by the other process")
+      else:
+        results = attempt(run_cfg, run_dir, first=False)
+      if results is not None:
+        runs[i]["results"] = results
+        del pending[i]
+    if pending:
+      _wait(poll_seconds, stop)
   summary = summarize(runs)
   table = format_summary_table(summary)
   os.makedirs(workdir, exist_ok=True)
   out = {"axes": [[list(k), [list(v) for v in vals]] for k, vals in axes], "seeds": seeds,
          "seed_offset": seed_offset, "overrides": dict(overrides or {}), "runs": runs,
          "summary": summary}
+  # whole files, also where the same sweep runs in several processes (each writes the same)
   json_path = os.path.join(workdir, SWEEP_JSON)
-  with open(json_path, "w") as f:
-    json.dump(out, f, indent=2, sort_keys=True)
+  workdir_lib.write_text_atomic(json_path, json.dumps(out, indent=2, sort_keys=True))
   md_path = os.path.join(workdir, "sweep.md")
-  with open(md_path, "w") as f:
-    f.write(table + "\n")
-  png = plot_summary(summary, {point_name(p): p for p in points},
-                     path=os.path.join(workdir, "sweep.png"), metric=metric,
-                     protocol=protocol, x=x, title=os.path.basename(os.path.abspath(workdir)))
+  workdir_lib.write_text_atomic(md_path, table + "\n")
+  png = os.path.join(workdir, "sweep.png")
+  os.replace(plot_summary(summary, {point_name(p): p for p in points},
+                          path=f"{png}.{os.getpid()}.tmp.png", metric=metric, protocol=protocol,
+                          x=x, title=os.path.basename(os.path.abspath(workdir))), png)
   return {**out, "table": table, "json": json_path, "md": md_path, "png": png}
+
+
+class SweepInterrupted(Exception):
+  """SIGINT / SIGTERM while the sweep waited for runs that another process trains."""
+
+  def __init__(self, signum: int):
+    super().__init__("interrupted while waiting for the runs another process trains; rerun "
+                     "the same command to resume")
+    self.signum = signum
+
+
+def _wait(seconds: float, stop) -> None:
+  """Sleeps ``seconds``, or raises :class:`SweepInterrupted` as soon as ``stop`` is set."""
+  end = time.monotonic() + seconds
+  while (left := end - time.monotonic()) > 0:
+    if stop is not None and stop.is_set():
+      raise SweepInterrupted(stop.signum)
+    time.sleep(min(left, 0.2))
+  if stop is not None and stop.is_set():
+    raise SweepInterrupted(stop.signum)
 
 
 # ------------------------------------------------------------------------------- CLI
@@ -394,10 +456,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     with signals.stop_on_signals() as stop:
       out = sweep(config, grid=args.grid, seeds=args.seeds,
                   workdir=args.workdir, seed_offset=args.seed_offset, overrides=overrides,
-                  metric=args.metric, protocol=args.protocol, x=args.x,
+                  metric=args.metric, protocol=args.protocol, x=args.x, stop=stop,
                   train_fn=lambda cfg, wd: training.train_and_evaluate(
                       cfg, wd, show_progress=False, stop=stop))
-  except training.TrainingInterrupted as e:
+  except (training.TrainingInterrupted, SweepInterrupted) as e:
     cli.fail(PROGRAM, str(e), code=128 + e.signum)   # "... rerun the same command to resume"
   except cli.USER_ERRORS as e:
     cli.fail(PROGRAM, str(e))

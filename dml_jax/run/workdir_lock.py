@@ -42,7 +42,11 @@ NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSY
 
 
 class WorkdirInUseError(ValueError):
-  """Another process trains in the workdir (holds its lock)."""
+  """Another process trains in the workdir (holds its lock); ``holder`` names it."""
+
+  def __init__(self, message: str, holder: str = "another process"):
+    super().__init__(message)
+    self.holder = holder
 
 
 def lock_path(workdir: str) -> str:
@@ -146,7 +150,7 @@ def hold(workdir: str, program: str = "train.py") -> Iterator[None]:
       refusal = WorkdirInUseError(
           f"{workdir} is in use: {other} is training in it; nothing was written. Wait for it "
           "to finish, stop it (Ctrl-C saves a checkpoint, and the same command then resumes "
-          "the run), or give another --workdir.")
+          "the run), or give another --workdir.", holder=other)
     elif fd is None and refusal is None:
       logging.warning("%s is on a file system without file locks: %s cannot tell whether "
                       "another run is writing it.", workdir, program)

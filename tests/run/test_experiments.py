@@ -300,3 +300,63 @@ def test_an_unknown_metric_to_plot_is_one_line_naming_the_metrics(tmp_path):
     experiments.sweep(small_config(10), grid=["loss.positive=easy"], workdir=str(tmp_path),
                       train_fn=train_fn, log=lambda s: None, metric="recal@1")
   assert os.path.exists(os.path.join(tmp_path, "sweep.json"))   # the results are kept
+
+
+def in_use(train_fn, busy, finish):
+  """``train_fn`` refused as another process's (``WorkdirInUseError``) for the first
+  ``busy[seed]`` calls of each seed in ``busy``; ``finish(config, workdir)`` is what that
+  process does before the last refusal."""
+  from dml_jax.run import workdir_lock  # pylint: disable=import-outside-toplevel
+  refused = dict.fromkeys(busy, 0)
+
+  def fn(config, workdir):
+    if refused.get(config.seed, 0) < busy.get(config.seed, 0):
+      refused[config.seed] += 1
+      if refused[config.seed] == busy[config.seed]:
+        finish(config, workdir)
+      raise workdir_lock.WorkdirInUseError(f"{workdir} is in use", holder="train.py (pid 7)")
+    return train_fn(config, workdir)
+
+  return fn
+
+
+def test_a_run_another_process_trains_is_left_to_it_and_read_back(tmp_path):
+  """The same sweep started twice (e.g. once per GPU): each run is trained once, by the process
+  that took it first; the other reads its results back when it has finished."""
+  train_fn, calls = fake_train({("easy", 0): 0.6, ("easy", 1): 0.8, ("easy", 2): 0.7})
+  other, lines = fake_train({("easy", 1): 0.8})[0], []
+  wd = str(tmp_path / "sweep")
+  out = experiments.sweep(small_config(10, **{"loss.positive": "easy"}), seeds=3, workdir=wd,
+                          log=lines.append, poll_seconds=0.01,
+                          train_fn=in_use(train_fn, busy={1: 2}, finish=other))
+  assert calls == [("easy", 0), ("easy", 2)]   # seed 1 was the other process's
+  assert [r["results"]["test"]["recall@1"] for r in out["runs"]] == [0.6, 0.8, 0.7]
+  seed_1 = os.path.join(wd, "base", "seed_1")
+  assert lines.count(
+      f"{seed_1}: train.py (pid 7) is training it; the sweep takes the other runs first") == 1
+  assert lines.index(f"{seed_1}: finished by the other process") > lines.index(
+      "[3/3] training base seed 2 -> " + os.path.join(wd, "base", "seed_2"))
+
+
+def test_a_run_the_other_process_left_unfinished_is_trained_here(tmp_path):
+  train_fn, calls = fake_train({("easy", 0): 0.6, ("easy", 1): 0.8})
+  wd = str(tmp_path / "sweep")
+  out = experiments.sweep(small_config(10, **{"loss.positive": "easy"}), seeds=2, workdir=wd,
+                          log=lambda s: None, poll_seconds=0.01,
+                          train_fn=in_use(train_fn, busy={0: 1}, finish=lambda c, w: None))
+  assert calls == [("easy", 1), ("easy", 0)]   # seed 0 taken over once its holder was gone
+  assert [r["results"]["test"]["recall@1"] for r in out["runs"]] == [0.6, 0.8]
+
+
+def test_a_signal_while_waiting_for_another_process_stops_the_sweep(tmp_path):
+  from dml_jax.run import signals  # pylint: disable=import-outside-toplevel
+  from dml_jax.run import workdir_lock  # pylint: disable=import-outside-toplevel
+  stop = signals.StopFlag()
+
+  def always_in_use(config, workdir):
+    stop.set(15)   # a SIGTERM arrives while the other process trains
+    raise workdir_lock.WorkdirInUseError("in use")
+
+  with pytest.raises(experiments.SweepInterrupted, match="rerun the same command"):
+    experiments.sweep(small_config(10), workdir=str(tmp_path), log=lambda s: None,
+                      poll_seconds=60, stop=stop, train_fn=always_in_use)
