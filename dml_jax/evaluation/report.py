@@ -26,11 +26,26 @@ def results_path(workdir: str, step: int) -> str:
   return os.path.join(workdir, f"eval_step_{step}.json")
 
 
+def write_text_atomic(path: str, text: str) -> None:
+  """Writes ``text`` to ``path`` through a temporary file renamed over it: a reader (another
+  process) sees the old file or the new one, and a kill or a second Ctrl-C mid-way leaves the
+  old file whole, never a cut one."""
+  tmp = f"{path}.{os.getpid()}.tmp"
+  try:
+    with open(tmp, "w") as f:
+      f.write(text)
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+
+
 def write_results(results: Mapping, *, workdir: str, step: int) -> str:
-  """Writes ``{'step': N, 'results': {protocol: metrics}}`` to ``eval_step_N.json``."""
+  """Writes ``{'step': N, 'results': {protocol: metrics}}`` to ``eval_step_N.json`` (whole:
+  :func:`write_text_atomic`; a sweep reads it from another process)."""
   path = results_path(workdir, step)
-  with open(path, "w") as f:
-    json.dump({"step": step, "results": results}, f, indent=2, sort_keys=True)
+  write_text_atomic(path, json.dumps({"step": step, "results": results}, indent=2,
+                                     sort_keys=True))
   return path
 
 

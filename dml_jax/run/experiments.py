@@ -383,9 +383,9 @@ def sweep(config: ml_collections.ConfigDict, *, grid: Sequence[str] = (), seeds:
          "summary": summary}
   # whole files, also where the same sweep runs in several processes (each writes the same)
   json_path = os.path.join(workdir, SWEEP_JSON)
-  workdir_lib.write_text_atomic(json_path, json.dumps(out, indent=2, sort_keys=True))
+  report.write_text_atomic(json_path, json.dumps(out, indent=2, sort_keys=True))
   md_path = os.path.join(workdir, "sweep.md")
-  workdir_lib.write_text_atomic(md_path, table + "\n")
+  report.write_text_atomic(md_path, table + "\n")
   png = os.path.join(workdir, "sweep.png")
   os.replace(plot_summary(summary, {point_name(p): p for p in points},
                           path=f"{png}.{os.getpid()}.tmp.png", metric=metric, protocol=protocol,

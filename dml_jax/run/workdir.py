@@ -35,6 +35,7 @@ import ml_collections
 import numpy as np
 
 from dml_jax import objectives
+from dml_jax.evaluation import report
 
 CONFIG_FILE = "config.json"
 RUN_INFO_FILE = "run.json"
@@ -242,25 +243,12 @@ def config_json(config: ml_collections.ConfigDict) -> str:
   return config.to_json_best_effort(indent=2, sort_keys=True)
 
 
-def write_text_atomic(path: str, text: str) -> None:
-  """Writes ``text`` to ``path`` through a temporary file renamed over it: a kill or a second
-  Ctrl-C mid-way leaves the old file whole, never a cut one."""
-  tmp = f"{path}.{os.getpid()}.tmp"
-  try:
-    with open(tmp, "w") as f:
-      f.write(text)
-    os.replace(tmp, path)
-  finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-
-
 def write_config(config: ml_collections.ConfigDict, workdir: str) -> None:
   """Writes the resolved config as ``config.json`` into ``workdir`` (process 0 only)."""
   if not is_main_process():
     return
   os.makedirs(workdir, exist_ok=True)
-  write_text_atomic(os.path.join(workdir, CONFIG_FILE), config_json(config))
+  report.write_text_atomic(os.path.join(workdir, CONFIG_FILE), config_json(config))
 
 
 def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
@@ -514,7 +502,7 @@ def truncate_metrics(workdir: str, step: int) -> None:
   if not is_main_process():
     return
   rows = [r for r in read_metrics(workdir) if r["step"] <= step]
-  write_text_atomic(os.path.join(workdir, METRICS_FILE),
+  report.write_text_atomic(os.path.join(workdir, METRICS_FILE),
                     "".join(json.dumps(r) + "\n" for r in rows))
 
 

@@ -71,6 +71,22 @@ def test_evaluate_splits_scores_label_sets(splits, tmp_path):
   assert "| train:digit |" in table_md and "100.00" in table_md
 
 
+def test_a_results_file_is_written_whole(tmp_path, monkeypatch):
+  """``eval_step_<N>.json`` marks a sweep's finished run, read by another process: a write cut
+  off (a kill, a second Ctrl-C) before it is complete leaves the earlier file whole."""
+  path = report.write_results({"test": {"recall@1": 0.5}}, workdir=str(tmp_path), step=7)
+
+  def killed(*args):
+    raise KeyboardInterrupt("second SIGINT")
+
+  monkeypatch.setattr(report.os, "replace", killed)
+  with pytest.raises(KeyboardInterrupt):
+    report.write_results({"test": {"recall@1": 0.75}}, workdir=str(tmp_path), step=7)
+  with open(path) as f:
+    assert json.load(f)["results"] == {"test": {"recall@1": 0.5}}
+  assert os.listdir(tmp_path) == ["eval_step_7.json"]
+
+
 def flat(images):
   """The identity "model": an image [1, 1, D] is its own embedding."""
   return np.asarray(images).reshape(len(images), -1)
