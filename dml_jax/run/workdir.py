@@ -423,11 +423,12 @@ def unknown_key_hint(key: str, known) -> str:
 
 
 def write_run_info(workdir: str, **info) -> None:
-  """``run.json``: facts resolved at start (e.g. ``num_train_steps`` from ``num_epochs``)."""
+  """``run.json``: facts resolved at start (e.g. ``num_train_steps`` from ``num_epochs``);
+  written whole (a sweep in another process reads it)."""
   if is_main_process():
     os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, RUN_INFO_FILE), "w") as f:
-      json.dump({k: int(v) for k, v in info.items()}, f, indent=2)
+    report.write_text_atomic(os.path.join(workdir, RUN_INFO_FILE),
+                             json.dumps({k: int(v) for k, v in info.items()}, indent=2))
 
 
 def final_step(workdir: str, config: ml_collections.ConfigDict) -> int:

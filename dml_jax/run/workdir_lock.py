@@ -15,8 +15,8 @@ anything.
   others whether they may go on.
 * ``eval.py`` and the analysis tools take no lock: they read a workdir beside the run
   training in it.
-* On a file system without locks (some FUSE mounts) a warning says so and the run goes on
-  unguarded.
+* On a file system without locks (some FUSE mounts), or a system without ``fcntl``, a warning
+  says so and the run goes on unguarded.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import errno
-import fcntl
 import json
 import os
 import socket
@@ -35,6 +34,11 @@ import jax
 import numpy as np
 
 from dml_jax.run import workdir as workdir_lib
+
+try:
+  import fcntl
+except ImportError:   # not a POSIX system: no locks, as on a file system without them
+  fcntl = None
 
 LOCK_FILE = ".dml_jax.lock"
 # what flock raises where the file system has no locks (ENOTSUP is EOPNOTSUPP on Linux)
@@ -78,13 +82,14 @@ def acquire(workdir: str, program: str) -> tuple[int | None, str | None]:
 
   Returns:
     ``(fd, None)``: held, the file descriptor to :func:`release`; ``(None, holder)``: another
-    process holds it (:func:`holder`); ``(None, None)``: the file system has no locks.
+    process holds it (:func:`holder`); ``(None, None)``: no locks there (the file system, or
+    the system, has none).
 
   Raises:
     OSError: the lock file cannot be created (a read-only or foreign folder).
   """
   path = lock_path(workdir)
-  while True:
+  while fcntl is not None:
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
       fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -108,6 +113,7 @@ def acquire(workdir: str, program: str) -> tuple[int | None, str | None]:
       os.write(fd, _describe(program).encode())
       return fd, None
     os.close(fd)
+  return None, None
 
 
 def release(workdir: str, fd: int) -> None:
@@ -152,8 +158,9 @@ def hold(workdir: str, program: str = "train.py") -> Iterator[None]:
           "to finish, stop it (Ctrl-C saves a checkpoint, and the same command then resumes "
           "the run), or give another --workdir.", holder=other)
     elif fd is None and refusal is None:
-      logging.warning("%s is on a file system without file locks: %s cannot tell whether "
-                      "another run is writing it.", workdir, program)
+      logging.warning("%s cannot be locked (its file system, or this system, has no file "
+                      "locks): %s cannot tell whether another run is writing it.", workdir,
+                      program)
   if agree(refusal is not None):
     if created:
       with contextlib.suppress(OSError):
