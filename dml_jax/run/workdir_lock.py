@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import errno
 import json
 import os
 import socket
@@ -41,8 +40,6 @@ except ImportError:   # not a POSIX system: no locks, as on a file system withou
   fcntl = None
 
 LOCK_FILE = ".dml_jax.lock"
-# what flock raises where the file system has no locks (ENOTSUP is EOPNOTSUPP on Linux)
-NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS})
 
 
 class WorkdirInUseError(ValueError):
@@ -83,12 +80,13 @@ def acquire(workdir: str, program: str) -> tuple[int | None, str | None]:
   Returns:
     ``(fd, None)``: held, the file descriptor to :func:`release`; ``(None, holder)``: another
     process holds it (:func:`holder`); ``(None, None)``: no locks there (the file system, or
-    the system, has none).
+    the system, has none; a warning says why and that the run goes on unguarded).
 
   Raises:
     OSError: the lock file cannot be created (a read-only or foreign folder).
   """
   path = lock_path(workdir)
+  why = "this system has no fcntl"
   while fcntl is not None:
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -96,11 +94,10 @@ def acquire(workdir: str, program: str) -> tuple[int | None, str | None]:
     except BlockingIOError:
       os.close(fd)
       return None, holder(path)
-    except OSError as e:
+    except OSError as e:   # ENOLCK, ENOSYS, EOPNOTSUPP, ... of a file system without locks
       os.close(fd)
-      if e.errno in NO_LOCKS:
-        return None, None
-      raise
+      why = f"flock: {e.strerror or e}"
+      break
     # The holder removes the file as it releases it: a file opened just before that is no
     # longer the one at ``path`` (another run may lock a new one there), so open it again.
     try:
@@ -113,6 +110,8 @@ def acquire(workdir: str, program: str) -> tuple[int | None, str | None]:
       os.write(fd, _describe(program).encode())
       return fd, None
     os.close(fd)
+  logging.warning("%s cannot be locked (%s): %s cannot tell whether another run is writing "
+                  "it.", workdir, why, program)
   return None, None
 
 
@@ -157,10 +156,6 @@ def hold(workdir: str, program: str = "train.py") -> Iterator[None]:
           f"{workdir} is in use: {other} is training in it; nothing was written. Wait for it "
           "to finish, stop it (Ctrl-C saves a checkpoint, and the same command then resumes "
           "the run), or give another --workdir.", holder=other)
-    elif fd is None and refusal is None:
-      logging.warning("%s cannot be locked (its file system, or this system, has no file "
-                      "locks): %s cannot tell whether another run is writing it.", workdir,
-                      program)
   if agree(refusal is not None):
     if created:
       with contextlib.suppress(OSError):
