@@ -360,7 +360,12 @@ def sweep(config: ml_collections.ConfigDict, *, grid: Sequence[str] = (), seeds:
   if pending:
     log(f"waiting for {len(pending)} run(s) that another process trains (looking every "
         f"{poll_seconds:g} s; a run it leaves unfinished is trained here)")
+  said = time.monotonic()
   while pending:
+    if time.monotonic() - said >= WAIT_REPORT_SECONDS:
+      log("still waiting: " + ", ".join(run_progress(runs[i]["workdir"], cfg)
+                                        for i, cfg in pending.items()))
+      said = time.monotonic()
     for i, run_cfg in list(pending.items()):
       run_dir = runs[i]["workdir"]
       changes = workdir_lib.check_rerun(run_cfg, run_dir, override_flag="--set=")
@@ -391,6 +396,21 @@ def sweep(config: ml_collections.ConfigDict, *, grid: Sequence[str] = (), seeds:
                           path=f"{png}.{os.getpid()}.tmp.png", metric=metric, protocol=protocol,
                           x=x, title=os.path.basename(os.path.abspath(workdir))), png)
   return {**out, "table": table, "json": json_path, "md": md_path, "png": png}
+
+
+# how often a sweep waiting for another process's runs says where they are
+WAIT_REPORT_SECONDS = 300.0
+
+
+def run_progress(run_dir: str, config: ml_collections.ConfigDict) -> str:
+  """``'<run_dir> at step 340 of 1500'``: the newest step ``metrics.jsonl`` logged (0 before the
+  first log step) and the run's final step (``'?'`` before its ``run.json``, with epochs)."""
+  steps = [row["step"] for row in workdir_lib.read_metrics(run_dir)]
+  try:
+    final = workdir_lib.final_step(run_dir, config)
+  except ValueError:
+    final = "?"
+  return f"{run_dir} at step {max(steps, default=0)} of {final}"
 
 
 class SweepInterrupted(Exception):

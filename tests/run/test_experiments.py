@@ -360,3 +360,24 @@ def test_a_signal_while_waiting_for_another_process_stops_the_sweep(tmp_path):
   with pytest.raises(experiments.SweepInterrupted, match="rerun the same command"):
     experiments.sweep(small_config(10), workdir=str(tmp_path), log=lambda s: None,
                       poll_seconds=60, stop=stop, train_fn=always_in_use)
+
+
+def test_a_long_wait_says_where_the_other_process_is(tmp_path, monkeypatch):
+  """Waiting for another process's run shows its progress (its metrics.jsonl) now and then."""
+  train_fn, _ = fake_train({("easy", 0): 0.6})
+  wd = str(tmp_path / "sweep")
+  seed_0 = os.path.join(wd, "base", "seed_0")
+
+  def logging_steps(config, workdir):   # the other process: 60 of 80 steps logged
+    workdir_lib.write_config(config, workdir)
+    for step in (20, 40, 60):
+      workdir_lib.append_metrics(workdir, {"step": step, "train/loss": 1.0})
+
+  monkeypatch.setattr(experiments, "WAIT_REPORT_SECONDS", 0.0)
+  lines = []
+  experiments.sweep(small_config(80, **{"loss.positive": "easy"}), workdir=wd,
+                    log=lines.append, poll_seconds=0.01,
+                    train_fn=in_use(train_fn, busy={0: 2}, finish=logging_steps))
+  assert f"still waiting: {seed_0} at step 60 of 80" in lines
+  assert experiments.run_progress(str(tmp_path / "none"), small_config(80)) == (
+      f"{tmp_path / 'none'} at step 0 of 80")
