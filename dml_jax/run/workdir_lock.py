@@ -26,6 +26,7 @@ import datetime
 import json
 import os
 import socket
+import time
 from collections.abc import Iterator
 
 from absl import logging
@@ -55,17 +56,21 @@ def lock_path(workdir: str) -> str:
   return os.path.join(workdir, LOCK_FILE)
 
 
-def holder(path: str) -> str:
+def holder(path: str, tries: int = 10) -> str:
   """Who holds the lock file ``path``, as its holder wrote it (``'train.py (pid 12 on host
   h, started 2026-12-02 03:40:00 UTC)'``), or ``'another process'`` when the file cannot be
-  read (its holder is writing it, or is not a dml_jax program)."""
-  try:
-    with open(path) as f:
-      info = json.load(f)
-    return (f"{info['program']} (pid {int(info['pid'])} on host {info['host']}, started "
-            f"{info['started']})")
-  except (OSError, ValueError, KeyError, TypeError):
-    return "another process"
+  read: not a dml_jax program's, or still empty after ``tries`` looks 50 ms apart (its holder
+  writes it just after locking it)."""
+  for attempt in range(tries):
+    try:
+      with open(path) as f:
+        info = json.load(f)
+      return (f"{info['program']} (pid {int(info['pid'])} on host {info['host']}, started "
+              f"{info['started']})")
+    except (OSError, ValueError, KeyError, TypeError):
+      if attempt + 1 < tries:
+        time.sleep(0.05)
+  return "another process"
 
 
 def _describe(program: str) -> str:

@@ -197,3 +197,22 @@ def test_other_processes_follow_process_0(tmp_path, monkeypatch, refused):
   else:
     with workdir_lock.hold(workdir):
       assert not os.path.exists(workdir)   # process 0 creates and locks it
+
+
+def test_a_holder_still_writing_its_name_is_waited_for_briefly(tmp_path, monkeypatch):
+  path = str(tmp_path / workdir_lock.LOCK_FILE)
+  with open(path, "w"):   # locked, not yet written
+    pass
+  sleep = workdir_lock.time.sleep
+
+  def the_holder_writes(seconds):
+    with open(path, "w") as f:
+      f.write('{"program": "train.py", "pid": 12, "host": "h", "started": "now"}')
+    sleep(seconds)
+
+  monkeypatch.setattr(workdir_lock.time, "sleep", the_holder_writes)
+  assert workdir_lock.holder(path) == "train.py (pid 12 on host h, started now)"
+  with open(path, "w") as f:
+    f.write("not json")
+  monkeypatch.setattr(workdir_lock.time, "sleep", lambda seconds: None)
+  assert workdir_lock.holder(path) == "another process"
