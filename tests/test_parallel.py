@@ -170,9 +170,9 @@ def test_each_train_step_on_8_devices_equals_1_device():
   steps_on_1_and_8_devices(lambda **kw: small_config(20, **kw), 10)
 
 
-@pytest.mark.long
-def test_two_processes_with_4_devices_equal_one_process_with_8(tmp_path):
-  """Multi-host on localhost: 2 processes x 4 fake CPU devices (gloo collectives)."""
+def two_processes(workdir, overrides):
+  """Runs train.py as 2 processes x 4 fake CPU devices on localhost (gloo collectives) on the
+  smoke digits config; ``(return codes, outputs)``."""
   import os  # pylint: disable=import-outside-toplevel
   import socket  # pylint: disable=import-outside-toplevel
   import subprocess  # pylint: disable=import-outside-toplevel
@@ -182,8 +182,6 @@ def test_two_processes_with_4_devices_equal_one_process_with_8(tmp_path):
   with socket.socket() as s:
     s.bind(("localhost", 0))
     port = s.getsockname()[1]
-  workdir = str(tmp_path / "multihost")
-  overrides = {"batch_size": 32, "data.group_size": 16, **STABLE}
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4")
   procs = [subprocess.Popen(
       [sys.executable, "train.py", "--config=configs/digits_evenodd_eps.py:smoke",
@@ -193,7 +191,16 @@ def test_two_processes_with_4_devices_equal_one_process_with_8(tmp_path):
       cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
       for i in range(2)]
   outs = [p.communicate(timeout=300)[0] for p in procs]
-  assert all(p.returncode == 0 for p in procs), outs[0][-3000:] + outs[1][-3000:]
+  return [p.returncode for p in procs], outs
+
+
+@pytest.mark.long
+def test_two_processes_with_4_devices_equal_one_process_with_8(tmp_path):
+  """Multi-host on localhost: 2 processes x 4 fake CPU devices (gloo collectives)."""
+  import os  # pylint: disable=import-outside-toplevel
+  workdir = str(tmp_path / "multihost")
+  codes, outs = two_processes(workdir, {"batch_size": 32, "data.group_size": 16, **STABLE})
+  assert codes == [0, 0], outs[0][-3000:] + outs[1][-3000:]
   assert "| test |" in outs[0] and "| test |" not in outs[1]   # only process 0 reports
   assert "dml_jax: 8 x cpu devices, 2 processes, batch 32 (4 per device)" in outs[0]
   assert "dml_jax:" not in outs[1]
@@ -203,6 +210,21 @@ def test_two_processes_with_4_devices_equal_one_process_with_8(tmp_path):
   _, multi, _ = final_state(workdir)
   _, single, _ = final_state(trained(8)[0])
   assert_same_run(single, multi)
+
+
+@pytest.mark.long
+def test_two_processes_on_a_workdir_in_use_both_stop_in_one_line(tmp_path):
+  """Process 0 finds the workdir's lock held by another run; the other process stops with it
+  (no process waits in a collective for one that stopped), nothing written."""
+  import os  # pylint: disable=import-outside-toplevel
+  from dml_jax.run import workdir_lock  # pylint: disable=import-outside-toplevel
+  workdir = str(tmp_path / "multihost")
+  with workdir_lock.hold(workdir, program="holder"):
+    codes, outs = two_processes(workdir, {"batch_size": 32, "data.group_size": 16})
+    assert os.listdir(workdir) == [workdir_lock.LOCK_FILE]
+  assert codes == [1, 1], outs[0][-3000:] + outs[1][-3000:]
+  assert f"train.py: {workdir} is in use: holder (pid {os.getpid()} on host" in outs[0]
+  assert f"train.py: {workdir}: process 0 refused it (its output says why)" in outs[1]
 
 
 def test_checkpoint_saved_on_1_device_resumes_on_8(tmp_path):
