@@ -21,7 +21,8 @@ when its final ``eval_step_<num_train_steps>.json`` exists; finished runs are sk
 results are read back), so an interrupted sweep resumes where it stopped (an unfinished run
 resumes from its own newest checkpoint). The same sweep may run in several processes (e.g.
 one per GPU): a run another process trains is left to it and read back once it has finished
-(``workdir_lock``). A run directory trained with a config that differs in
+(``workdir_lock``); ``python -m dml_jax.run.experiments status --workdir=W`` tells each run's
+state. A run directory trained with a config that differs in
 a key train.py would refuse on a rerun (``workdir.check_rerun``) stops the sweep with one line
 before any run; a finished run whose length (``num_train_steps``, ``num_epochs``) or
 evaluation (``eval.*``) changed is rerun, resuming from its checkpoint. At the end it writes
@@ -37,6 +38,8 @@ into ``<workdir>``:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import glob
 import itertools
 import json
 import os
@@ -413,6 +416,43 @@ def run_progress(run_dir: str, config: ml_collections.ConfigDict) -> str:
   return f"{run_dir} at step {max(steps, default=0)} of {final}"
 
 
+def status(workdir: str) -> str:
+  """The state of every run folder ``<workdir>/<point>/seed_<s>`` of a sweep, read without
+  taking a lock (``python -m dml_jax.run.experiments status``): a markdown table (run,
+  ``finished`` / ``training: <holder>`` / ``stopped at checkpoint N`` / ``not started``, the
+  newest logged step of the final one) and a line of counts.
+
+  Raises:
+    ValueError: ``workdir`` holds no run folder.
+  """
+  rows, counts = [], {}
+  for run_dir in sorted(glob.glob(os.path.join(glob.escape(workdir), "*", "seed_*"))):
+    if not os.path.isdir(run_dir):
+      continue
+    tree = workdir_lib.read_config_json(run_dir)
+    final = "?"
+    if tree is not None:
+      with contextlib.suppress(ValueError):
+        final = workdir_lib.final_step(run_dir, ml_collections.ConfigDict(tree))
+    holder, newest = workdir_lock.live_holder(run_dir), workdir_lib.newest_checkpoint_step(run_dir)
+    if holder is not None:
+      kind, state = "training", f"training: {holder}"
+    elif final != "?" and os.path.exists(final_results_path(run_dir, final)):
+      kind = state = "finished"
+    elif newest is not None:
+      kind, state = "stopped", f"stopped at checkpoint {newest}"
+    else:
+      kind = state = "not started"
+    counts[kind] = counts.get(kind, 0) + 1
+    step = max((row["step"] for row in workdir_lib.read_metrics(run_dir)), default=0)
+    rows.append(f"| {os.path.relpath(run_dir, workdir)} | {state} | {step} / {final} |")
+  if not rows:
+    raise ValueError(f"{workdir} holds no run folder (a sweep trains in "
+                     "<workdir>/<point>/seed_<s>).")
+  return "\n".join(["| run | state | step |", "|---|---|---|", *rows, "",
+                    f"{len(rows)} runs: " + ", ".join(f"{n} {k}" for k, n in counts.items())])
+
+
 class SweepInterrupted(Exception):
   """SIGINT / SIGTERM while the sweep waited for runs that another process trains."""
 
@@ -455,7 +495,16 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument("--x", default=None, help="numeric grid key for a line plot")
   p.add_argument("--module", action="append", default=[],
                  help="a module to import first (own objective; dotted name or .py path)")
+  p = sub.add_parser("status", help="the state of each run of a sweep folder (finished, "
+                     "training and where, stopped), while the sweep runs too")
+  p.add_argument("--workdir", required=True)
   args = parser.parse_args(argv)
+  if args.command == "status":
+    try:
+      print(status(args.workdir))
+    except cli.USER_ERRORS as e:
+      cli.fail(PROGRAM, str(e))
+    return 0
   try:
     overrides = overrides_lib.parse_assignments(args.overrides)
   except ValueError as e:

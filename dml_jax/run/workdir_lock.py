@@ -26,6 +26,7 @@ import datetime
 import json
 import os
 import socket
+import sys
 import time
 from collections.abc import Iterator
 
@@ -56,6 +57,11 @@ def lock_path(workdir: str) -> str:
   return os.path.join(workdir, LOCK_FILE)
 
 
+def _named(info) -> str:
+  return (f"{info['program']} (pid {int(info['pid'])} on host {info['host']}, started "
+          f"{info['started']})")
+
+
 def holder(path: str, tries: int = 10) -> str:
   """Who holds the lock file ``path``, as its holder wrote it (``'train.py (pid 12 on host
   h, started 2026-12-02 03:40:00 UTC)'``), or ``'another process'`` when the file cannot be
@@ -64,13 +70,45 @@ def holder(path: str, tries: int = 10) -> str:
   for attempt in range(tries):
     try:
       with open(path) as f:
-        info = json.load(f)
-      return (f"{info['program']} (pid {int(info['pid'])} on host {info['host']}, started "
-              f"{info['started']})")
+        return _named(json.load(f))
     except (OSError, ValueError, KeyError, TypeError):
       if attempt + 1 < tries:
         time.sleep(0.05)
   return "another process"
+
+
+def live_holder(workdir: str) -> str | None:
+  """Who trains in ``workdir`` by its lock file, taking no lock (so never in a run's way):
+  the holder it names while that process runs (its pid alive, when on this host; on another
+  host, as written), ``None`` without a file or for one that a killed run left here."""
+  try:
+    with open(lock_path(workdir)) as f:
+      info = json.load(f)
+    pid = int(info["pid"])
+    named = _named(info)
+  except FileNotFoundError:
+    return None
+  except (OSError, ValueError, KeyError, TypeError):
+    return "another process"   # its holder is writing it
+  if info["host"] == socket.gethostname():
+    try:
+      os.kill(pid, 0)
+    except ProcessLookupError:
+      return None
+    except PermissionError:   # another user's process
+      pass
+  return named
+
+
+def this_program(argv0: str | None = None) -> str:
+  """How the running program is named in a lock file: ``'python -m dml_jax.run.experiments'``
+  for a module of this package run with ``-m``, else the script's name (``'train.py'``)."""
+  argv0 = (sys.argv[0] if sys.argv else "") if argv0 is None else argv0
+  package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  path = os.path.abspath(argv0) if argv0 else ""
+  if path.endswith(".py") and path.startswith(os.path.join(package, "dml_jax") + os.sep):
+    return "python -m " + os.path.relpath(path, package)[:-3].replace(os.sep, ".")
+  return os.path.basename(argv0) or "python"
 
 
 def _describe(program: str) -> str:
@@ -136,15 +174,17 @@ def agree(flag: bool) -> bool:
 
 
 @contextlib.contextmanager
-def hold(workdir: str, program: str = "train.py") -> Iterator[None]:
+def hold(workdir: str, program: str | None = None) -> Iterator[None]:
   """Within the block, this process (process 0 of several) holds ``workdir``'s lock; the
-  workdir is created when missing.
+  workdir is created when missing. ``program`` names it in the lock file (default
+  :func:`this_program`).
 
   Raises:
     ValueError: ``workdir`` is not a usable path (``workdir.check_path``) or cannot be written.
     WorkdirInUseError: another process holds the lock; one line naming it, nothing written.
   """
   workdir_lib.check_path(workdir)
+  program = this_program() if program is None else program
   fd, refusal, created = None, None, False
   if workdir_lib.is_main_process():
     created = not os.path.isdir(workdir)

@@ -2,6 +2,7 @@
 
 import json
 import os
+import socket
 
 import numpy as np
 import pytest
@@ -381,3 +382,42 @@ def test_a_long_wait_says_where_the_other_process_is(tmp_path, monkeypatch):
   assert f"still waiting: {seed_0} at step 60 of 80" in lines
   assert experiments.run_progress(str(tmp_path / "none"), small_config(80)) == (
       f"{tmp_path / 'none'} at step 0 of 80")
+
+
+def test_status_tells_finished_training_stopped_and_not_started_runs(tmp_path, run20,
+                                                                   capsys):
+  """``status`` reads a sweep folder without taking a lock: a run whose holder still runs is
+  training (this process holds it here), one that a killed run's lock file names is not."""
+  import shutil  # pylint: disable=import-outside-toplevel
+  from dml_jax.run import workdir_lock  # pylint: disable=import-outside-toplevel
+  wd = tmp_path / "sweep"
+  for seed in range(4):
+    shutil.copytree(run20[0], wd / "base" / f"seed_{seed}")
+  os.remove(wd / "base" / "seed_1" / "eval_step_20.json")       # stopped after its checkpoint
+  for seed in (2, 3):                                             # not started
+    shutil.rmtree(wd / "base" / f"seed_{seed}" / "checkpoints")
+    for name in ("eval_step_20.json", "metrics.jsonl"):
+      os.remove(wd / "base" / f"seed_{seed}" / name)
+  dead = subprocess_pid_that_ended()
+  with open(wd / "base" / "seed_3" / workdir_lock.LOCK_FILE, "w") as f:   # left by a kill
+    json.dump({"program": "train.py", "pid": dead, "host": socket.gethostname(),
+               "started": "then"}, f)
+  with workdir_lock.hold(str(wd / "base" / "seed_2"), program="train.py"):
+    assert experiments.main(["status", f"--workdir={wd}"]) == 0
+  out = capsys.readouterr().out
+  assert "| base/seed_0 | finished | 20 / 20 |" in out
+  assert "| base/seed_1 | stopped at checkpoint 20 | 20 / 20 |" in out
+  assert f"| base/seed_2 | training: train.py (pid {os.getpid()} on host " in out
+  assert "| base/seed_3 | not started | 0 / 20 |" in out
+  assert "4 runs: 1 finished, 1 stopped, 1 training, 1 not started" in out
+  with pytest.raises(SystemExit):
+    experiments.main(["status", f"--workdir={tmp_path / 'none'}"])
+  assert "holds no run folder" in capsys.readouterr().err
+
+
+def subprocess_pid_that_ended() -> int:
+  import subprocess  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+  proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                        capture_output=True, text=True, check=True)
+  return int(proc.stdout)

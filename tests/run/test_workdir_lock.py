@@ -48,7 +48,7 @@ def other_process():
 
 def test_the_holder_is_named_in_the_lock_file_and_a_second_hold_is_refused(tmp_path):
   workdir = str(tmp_path / "run")
-  with workdir_lock.hold(workdir):
+  with workdir_lock.hold(workdir, program="train.py"):
     with open(workdir_lock.lock_path(workdir)) as f:
       info = json.load(f)
     assert (info["program"], info["pid"], info["host"]) == ("train.py", os.getpid(),
@@ -159,7 +159,7 @@ def test_without_file_locks_a_warning_says_so_and_training_goes_on(tmp_path, mon
     monkeypatch.setattr(workdir_lock, "fcntl", None)
   workdir = str(tmp_path / "run")
   with caplog.at_level("WARNING"):
-    with workdir_lock.hold(workdir):
+    with workdir_lock.hold(workdir, program="train.py"):
       assert os.path.isdir(workdir)
   why = "flock: No locks available" if where == "file system" else "this system has no fcntl"
   assert f"{workdir} cannot be locked ({why}): train.py cannot tell whether" in caplog.text
@@ -178,7 +178,7 @@ def test_a_workdir_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):
   with pytest.raises(ValueError, match=r"^the workdir .* cannot be written \(Read-only file "
                      r"system\); train.py keeps its checkpoints and results there\. Give a "
                      r"writable --workdir\.$"):
-    with workdir_lock.hold(workdir):
+    with workdir_lock.hold(workdir, program="train.py"):
       pass
   assert not os.path.exists(workdir)
 
@@ -216,3 +216,10 @@ def test_a_holder_still_writing_its_name_is_waited_for_briefly(tmp_path, monkeyp
     f.write("not json")
   monkeypatch.setattr(workdir_lock.time, "sleep", lambda seconds: None)
   assert workdir_lock.holder(path) == "another process"
+
+
+def test_the_program_is_named_as_it_was_started():
+  from dml_jax.run import experiments  # pylint: disable=import-outside-toplevel
+  assert workdir_lock.this_program(experiments.__file__) == "python -m dml_jax.run.experiments"
+  assert workdir_lock.this_program(os.path.join(ROOT, "train.py")) == "train.py"
+  assert workdir_lock.this_program("") == "python"
