@@ -15,6 +15,9 @@ anything.
   others whether they may go on.
 * ``eval.py`` and the analysis tools take no lock: they read a workdir beside the run
   training in it.
+* A sweep started in several processes shares its runs through these locks
+  (``experiments.sweep``); :func:`live_holder` tells who trains in a workdir without taking
+  the lock (``python -m dml_jax.run.experiments status``).
 * On a file system without locks (some FUSE mounts), or a system without ``fcntl``, a warning
   says so and the run goes on unguarded.
 """
