@@ -149,6 +149,14 @@ def read_final_results(workdir: str, num_train_steps: int) -> dict | None:
     return json.load(f)["results"]
 
 
+def results_stale(config: ml_collections.ConfigDict, run_dir: str) -> bool:
+  """Whether ``run_dir``'s final results (if any) are not those ``config`` asks for: a
+  resumable key that :func:`changes_results` changed; a conflicting key raises
+  (``workdir.check_rerun``)."""
+  changes = workdir_lib.check_rerun(config, run_dir, override_flag="--set=")
+  return any(changes_results(key) for key, _, _ in changes)
+
+
 def changes_results(key: str) -> bool:
   """Whether a resumable config ``key`` changed on a finished run changes its final results
   (the run's length, its evaluation), so the sweep reruns it instead of reading them back."""
@@ -323,9 +331,8 @@ def sweep(config: ml_collections.ConfigDict, *, grid: Sequence[str] = (), seeds:
     for s in range(seeds):
       run_dir = os.path.join(workdir, point_name(point), f"seed_{seed_offset + s}")
       run_cfg = overrides_lib.apply(cfg, {"seed": seed_offset + s})
-      changes = workdir_lib.check_rerun(run_cfg, run_dir, override_flag="--set=")
+      stale[run_dir] = results_stale(run_cfg, run_dir)
       workdir_lib.check_not_past_the_end(run_dir, run_cfg)   # a shortened rerun, refused now
-      stale[run_dir] = any(changes_results(key) for key, _, _ in changes)
   runs, pending, total = [], {}, len(points) * seeds
 
   def attempt(run_cfg, run_dir, first: bool = True) -> dict | None:
@@ -371,8 +378,7 @@ def sweep(config: ml_collections.ConfigDict, *, grid: Sequence[str] = (), seeds:
       said = time.monotonic()
     for i, run_cfg in list(pending.items()):
       run_dir = runs[i]["workdir"]
-      changes = workdir_lib.check_rerun(run_cfg, run_dir, override_flag="--set=")
-      results = (None if any(changes_results(key) for key, _, _ in changes) else
+      results = (None if results_stale(run_cfg, run_dir) else
                  read_final_results(run_dir, workdir_lib.final_step(run_dir, run_cfg)))
       if results is not None:
         log(f"{run_dir}: finished by the other process")
@@ -408,12 +414,16 @@ WAIT_REPORT_SECONDS = 300.0
 def run_progress(run_dir: str, config: ml_collections.ConfigDict) -> str:
   """``'<run_dir> at step 340 of 1500'``: the newest step ``metrics.jsonl`` logged (0 before the
   first log step) and the run's final step (``'?'`` before its ``run.json``, with epochs)."""
-  steps = [row["step"] for row in workdir_lib.read_metrics(run_dir)]
   try:
     final = workdir_lib.final_step(run_dir, config)
   except ValueError:
     final = "?"
-  return f"{run_dir} at step {max(steps, default=0)} of {final}"
+  return f"{run_dir} at step {newest_logged_step(run_dir)} of {final}"
+
+
+def newest_logged_step(run_dir: str) -> int:
+  """The newest step of ``run_dir``'s ``metrics.jsonl`` (0 before the first log step)."""
+  return max((row["step"] for row in workdir_lib.read_metrics(run_dir)), default=0)
 
 
 def status(workdir: str) -> str:
@@ -434,7 +444,8 @@ def status(workdir: str) -> str:
     if tree is not None:
       with contextlib.suppress(ValueError):
         final = workdir_lib.final_step(run_dir, ml_collections.ConfigDict(tree))
-    holder, newest = workdir_lock.live_holder(run_dir), workdir_lib.newest_checkpoint_step(run_dir)
+    holder = workdir_lock.live_holder(run_dir)
+    newest = workdir_lib.newest_checkpoint_step(run_dir)
     if holder is not None:
       kind, state = "training", f"training: {holder}"
     elif final != "?" and os.path.exists(final_results_path(run_dir, final)):
@@ -444,8 +455,8 @@ def status(workdir: str) -> str:
     else:
       kind = state = "not started"
     counts[kind] = counts.get(kind, 0) + 1
-    step = max((row["step"] for row in workdir_lib.read_metrics(run_dir)), default=0)
-    rows.append(f"| {os.path.relpath(run_dir, workdir)} | {state} | {step} / {final} |")
+    rows.append(f"| {os.path.relpath(run_dir, workdir)} | {state} | "
+                f"{newest_logged_step(run_dir)} / {final} |")
   if not rows:
     raise ValueError(f"{workdir} holds no run folder (a sweep trains in "
                      "<workdir>/<point>/seed_<s>).")
@@ -465,12 +476,12 @@ class SweepInterrupted(Exception):
 def _wait(seconds: float, stop) -> None:
   """Sleeps ``seconds``, or raises :class:`SweepInterrupted` as soon as ``stop`` is set."""
   end = time.monotonic() + seconds
-  while (left := end - time.monotonic()) > 0:
+  while True:
     if stop is not None and stop.is_set():
       raise SweepInterrupted(stop.signum)
+    if (left := end - time.monotonic()) <= 0:
+      return
     time.sleep(min(left, 0.2))
-  if stop is not None and stop.is_set():
-    raise SweepInterrupted(stop.signum)
 
 
 # ------------------------------------------------------------------------------- CLI

@@ -504,7 +504,7 @@ def truncate_metrics(workdir: str, step: int) -> None:
     return
   rows = [r for r in read_metrics(workdir) if r["step"] <= step]
   report.write_text_atomic(os.path.join(workdir, METRICS_FILE),
-                    "".join(json.dumps(r) + "\n" for r in rows))
+                           "".join(json.dumps(r) + "\n" for r in rows))
 
 
 def append_metrics(workdir: str, row: dict) -> None:
