@@ -301,6 +301,34 @@ def test_validate_is_the_check_of_every_binary():
     config_lib.validate(c)
 
 
+@pytest.mark.parametrize("value", [0, -3])
+def test_embedding_dim_is_a_positive_integer(value):
+  from configs import default  # pylint: disable=import-outside-toplevel
+  c = default.get_config()
+  c.model.embedding_dim = value
+  with pytest.raises(ValueError, match=f"^config.model.embedding_dim must be a positive "
+                                       f"integer, got {value}.$"):
+    config_lib.validate(c)
+
+
+def test_a_bad_loss_value_is_named_by_its_config_key():
+  """The builder's error names the hyper-parameter; the config's names ``loss.KEY``, the key
+  the user set, and leaves the builder's other errors as they are."""
+  from configs import digits_objective  # pylint: disable=import-outside-toplevel
+  c = digits_objective.get_config("proxy_anchor")
+  assert config_lib.make_objective(c).name == "proxy_anchor"
+  c.loss.alpha = -1.0
+  with pytest.raises(ValueError, match=r"^loss.alpha must be a number > 0, got -1.0.$"):
+    config_lib.make_objective(c)
+  c = digits_objective.get_config("triplet")
+  c.loss.positive = "hardest"
+  with pytest.raises(ValueError, match=r"^loss.positive='hardest' is not allowed; choose one"):
+    config_lib.make_objective(c)
+  c.loss.name = "tripplet"
+  with pytest.raises(ValueError, match=r"^unknown objective loss.name='tripplet'"):
+    config_lib.make_objective(c)
+
+
 @pytest.mark.parametrize("key", ["scatter_every_steps", "eval.retrieval_grid"])
 def test_a_plot_of_the_first_protocol_needs_a_protocol(key):
   """``eval.splits=()`` (no evaluation) is allowed, but not with the scatter diagram or the

@@ -195,6 +195,9 @@ def validate(config: ml_collections.ConfigDict, splits: Mapping | None = None) -
         f"config.data.image_size={config.data.image_size}: the in-memory dataset "
         f"{config.data.name!r} has a fixed size; use 0 (its native size).")
   model = config.model
+  if not isinstance(model.embedding_dim, int) or model.embedding_dim <= 0:
+    raise ValueError(f"config.model.embedding_dim must be a positive integer, got "
+                     f"{model.embedding_dim!r}.")
   conv.conv_function(model.get("conv_impl", "auto"))   # one line listing conv.CONV_IMPLS
   if not isinstance(model.get("rgb_input", True), bool):
     raise ValueError(f"config.model.rgb_input={model.rgb_input!r} must be True or False.")
@@ -211,6 +214,28 @@ def validate(config: ml_collections.ConfigDict, splits: Mapping | None = None) -
   writers.config_backends(config)
   if splits is not None:
     protocols.validate_eval_config(config, splits)
+
+
+def make_objective(config: ml_collections.ConfigDict):
+  """``objectives.make(**config.loss)``; a bad hyper-parameter's error names its config key
+  (``scale must be ...`` -> ``loss.scale must be ...``).
+
+  Raises:
+    ValueError: an unknown ``loss.name`` or a value its builder refuses, in one line.
+  """
+  # pylint: disable=import-outside-toplevel
+  from dml_jax import objectives
+  from dml_jax.run import overrides
+  loss = config.loss.to_dict()
+  overrides.check_objective_name(loss.get("name"))
+  try:
+    return objectives.make(**loss)
+  except ValueError as e:
+    message = str(e)
+    name = message.split("=")[0].split(" ")[0]
+    if name in loss and len(e.args) == 1:
+      e.args = (f"loss.{message}",)
+    raise
 
 
 def validate_training(config: ml_collections.ConfigDict) -> None:

@@ -307,7 +307,6 @@ def sweep(config: ml_collections.ConfigDict, *, grid: Sequence[str] = (), seeds:
   if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
     raise ValueError(f"seeds must be a positive integer, got {seeds!r}.")
   # pylint: disable=import-outside-toplevel  (JAX and the training stack, when a sweep runs)
-  from dml_jax import objectives
   from dml_jax.run import training
   if train_fn is None:
 
@@ -322,7 +321,7 @@ def sweep(config: ml_collections.ConfigDict, *, grid: Sequence[str] = (), seeds:
   for _, cfg in configs:   # every point checked before the first run starts
     config_lib.validate(cfg)
     config_lib.validate_training(cfg)
-    objectives.make(**cfg.loss.to_dict())
+    config_lib.make_objective(cfg)
   check_plot_options(points, [cfg for _, cfg in configs], protocol=protocol, x=x)
   # every run directory too: one trained with another config is refused, one whose
   # evaluation or length changed is rerun (resumed) instead of skipped

@@ -155,6 +155,13 @@ def convert(key: str, raw: str, current: Any) -> Any:
                    "in the config file")
 
 
+def check_objective_name(name: str) -> None:
+  """Raises ValueError (one line with the registered names) unless ``loss.name`` is one."""
+  if name not in objectives.names():
+    raise ValueError(f"unknown objective loss.name={name!r}; registered: "
+                     f"{', '.join(objectives.names())}")
+
+
 def apply(base: ml_collections.ConfigDict, overrides: Mapping[str, Any], *,
           from_strings: bool = False) -> ml_collections.ConfigDict:
   """A copy of ``base`` with dotted ``key -> value`` overrides applied by the module's rules.
@@ -172,9 +179,7 @@ def apply(base: ml_collections.ConfigDict, overrides: Mapping[str, Any], *,
   known = _flat_keys(config)
   loss = config.loss.to_dict()
   name = overrides.get("loss.name", loss["name"])
-  if name not in objectives.names():
-    raise ValueError(f"unknown objective loss.name={name!r}; registered: "
-                     f"{', '.join(objectives.names())}")
+  check_objective_name(name)
   if name != loss["name"]:
     loss = {"name": name, **objectives.hparam_defaults(name)}
   defaults = objectives.hparam_defaults(name)

@@ -99,7 +99,7 @@ def build(config: ml_collections.ConfigDict) -> Setup:
   overrides.import_user_modules(config.get("user_modules", ()), from_config=True)
   config_lib.validate(config)
   config_lib.validate_training(config)
-  objective = objectives.make(**config.loss.to_dict())   # its values checked before the data
+  objective = config_lib.make_objective(config)   # its values checked before the data
   mesh = parallel.make_mesh(config.num_devices)
   parallel.check_batch_size(config.batch_size, mesh)
   splits = restore.load_splits(config)
@@ -378,7 +378,7 @@ def start_run(config: ml_collections.ConfigDict, workdir: str, *,
   # a bad value is named as such, not as a change of the config
   config_lib.validate(config)
   config_lib.validate_training(config)
-  objectives.make(**config.loss.to_dict())
+  config_lib.make_objective(config)
   if overwrite:
     workdir_lib.check_overwrite(workdir)
     changes = []

@@ -148,7 +148,7 @@ def test_cli(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--grid=loss.margin=0.1,-1"], "margin must be a number >= 0, got -1.0."),
+    (["--grid=loss.margin=0.1,-1"], "loss.margin must be a number >= 0, got -1.0."),
     (["--grid=loss.margn=0.1"], "unknown config key loss.margn (did you mean loss.margin?)"),
     (["--seeds=0"], "seeds must be a positive integer, got 0."),
     (["--config=configs/nope.py"], "config file configs/nope.py does not exist"),
