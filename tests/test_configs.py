@@ -6,6 +6,7 @@ import importlib
 import itertools
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -308,6 +309,29 @@ def test_embedding_dim_is_a_positive_integer(value):
   c.model.embedding_dim = value
   with pytest.raises(ValueError, match=f"^config.model.embedding_dim must be a positive "
                                        f"integer, got {value}.$"):
+    config_lib.validate(c)
+
+
+def test_a_model_option_the_model_lacks_is_named_by_its_config_key():
+  """The small CNN has no dtype / pooling / embedding head options: setting one is refused
+  before any data is read, naming the key and the models that have it; the same value on a
+  ResNet passes. An unknown model.name lists the registered models."""
+  from configs import default  # pylint: disable=import-outside-toplevel
+  for key, value in (("dtype", "bfloat16"), ("pooling", "max"), ("bn_mode", "frozen"),
+                     ("embedding_hidden", (64,))):
+    c = default.get_config()
+    assert c.model.name == "small_cnn"
+    c.model[key] = value
+    with pytest.raises(ValueError, match=(
+        rf"^config.model.{key}={re.escape(repr(value))}: model.name='small_cnn' has no {key} "
+        r"option; leave it at its default \(the models with one: resnet18, resnet34, "
+        r"resnet50, bn_inception\).$")):
+      config_lib.validate(c)
+    c.model.name = "resnet18"
+    config_lib.validate(c)
+  c.model.name = "resnet19"
+  with pytest.raises(ValueError, match=r"^Unknown model.name 'resnet19'; allowed: bn_inception, "
+                                       r"resnet18, resnet34, resnet50, small_cnn.$"):
     config_lib.validate(c)
 
 

@@ -23,6 +23,7 @@ cache, augmentation, backbone options, memory, logging backends, evaluation prot
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import sys
@@ -137,7 +138,9 @@ def validate(config: ml_collections.ConfigDict, splits: Mapping | None = None) -
   from dml_jax.data import noise
   from dml_jax.data import pipeline
   from dml_jax.evaluation import protocols
+  from dml_jax import models
   from dml_jax.models import conv, resnet
+  from dml_jax.run import restore
   for key in ("num_train_steps", "batch_size", "log_every_steps", "checkpoint_every_steps"):
     if not isinstance(value := config[key], int) or value <= 0:
       raise ValueError(f"config.{key} must be a positive integer, got {value!r}.")
@@ -195,6 +198,16 @@ def validate(config: ml_collections.ConfigDict, splits: Mapping | None = None) -
         f"config.data.image_size={config.data.image_size}: the in-memory dataset "
         f"{config.data.name!r} has a fixed size; use 0 (its native size).")
   model = config.model
+  if model.name not in models.MODELS:
+    raise ValueError(f"Unknown model.name {model.name!r}; allowed: {', '.join(models.names())}.")
+  takes = inspect.signature(models.MODELS[model.name].__init__).parameters
+  for key in restore.model_options(model):   # the backbone options set away from the default
+    if key not in takes:
+      others = [n for n, cls in models.MODELS.items()
+                if key in inspect.signature(cls.__init__).parameters]
+      raise ValueError(f"config.model.{key}={model[key]!r}: model.name={model.name!r} has no "
+                       f"{key} option; leave it at its default (the models with one: "
+                       f"{', '.join(others)}).")
   if not isinstance(model.embedding_dim, int) or model.embedding_dim <= 0:
     raise ValueError(f"config.model.embedding_dim must be a positive integer, got "
                      f"{model.embedding_dim!r}.")
