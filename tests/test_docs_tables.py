@@ -4,6 +4,7 @@
 import glob
 import json
 import os
+import re
 import sys
 
 import pytest
@@ -69,7 +70,10 @@ def test_a_changed_number_is_caught(tmp_path, monkeypatch):
   page = tmp_path / "page.md"
   with open(os.path.join(ROOT, "docs", "reproductions.md")) as f:
     text = f.read()
-  page.write_text(text.replace("**42.6 ± 7.1**", "**43.6 ± 7.1**", 1))
+  cell = re.search(r"\*\*(\d+\.\d) ± ", text)   # the first bold mean of a table
+  changed = text[:cell.start(1)] + f"{float(cell.group(1)) + 1:.1f}" + text[cell.end(1):]
+  assert changed != text
+  page.write_text(changed)
   monkeypatch.setattr(tables, "pages", lambda: [str(page)])
   assert tables.check(write=False) == 1
   assert tables.check(write=True) == 0
