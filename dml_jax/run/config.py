@@ -140,7 +140,6 @@ def validate(config: ml_collections.ConfigDict, splits: Mapping | None = None) -
   from dml_jax.evaluation import protocols
   from dml_jax import models
   from dml_jax.models import conv, resnet
-  from dml_jax.run import restore
   for key in ("num_train_steps", "batch_size", "log_every_steps", "checkpoint_every_steps"):
     if not isinstance(value := config[key], int) or value <= 0:
       raise ValueError(f"config.{key} must be a positive integer, got {value!r}.")
@@ -201,7 +200,7 @@ def validate(config: ml_collections.ConfigDict, splits: Mapping | None = None) -
   if model.name not in models.MODELS:
     raise ValueError(f"Unknown model.name {model.name!r}; allowed: {', '.join(models.names())}.")
   takes = inspect.signature(models.MODELS[model.name].__init__).parameters
-  for key in restore.model_options(model):   # the backbone options set away from the default
+  for key in model_options(model):   # the backbone options set away from the default
     if key not in takes:
       others = [n for n, cls in models.MODELS.items()
                 if key in inspect.signature(cls.__init__).parameters]
@@ -227,6 +226,24 @@ def validate(config: ml_collections.ConfigDict, splits: Mapping | None = None) -
   writers.config_backends(config)
   if splits is not None:
     protocols.validate_eval_config(config, splits)
+
+
+def model_options(model: ml_collections.ConfigDict) -> dict:
+  """The backbone options of ``config.model`` that differ from the defaults, as keyword
+  arguments of ``models.make`` (``rgb_input`` only for a model that takes it; :func:`validate`
+  refuses any other that the model lacks)."""
+  from dml_jax import models  # pylint: disable=import-outside-toplevel
+  defaults = {"dtype": "float32", "pooling": "", "bn_mode": "train", "embedding_hidden": (),
+              "conv_impl": "auto", "rgb_input": True}
+  cls = models.MODELS.get(model.name)
+  takes = inspect.signature(cls.__init__).parameters if cls is not None else {}
+  options = {}
+  for key, default in defaults.items():
+    value = model.get(key, default)
+    value = tuple(value) if isinstance(value, (list, tuple)) else value
+    if value != default and (key != "rgb_input" or key in takes):   # BN-Inception's only
+      options[key] = value
+  return options
 
 
 def make_objective(config: ml_collections.ConfigDict):

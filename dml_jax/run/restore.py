@@ -30,22 +30,6 @@ from dml_jax.run import config as config_lib
 from dml_jax.run import workdir as workdir_lib
 
 
-def model_options(model: ml_collections.ConfigDict) -> dict:
-  """The backbone options of ``config.model`` that differ from the defaults, as keyword
-  arguments of ``models.make`` (so the small CNN, which has none, gets none)."""
-  defaults = {"dtype": "float32", "pooling": "", "bn_mode": "train", "embedding_hidden": (),
-              "conv_impl": "auto", "rgb_input": True}
-  cls = models.MODELS.get(model.name)
-  takes = inspect.signature(cls.__init__).parameters if cls is not None else {}
-  options = {}
-  for key, default in defaults.items():
-    value = model.get(key, default)
-    value = tuple(value) if isinstance(value, (list, tuple)) else value
-    if value != default and (key != "rgb_input" or key in takes):   # BN-Inception's only
-      options[key] = value
-  return options
-
-
 def input_options(model_name: str, image_shape) -> dict:
   """``image_size`` / ``in_channels`` for models whose layers depend on the input shape (the
   small CNN's dense layer), from the train images ``[N, H, W, C]``."""
@@ -88,7 +72,7 @@ def make_model(config: ml_collections.ConfigDict, image_shape, key: jax.Array, *
   ``model.pretrained`` backbone weights when ``pretrained``."""
   model = models.make(config.model.name, embedding_dim=config.model.embedding_dim,
                       normalize=config.model.normalize, rngs=nnx.Rngs(params=key),
-                      **model_options(config.model),
+                      **config_lib.model_options(config.model),
                       **input_options(config.model.name, image_shape))
   if pretrained and config.model.pretrained:
     models.load_pretrained(model, config.model.pretrained)

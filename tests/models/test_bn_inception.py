@@ -9,7 +9,7 @@ from flax import nnx
 
 from dml_jax import models
 from dml_jax.models import bn_inception, heads, pretrained
-from dml_jax.run import restore
+from dml_jax.run import config as config_lib
 
 
 def _torch_ceil_max_pool_oracle(x, window, stride):
@@ -120,9 +120,9 @@ def test_rgb_input_false_feeds_the_images_as_they_are():
   with pytest.raises(ValueError, match="rgb_input='no' must be True or False"):
     models.make("bn_inception", embedding_dim=8, rgb_input="no", rngs=nnx.Rngs(params=0))
   old = ml_collections.ConfigDict({"name": "resnet18", "rgb_input": False})
-  assert "rgb_input" not in restore.model_options(old)
+  assert "rgb_input" not in config_lib.model_options(old)
   old.name = "bn_inception"
-  assert restore.model_options(old) == {"rgb_input": False}
+  assert config_lib.model_options(old) == {"rgb_input": False}
 
 
 def _port_accepts(size):

@@ -275,8 +275,8 @@ def test_per_part_learning_rates_reach_the_model():
 
 
 def test_model_options_and_pretrained_errors():
-  assert restore.model_options(small_config().model) == {}
-  assert restore.model_options(small_config(**{"model.conv_impl": "lax_aligned"}).model) == {
+  assert config_lib.model_options(small_config().model) == {}
+  assert config_lib.model_options(small_config(**{"model.conv_impl": "lax_aligned"}).model) == {
       "conv_impl": "lax_aligned"}
   with pytest.raises(ValueError, match="dtype"):
     training.build(small_config(**{"model.dtype": "bfloat16"}))
