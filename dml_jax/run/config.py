@@ -130,6 +130,7 @@ def validate(config: ml_collections.ConfigDict, splits: Mapping | None = None) -
   # pylint: disable=import-outside-toplevel  (the library, only when a config is checked)
   from dml_jax import data as data_lib
   from dml_jax import memory as memory_lib
+  from dml_jax import models
   from dml_jax import optimizers
   from dml_jax.run import writers
   from dml_jax.data import augment
@@ -138,7 +139,6 @@ def validate(config: ml_collections.ConfigDict, splits: Mapping | None = None) -
   from dml_jax.data import noise
   from dml_jax.data import pipeline
   from dml_jax.evaluation import protocols
-  from dml_jax import models
   from dml_jax.models import conv, resnet
   for key in ("num_train_steps", "batch_size", "log_every_steps", "checkpoint_every_steps"):
     if not isinstance(value := config[key], int) or value <= 0:
