@@ -56,6 +56,10 @@ cli.define_cache_flag()
 cli.define_host_memory_flag()
 cli.define_machine_flags()
 cli.define_data_location_flags()
+flags.DEFINE_multi_string("set", [], "Evaluate under other evaluation settings than the "
+                          "run's, e.g. --set=eval.ks=1,2,4,8,16,32 --set=eval.splits=test,"
+                          "test@train (eval.* keys only): results to "
+                          "eval_step_<N>.<settings>.json; the run's own files stay.")
 flags.DEFINE_multi_string("module", [], "Modules to import first (a run's own objective); "
                           "those recorded in the workdir's config are imported anyway.")
 
@@ -117,7 +121,8 @@ def main(argv):
     machine = {**cli.machine_overrides(), **cli.data_location_overrides()}
     if FLAGS.workdirs is not None:
       out = eval_checkpoints.evaluate_workdirs(FLAGS.workdirs, step=FLAGS.step, output=FLAGS.output,
-                                               show_progress=FLAGS.progress, machine=machine)
+                                               show_progress=FLAGS.progress, machine=machine,
+                                               overrides=FLAGS.set)
       if FLAGS.side_by_side:
         print(f"{len(out['runs'])} runs, steps {out['steps']}")
         print(out["runs_table"])
@@ -131,7 +136,7 @@ def main(argv):
                                         output=FLAGS.output, show_progress=FLAGS.progress,
                                         grid=grid_flags(),
                                         export_embeddings=FLAGS.export_embeddings,
-                                        machine=machine)
+                                        machine=machine, overrides=FLAGS.set)
       print(report.format_history_table(out["steps"]))
       if out["best"]:
         best = out["best"]
@@ -141,10 +146,10 @@ def main(argv):
     else:
       step, results = eval_checkpoints.evaluate_checkpoint(
           FLAGS.workdir, step=FLAGS.step, show_progress=FLAGS.progress, grid=grid_flags(),
-          export_embeddings=FLAGS.export_embeddings, machine=machine)
-      print(f"Step {step}")
+          export_embeddings=FLAGS.export_embeddings, machine=machine, overrides=FLAGS.set)
+      print(f"Step {step}" + (f", evaluated with {' '.join(FLAGS.set)}" if FLAGS.set else ""))
       print(report.format_table(results))
-      print(f"Written {report.results_path(FLAGS.workdir, step)}")
+      print(f"Written {eval_checkpoints.results_file(FLAGS.workdir, step, FLAGS.set)}")
       for path in eval_checkpoints.extra_outputs(FLAGS.workdir, step, grid=grid_flags(),
                                             export_embeddings=FLAGS.export_embeddings):
         print(f"Written {path}")

@@ -11,6 +11,7 @@ import pytest
 
 from dml_test_support import ROOT
 from dml_test_support import small_config
+from dml_test_support import snapshot
 from dml_jax.run import workdir as workdir_lib
 from dml_jax.run import writers
 from dml_jax.run import eval_checkpoints
@@ -77,6 +78,44 @@ def test_retrieval_grid_export_and_tensorboard_of_one_checkpoint(runs, tmp_path)
   with pytest.raises(ValueError, match="--retrieval_grid=100000: the query set of protocol "
                      "'test' has"):
     eval_checkpoints.evaluate_checkpoint(workdir, grid={"num_queries": 100000})
+
+
+def test_other_evaluation_settings_write_their_own_file_and_leave_the_runs(runs, tmp_path):
+  """eval.py --set: other K and metrics, into eval_step_20.<tag>.json recording them; the
+  run's own files (its eval_step_20.json, TensorBoard events) stay byte for byte."""
+  workdir = str(tmp_path / "copy")
+  shutil.copytree(next(iter(runs)), workdir)
+  train_results = runs[next(iter(runs))]
+  before = snapshot(workdir)
+  settings = ["eval.ks=1,2", "eval.metrics=retrieval"]
+  step, results = eval_checkpoints.evaluate_checkpoint(workdir, overrides=settings)
+  after = snapshot(workdir)
+  name = "eval_step_20.ks=1,2+metrics=retrieval.json"
+  assert set(after) - set(before) == {name}
+  assert all(after[path] == data for path, data in before.items())
+  assert eval_checkpoints.results_file(workdir, 20, settings) == os.path.join(workdir, name)
+  assert step == 20 and set(results) == set(train_results)
+  for protocol, row in results.items():
+    assert set(row) == {"recall@1", "recall@2", "map@r", "r_precision"}
+    assert row["recall@1"] == train_results[protocol]["recall@1"]   # same embeddings
+  with open(os.path.join(workdir, name)) as f:
+    saved = json.load(f)
+  assert saved["results"] == results
+  assert saved["settings"] == {"eval.ks": [1, 2], "eval.metrics": ["retrieval"]}
+  out = eval_checkpoints.evaluate_workdirs([workdir], overrides=settings,
+                                           output=str(tmp_path / "seeds.json"))
+  assert out["runs"] == [results]
+  with open(tmp_path / "seeds.json") as f:
+    assert json.load(f)["settings"] == saved["settings"]
+  steps = eval_checkpoints.evaluate_all_steps(workdir, overrides=settings)
+  assert steps["steps"][20] == results
+  assert steps["json"] == os.path.join(workdir, "eval_all_steps.ks=1,2+metrics=retrieval.json")
+  with open(steps["json"]) as f:
+    assert json.load(f)["settings"] == saved["settings"]
+  assert os.path.exists(os.path.join(workdir, "eval_step_10.ks=1,2+metrics=retrieval.json"))
+  assert all(snapshot(workdir)[path] == data for path, data in before.items())
+  with pytest.raises(ValueError, match="--set evaluates under other settings"):
+    eval_checkpoints.evaluate_checkpoint(workdir, overrides=settings, grid={"num_queries": 2})
 
 
 def test_extra_outputs_are_only_what_the_command_wrote(tmp_path):
@@ -152,6 +191,19 @@ def test_eval_py_prints_the_table_train_printed(runs):
 
 
 @pytest.mark.slow
+def test_eval_py_with_other_settings_names_the_file_it_wrote(runs, tmp_path):
+  workdir = str(tmp_path / "copy")
+  shutil.copytree(next(iter(runs)), workdir)
+  out = eval_py(f"--workdir={workdir}", "--set=eval.splits=test", "--set=eval.ks=1,4")
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert "Step 20, evaluated with eval.splits=test eval.ks=1,4" in out.stdout
+  path = os.path.join(workdir, "eval_step_20.ks=1,4+splits=test.json")
+  assert f"Written {path}" in out.stdout
+  with open(path) as f:
+    assert list(json.load(f)["results"]) == ["test"]
+
+
+@pytest.mark.slow
 def test_eval_py_all_steps_and_workdirs(runs, tmp_path):
   first = next(iter(runs))
   out = eval_py(f"--workdir={first}", "--all_steps", "--best_by=train:digit/recall@1",
@@ -175,7 +227,11 @@ def test_eval_py_errors_exit_nonzero_without_traceback(runs):
                         (["--retrieval_grid=2", "--grid_k=0"],
                          "eval.py: --grid_k=0: the gallery images per query must be >= 1."),
                         (["--all_steps", f"--output={workdir}"],   # checked before evaluating
-                         f"eval.py: --output={workdir} cannot be written (Is a directory).")):
+                         f"eval.py: --output={workdir} cannot be written (Is a directory)."),
+                        (["--set=data.name=cub"],
+                         "eval.py: --set=data.name=cub: eval.py changes only the evaluation"),
+                        (["--set=eval.ks=1", "--retrieval_grid=2"],
+                         "eval.py: --set evaluates under other settings than the run's")):
     out = eval_py(f"--workdir={workdir}", *args)
     assert out.returncode == 1, args
     assert message in out.stderr and "Traceback" not in out.stderr, out.stderr[-2000:]

@@ -213,11 +213,13 @@ def evaluate_with_config(config: ml_collections.ConfigDict, splits: Mapping, sta
                          step: int, plot: bool, show_progress: bool = False,
                          protocols: tuple[str, ...] | None = None, writer=None,
                          grid: dict | None = None,
-                         embedding_cache: dict | None = None) -> dict:
+                         embedding_cache: dict | None = None,
+                         results_tag: str = "", settings: Mapping | None = None) -> dict:
   """Runs the config's evaluation (``config.eval``: protocols, ks, metrics, similarity, ...)
   of ``splits`` (``{name: Split}``) with the model ``embed_fn(state, images [B, H, W, C]) ->
-  [B, D]`` and writes ``eval_step_N.json`` (process 0). ``eval.ks = ()`` means the dataset's
-  ``DEFAULT_KS``.
+  [B, D]`` and writes ``eval_step_N.json`` (process 0; ``eval_step_N.<results_tag>.json``
+  with the ``settings`` it stands for, for an evaluation under settings other than the
+  run's). ``eval.ks = ()`` means the dataset's ``DEFAULT_KS``.
 
   Also, on process 0: the retrieval grid of the first protocol (``grid``, default
   :func:`grid_options` of the config; :func:`grid_path`), and, when ``writer``
@@ -237,7 +239,7 @@ def evaluate_with_config(config: ml_collections.ConfigDict, splits: Mapping, sta
       show_progress=show_progress, embedding_cache=cache)
   if not main:
     return results
-  report.write_results(results, workdir=workdir, step=step)
+  report.write_results(results, workdir=workdir, step=step, tag=results_tag, settings=settings)
   grid = grid_options(config) if grid is None else grid
   images = {}
   if grid:

@@ -22,8 +22,10 @@ def flatten(results: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
   return {f"eval/{p}/{k}": v for p, row in results.items() for k, v in row.items()}
 
 
-def results_path(workdir: str, step: int) -> str:
-  return os.path.join(workdir, f"eval_step_{step}.json")
+def results_path(workdir: str, step: int, tag: str = "") -> str:
+  """``<workdir>/eval_step_<step>.json``, the run's own evaluation; with a ``tag`` (an
+  evaluation under other settings, e.g. ``'ks=1,2,4'``) ``eval_step_<step>.<tag>.json``."""
+  return os.path.join(workdir, f"eval_step_{step}{'.' + tag if tag else ''}.json")
 
 
 def write_text_atomic(path: str, text: str) -> None:
@@ -40,12 +42,14 @@ def write_text_atomic(path: str, text: str) -> None:
       os.remove(tmp)
 
 
-def write_results(results: Mapping, *, workdir: str, step: int) -> str:
-  """Writes ``{'step': N, 'results': {protocol: metrics}}`` to ``eval_step_N.json`` (whole:
-  :func:`write_text_atomic`; a sweep reads it from another process)."""
-  path = results_path(workdir, step)
-  write_text_atomic(path, json.dumps({"step": step, "results": results}, indent=2,
-                                     sort_keys=True))
+def write_results(results: Mapping, *, workdir: str, step: int, tag: str = "",
+                  settings: Mapping | None = None) -> str:
+  """Writes ``{'step': N, 'results': {protocol: metrics}}`` to :func:`results_path` (whole:
+  :func:`write_text_atomic`; a sweep reads it from another process); ``settings`` (the
+  evaluation settings a ``tag`` stands for) are recorded beside them."""
+  path = results_path(workdir, step, tag)
+  record = {"step": step, "results": results, **({"settings": dict(settings)} if settings else {})}
+  write_text_atomic(path, json.dumps(record, indent=2, sort_keys=True))
   return path
 
 

@@ -4,13 +4,19 @@ every step (learning curves, best checkpoint by a validation metric), and severa
 ``restore.restore_model`` from the workdir's ``config.json``: no sampler, objective or
 optimizer is built. The evaluated image splits come from the evaluation cache
 (``eval.cache``, ``eval_input``): after ``train.py`` on the same workdir they are mapped from
-its ``data_cache/``, not decoded."""
+its ``data_cache/``, not decoded.
+
+``overrides`` (eval.py's ``--set=eval.KEY=VALUE``) evaluate a checkpoint under other
+evaluation settings than the run's (other protocols, K list, metrics, similarity, k-means
+restarts): their results go to ``eval_step_<N>.<tag>.json`` (``overrides.evaluation_tag``)
+with the settings recorded in it, so the run's own ``eval_step_<N>.json``, its drawings and
+its TensorBoard curves stay as they are."""
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from absl import logging
@@ -22,6 +28,7 @@ from dml_jax.evaluation import report
 from dml_jax.run import checkpointing
 from dml_jax.run import config as config_lib
 from dml_jax.run import eval_input
+from dml_jax.run import overrides as overrides_lib
 from dml_jax.run import restore
 from dml_jax.run import summary as summary_lib
 from dml_jax.run import workdir as workdir_lib
@@ -43,7 +50,8 @@ def evaluate_checkpoint(workdir: str, *, step: int | None = None,
                         protocols: tuple[str, ...] | None = None, grid: dict | None = None,
                         export_embeddings: bool = False,
                         tensorboard: bool | None = None,
-                        machine: Mapping[str, Any] | None = None) -> tuple[int, dict]:
+                        machine: Mapping[str, Any] | None = None,
+                        overrides: Sequence[str] = ()) -> tuple[int, dict]:
   """Restores a checkpoint of ``workdir`` (newest readable when ``step`` is None) and
   evaluates it as ``train_and_evaluate`` does at the end (:func:`evaluate_with_config`);
   writes ``eval_step_<N>.json``.
@@ -61,6 +69,9 @@ def evaluate_checkpoint(workdir: str, *, step: int | None = None,
     tensorboard: log the metrics, histograms and images to ``<workdir>/tensorboard/eval``;
       ``None``: ``config.log.tensorboard``.
     machine: this machine's input settings (:func:`load_config`), e.g. decoding threads.
+    overrides: ``'eval.KEY=VALUE'`` strings: evaluate under these settings instead of the
+      run's, into ``eval_step_<N>.<tag>.json``, drawing nothing and logging nothing to
+      TensorBoard (the module docstring); no ``grid`` or ``export_embeddings`` with them.
 
   Returns:
     ``(step, {protocol: {metric: value}})``.
@@ -69,13 +80,41 @@ def evaluate_checkpoint(workdir: str, *, step: int | None = None,
     FileNotFoundError: ``workdir`` has no config or no checkpoint.
     ValueError: ``step`` does not exist, or a bad evaluation setting (named).
   """
-  model = restore.initial_model(load_config(workdir, machine), pretrained=False)
-  with eval_writer(model.config, workdir, tensorboard) as writer:
+  config, tag, settings = with_settings(load_config(workdir, machine), overrides)
+  check_drawings(tag, grid, export_embeddings)
+  model = restore.initial_model(config, pretrained=False)
+  with eval_writer(model.config, workdir, False if tag else tensorboard) as writer:
     (restored_step, results), = evaluate_checkpoints(
-        model, workdir, steps=None if step is None else (step,), plot=plot,
-        show_progress=show_progress, protocols=protocols, grid=grid,
-        export_embeddings=export_embeddings, writer=writer).items()
+        model, workdir, steps=None if step is None else (step,),
+        plot=False if tag else plot, show_progress=show_progress, protocols=protocols,
+        grid={} if tag else grid, export_embeddings=export_embeddings, writer=writer,
+        results_tag=tag, settings=settings).items()
   return restored_step, results
+
+
+def check_drawings(tag: str, grid: dict | None, export_embeddings: bool) -> None:
+  """Refuses a retrieval grid or an embedding export with ``--set`` (a ``tag``): both draw
+  the run's own settings into the run's own files."""
+  if tag and (grid or export_embeddings):
+    raise ValueError("--set evaluates under other settings than the run's; the retrieval grid "
+                     "and the embedding export draw the run's own: give them without --set.")
+
+
+def with_settings(config, overrides: Sequence[str]) -> tuple[Any, str, dict]:
+  """``(config, tag, settings)``: ``config`` with eval.py's ``--set`` ``overrides``
+  (``'eval.KEY=VALUE'``) in place of the run's values, the results-file tag they make
+  (``''`` without any) and their typed values (``overrides.evaluation_overrides``)."""
+  settings = overrides_lib.evaluation_overrides(config, overrides) if overrides else {}
+  for key, value in settings.items():
+    config.eval[key.split(".", 1)[1]] = value
+  return config, overrides_lib.evaluation_tag(settings) if settings else "", settings
+
+
+def results_file(workdir: str, step: int, overrides: Sequence[str] = ()) -> str:
+  """The file :func:`evaluate_checkpoint` of ``step`` with these ``overrides`` wrote its
+  results to: ``eval_step_<N>.json``, or ``eval_step_<N>.<tag>.json`` with overrides."""
+  _, tag, _ = with_settings(workdir_lib.load_config(workdir), overrides)
+  return report.results_path(workdir, step, tag)
 
 
 def extra_outputs(workdir: str, step: int, *, grid: dict | None = None,
@@ -129,7 +168,9 @@ def evaluate_checkpoints(model: restore.RestoredModel, workdir: str, *, steps=No
                          protocols: tuple[str, ...] | None = None, grid: dict | None = None,
                          export_embeddings: bool = False,
                          writer: writers.MetricWriter | None = None,
-                         log: Callable[[str], None] | None = print_line) -> dict[int, dict]:
+                         log: Callable[[str], None] | None = print_line,
+                         results_tag: str = "",
+                         settings: Mapping[str, Any] | None = None) -> dict[int, dict]:
   """Evaluates several checkpoints of ``workdir`` with one ``model`` (data and model built
   once); writes ``eval_step_<N>.json`` for each.
 
@@ -148,6 +189,8 @@ def evaluate_checkpoints(model: restore.RestoredModel, workdir: str, *, steps=No
     log: receives the line saying which splits the evaluation cache holds (``eval.cache``,
       ``eval_input.cached_splits``, built once for all the steps) and its progress lines
       (``None``: silent).
+    results_tag, settings: write ``eval_step_<N>.<results_tag>.json`` recording ``settings``
+      (:func:`with_settings`) instead of ``eval_step_<N>.json``.
 
   Returns:
     ``{step: {protocol: {metric: value}}}`` in increasing step order.
@@ -191,7 +234,7 @@ def evaluate_checkpoints(model: restore.RestoredModel, workdir: str, *, steps=No
     history[restored.step] = compute.evaluate_with_config(
         config, eval_splits, restored.variables, embed_fn, workdir=workdir, step=restored.step,
         plot=plot, show_progress=show_progress, protocols=protocols, writer=writer, grid=grid,
-        embedding_cache=cache)
+        embedding_cache=cache, results_tag=results_tag, settings=settings)
     if writer is not None:
       writer.scalars(restored.step, report.flatten(history[restored.step]))
     if export_embeddings and workdir_lib.is_main_process():
@@ -206,7 +249,8 @@ def evaluate_checkpoints(model: restore.RestoredModel, workdir: str, *, steps=No
 def evaluate_all_steps(workdir: str, *, best_by: str | None = None,
                        output: str | None = None, show_progress: bool = False,
                        grid: dict | None = None, export_embeddings: bool = False,
-                       machine: Mapping[str, Any] | None = None) -> dict:
+                       machine: Mapping[str, Any] | None = None,
+                       overrides: Sequence[str] = ()) -> dict:
   """Evaluates every checkpoint of ``workdir`` (``eval.py --all_steps``).
 
   Writes ``eval_step_<N>.json`` per step, ``output`` (default
@@ -221,33 +265,39 @@ def evaluate_all_steps(workdir: str, *, best_by: str | None = None,
       ``config.eval.splits`` lacks it.
     output: the JSON path.
     show_progress: progress bars.
-    grid, export_embeddings: as :func:`evaluate_checkpoint`, at every step.
+    grid, export_embeddings, overrides: as :func:`evaluate_checkpoint`, at every step; with
+      ``overrides`` the default ``output`` is ``eval_all_steps.<tag>.json``.
 
   Returns:
     ``{'steps': {step: results}, 'best': None or {'step', 'protocol', 'metric', 'value'},
     'json': path, 'png': path}``.
   """
   selection = protocols_lib.parse_selection(best_by) if best_by else None
-  model = restore.initial_model(load_config(workdir, machine), pretrained=False)
+  config, tag, settings = with_settings(load_config(workdir, machine), overrides)
+  check_drawings(tag, grid, export_embeddings)
+  model = restore.initial_model(config, pretrained=False)
   protocols = tuple(model.config.eval.splits)
   if selection and selection[0] not in protocols:
     protocols += (selection[0],)
-  with eval_writer(model.config, workdir, None) as writer:
+  with eval_writer(model.config, workdir, False if tag else None) as writer:
     history = evaluate_checkpoints(model, workdir, steps="all", plot=False,
-                                   show_progress=show_progress, protocols=protocols, grid=grid,
-                                   export_embeddings=export_embeddings, writer=writer)
+                                   show_progress=show_progress, protocols=protocols,
+                                   grid={} if tag else grid,
+                                   export_embeddings=export_embeddings, writer=writer,
+                                   results_tag=tag, settings=settings)
   best = None
   if selection:
     step = protocols_lib.best_step(history, protocol=selection[0], metric=selection[1])
     best = {"step": step, "protocol": selection[0], "metric": selection[1],
             "value": history[step][selection[0]][selection[1]]}
-  output = output or os.path.join(workdir, "eval_all_steps.json")
+  output = output or os.path.join(workdir, f"eval_all_steps{'.' + tag if tag else ''}.json")
   png = os.path.splitext(output)[0] + ".png"
   if workdir_lib.is_main_process():
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     with open(output, "w") as f:
       json.dump({"workdir": workdir, "steps": {str(s): r for s, r in history.items()},
-                 "best": best}, f, indent=2, sort_keys=True)
+                 "best": best, **({"settings": settings} if settings else {})}, f, indent=2,
+                sort_keys=True)
     train = {"train/loss": report.train_curve(workdir_lib.read_metrics(workdir))}
     report.plot_curves(history, path=png, title=workdir, train=train)
   return {"steps": history, "best": best, "json": output, "png": png}
@@ -255,12 +305,14 @@ def evaluate_all_steps(workdir: str, *, best_by: str | None = None,
 
 def evaluate_workdirs(workdirs, *, step: int | None = None, output: str | None = None,
                       show_progress: bool = False,
-                      machine: Mapping[str, Any] | None = None) -> dict:
+                      machine: Mapping[str, Any] | None = None,
+                      overrides: Sequence[str] = ()) -> dict:
   """Evaluates the newest (or ``step``) checkpoint of each workdir, e.g. one per seed, and
   aggregates mean ± std (``eval.py --workdirs=a,b,c``).
 
-  Writes ``output`` (JSON: ``{'workdirs', 'steps', 'runs', 'summary'}``) and the markdown
-  table next to it (same name, ``.md``) when ``output`` is given.
+  Writes ``output`` (JSON: ``{'workdirs', 'steps', 'runs', 'summary'}``, and ``settings``
+  with ``overrides``, which each run is evaluated under as :func:`evaluate_checkpoint`) and
+  the markdown table next to it (same name, ``.md``) when ``output`` is given.
 
   Returns:
     ``{'workdirs', 'steps', 'runs', 'summary', 'table'}`` (``summary`` as
@@ -274,13 +326,15 @@ def evaluate_workdirs(workdirs, *, step: int | None = None, output: str | None =
     raise ValueError("--workdirs names no workdir; give a comma-separated list.")
   if len(set(workdirs)) != len(workdirs):
     raise ValueError(f"--workdirs lists a workdir more than once: {workdirs}.")
+  settings = {}
   for workdir in workdirs:  # Fail before any long evaluation.
-    workdir_lib.load_config(workdir)
+    _, _, settings = with_settings(workdir_lib.load_config(workdir), overrides)
     checkpoint_steps(workdir)
   steps, runs = [], []
   for workdir in workdirs:
     restored_step, results = evaluate_checkpoint(workdir, step=step, plot=False,
-                                                 show_progress=show_progress, machine=machine)
+                                                 show_progress=show_progress, machine=machine,
+                                                 overrides=overrides)
     steps.append(restored_step)
     runs.append(results)
   try:
@@ -296,8 +350,8 @@ def evaluate_workdirs(workdirs, *, step: int | None = None, output: str | None =
   if output and workdir_lib.is_main_process():
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     with open(output, "w") as f:
-      json.dump({"workdirs": workdirs, "steps": steps, "runs": runs, "summary": summary}, f,
-                indent=2, sort_keys=True)
+      json.dump({"workdirs": workdirs, "steps": steps, "runs": runs, "summary": summary,
+                 **({"settings": settings} if settings else {})}, f, indent=2, sort_keys=True)
     with open(os.path.splitext(output)[0] + ".md", "w") as f:
       f.write(f"mean ± std over {len(runs)} runs (fractions in percent)\n\n{table}\n")
   return {"workdirs": workdirs, "steps": steps, "runs": runs, "summary": summary,

@@ -139,7 +139,12 @@ def convert(key: str, raw: str, current: Any) -> Any:
     if isinstance(current, float):
       return float(raw)
     if isinstance(current, (tuple, list)):
-      value = ast.literal_eval(raw)
+      try:
+        value = ast.literal_eval(raw)
+      except (ValueError, SyntaxError):   # test,test:alphabet: a list of words
+        if re.search(r"[\[\](){}'\"]", raw):
+          raise
+        return tuple(word.strip() for word in raw.split(",") if word.strip())
       return tuple(value) if isinstance(value, (tuple, list)) else (value,)
     if isinstance(current, str):
       return raw
@@ -153,6 +158,44 @@ def convert(key: str, raw: str, current: Any) -> Any:
                      f"current value {current!r} ({type(current).__name__})") from None
   raise ValueError(f"config key {key} holds a {type(current).__name__}; it can only be set "
                    "in the config file")
+
+
+EVAL = "eval."
+
+
+def evaluation_overrides(config: ml_collections.ConfigDict, items) -> dict[str, Any]:
+  """eval.py's ``--set`` values (``['eval.ks=1,2,4,8', 'eval.metrics=retrieval']``) as typed
+  ``{key: value}`` for a run's ``config``: only ``eval.*`` keys, each converted to the type of
+  the run's value (a list of words may be written ``test,test:alphabet``).
+
+  Raises:
+    ValueError: one line naming a key outside ``eval.``, an unknown ``eval`` key (with the
+      closest one) or a value that does not convert.
+  """
+  known = {k: v for k, v in _flat_keys(config).items() if k.startswith(EVAL)}
+  out = {}
+  for key, raw in parse_assignments(items).items():
+    if not key.startswith(EVAL):
+      raise ValueError(f"--set={key}={raw}: eval.py changes only the evaluation (eval.* keys, "
+                       "e.g. --set=eval.ks=1,2,4,8); the run's data, model and objective are "
+                       "its checkpoint's")
+    if key not in known:
+      raise ValueError(f"--set={key}={raw}: unknown config key{_did_you_mean(key, known)}; "
+                       f"the eval keys: {', '.join(sorted(k[len(EVAL):] for k in known))}")
+    out[key] = convert(key, raw, known[key])
+  return out
+
+
+def evaluation_tag(values: Mapping[str, Any]) -> str:
+  """The file-name part that tells an evaluation under ``values`` (typed ``eval.*``
+  overrides) from the run's own: ``{'eval.ks': (1, 2, 4)}`` -> ``'ks=1,2,4'``; several
+  joined by ``+`` in key order; characters outside ``[A-Za-z0-9._,=+:@-]`` become ``_``,
+  and a tag over 100 characters becomes ``set-`` and 10 hex digits of its hash."""
+  def text(value):
+    return ",".join(map(str, value)) if isinstance(value, (tuple, list)) else str(value)
+  tag = "+".join(f"{key[len(EVAL):]}={text(values[key])}" for key in sorted(values))
+  tag = re.sub(r"[^A-Za-z0-9._,=+:@-]", "_", tag)
+  return tag if len(tag) <= 100 else "set-" + hashlib.sha1(tag.encode()).hexdigest()[:10]
 
 
 def check_objective_name(name: str) -> None:

@@ -89,6 +89,35 @@ def test_strings_convert_to_the_replaced_type():
     overrides.apply(base, {"batch_size": "many"}, from_strings=True)
 
 
+def test_a_list_of_words_converts_from_commas():
+  base = overrides.load_config_file(EPS)
+  config = overrides.apply(base, {"eval.splits": "test, test@train", "eval.ks": "1,2,4",
+                                  "eval.metrics": "retrieval"}, from_strings=True)
+  assert (tuple(config.eval.splits), tuple(config.eval.ks), tuple(config.eval.metrics)) == (
+      ("test", "test@train"), (1, 2, 4), ("retrieval",))
+  with pytest.raises(ValueError, match="cannot convert"):   # a broken literal stays an error
+    overrides.apply(base, {"eval.splits": "('test',"}, from_strings=True)
+
+
+def test_evaluation_overrides_take_eval_keys_typed_by_the_run():
+  base = overrides.load_config_file(EPS)
+  values = overrides.evaluation_overrides(
+      base, ["eval.ks=1,2", "eval.metrics=retrieval", "eval.kmeans_n_init=3"])
+  assert values == {"eval.ks": (1, 2), "eval.metrics": ("retrieval",), "eval.kmeans_n_init": 3}
+  assert overrides.evaluation_tag(values) == "kmeans_n_init=3+ks=1,2+metrics=retrieval"
+  assert overrides.evaluation_tag({"eval.splits": ("test@train", "x/y z")}) == (
+      "splits=test@train,x_y_z")
+  long_tag = overrides.evaluation_tag({"eval.ks": tuple(range(1, 100))})
+  assert long_tag.startswith("set-") and len(long_tag) == 14
+  for items, message in (
+      (["data.name=cub"], "--set=data.name=cub: eval.py changes only the evaluation"),
+      (["eval.kz=1,2"], r"unknown config key \(did you mean eval.ks\?\); the eval keys: "),
+      (["eval.kmeans_n_init=many"], "cannot convert 'many' for config key eval.kmeans_n_init"),
+      (["eval.ks"], "needs key=value")):
+    with pytest.raises(ValueError, match=message):
+      overrides.evaluation_overrides(base, items)
+
+
 def test_num_train_steps_with_num_epochs_is_refused():
   base = overrides.load_config_file(EPS)
   base.num_epochs = 3
