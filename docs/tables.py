@@ -247,7 +247,9 @@ def summarize(run_root: str, summary_path: str, commit: str | None, machine: str
       raise SystemExit(f"summarize: no {os.path.join(run_root, run, 'seed_*')} folders")
     runs[run] = {}
     for folder in folders:
-      evals = sorted(glob.glob(os.path.join(folder, "eval_step_*.json")),
+      # the run's own evaluations (not eval.py --set's eval_step_<N>.<tag>.json)
+      evals = sorted((p for p in glob.glob(os.path.join(folder, "eval_step_*.json"))
+                      if re.fullmatch(r"eval_step_\d+\.json", os.path.basename(p))),
                      key=lambda p: int(re.findall(r"\d+", os.path.basename(p))[0]))
       if not evals:
         raise SystemExit(f"summarize: {folder} has no eval_step_<N>.json (unfinished run?)")

@@ -97,6 +97,9 @@ def test_summarize_takes_the_newest_collapse_report(tmp_path):
         {"step": step, "results": {"test": {"recall@1": step / 2000}}}))
     (folder / f"collapse_train_step_{step}.json").write_text(json.dumps(
         {"relative_spread": [spread, spread], "rho": spread}))
+  # an evaluation under other settings (eval.py --set) is not the run's result
+  (folder / "eval_step_2000.ks=1.json").write_text(json.dumps(
+      {"step": 2000, "results": {"test": {"recall@1": 0.99}}, "settings": {"eval.ks": [1]}}))
   summary = tmp_path / "s.json"
   summary.write_text(json.dumps({
       "title": "t", "labels": ["run"], "columns": [{"header": "R@1", "metric": "recall@1"}],
