@@ -183,6 +183,9 @@ def evaluation_overrides(config: ml_collections.ConfigDict, items) -> dict[str, 
       raise ValueError(f"--set={key}={raw}: unknown config key{_did_you_mean(key, known)}; "
                        f"the eval keys: {', '.join(sorted(k[len(EVAL):] for k in known))}")
     out[key] = convert(key, raw, known[key])
+    if key == "eval.splits" and not out[key]:
+      raise ValueError(f"--set={key}={raw}: no protocol left to evaluate; give one or more, "
+                       "e.g. --set=eval.splits=test")
   return out
 
 

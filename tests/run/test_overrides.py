@@ -113,7 +113,8 @@ def test_evaluation_overrides_take_eval_keys_typed_by_the_run():
       (["data.name=cub"], "--set=data.name=cub: eval.py changes only the evaluation"),
       (["eval.kz=1,2"], r"unknown config key \(did you mean eval.ks\?\); the eval keys: "),
       (["eval.kmeans_n_init=many"], "cannot convert 'many' for config key eval.kmeans_n_init"),
-      (["eval.ks"], "needs key=value")):
+      (["eval.ks"], "needs key=value"),
+      (["eval.splits="], "--set=eval.splits=: no protocol left to evaluate")):
     with pytest.raises(ValueError, match=message):
       overrides.evaluation_overrides(base, items)
 
