@@ -80,9 +80,8 @@ def evaluate_checkpoint(workdir: str, *, step: int | None = None,
     FileNotFoundError: ``workdir`` has no config or no checkpoint.
     ValueError: ``step`` does not exist, or a bad evaluation setting (named).
   """
-  config, tag, settings = with_settings(load_config(workdir, machine), overrides)
-  check_drawings(tag, grid, export_embeddings)
-  model = restore.initial_model(config, pretrained=False)
+  model, tag, settings = model_with_settings(workdir, machine, overrides, grid,
+                                             export_embeddings)
   with eval_writer(model.config, workdir, False if tag else tensorboard) as writer:
     (restored_step, results), = evaluate_checkpoints(
         model, workdir, steps=None if step is None else (step,),
@@ -92,12 +91,17 @@ def evaluate_checkpoint(workdir: str, *, step: int | None = None,
   return restored_step, results
 
 
-def check_drawings(tag: str, grid: dict | None, export_embeddings: bool) -> None:
-  """Refuses a retrieval grid or an embedding export with ``--set`` (a ``tag``): both draw
-  the run's own settings into the run's own files."""
+def model_with_settings(workdir: str, machine, overrides: Sequence[str], grid: dict | None,
+                        export_embeddings: bool) -> tuple[Any, str, dict]:
+  """``(model, tag, settings)``: the untrained model of ``workdir``'s config under the
+  ``overrides`` (:func:`with_settings`), ready for its checkpoints. Refuses a retrieval grid
+  or an embedding export with ``overrides``: both draw the run's own settings into the run's
+  own files."""
+  config, tag, settings = with_settings(load_config(workdir, machine), overrides)
   if tag and (grid or export_embeddings):
     raise ValueError("--set evaluates under other settings than the run's; the retrieval grid "
                      "and the embedding export draw the run's own: give them without --set.")
+  return restore.initial_model(config, pretrained=False), tag, settings
 
 
 def with_settings(config, overrides: Sequence[str]) -> tuple[Any, str, dict]:
@@ -273,9 +277,8 @@ def evaluate_all_steps(workdir: str, *, best_by: str | None = None,
     'json': path, 'png': path}``.
   """
   selection = protocols_lib.parse_selection(best_by) if best_by else None
-  config, tag, settings = with_settings(load_config(workdir, machine), overrides)
-  check_drawings(tag, grid, export_embeddings)
-  model = restore.initial_model(config, pretrained=False)
+  model, tag, settings = model_with_settings(workdir, machine, overrides, grid,
+                                             export_embeddings)
   protocols = tuple(model.config.eval.splits)
   if selection and selection[0] not in protocols:
     protocols += (selection[0],)
