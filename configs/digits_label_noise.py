@@ -17,9 +17,13 @@ selections under noise, and its recorded table was measured with these losses.
   python -m dml_jax.run.experiments sweep --config=configs/digits_label_noise.py:triplet \
       --grid='loss.negative=semihard_random,semihard' \
       --grid='data.label_noise+data.clean_fraction=0.0+1.0,0.2+1.0,0.4+1.0,0.6+1.0,0.0+0.8,0.0+0.6,0.0+0.4' \
-      --seeds=2 --workdir=runs/label_noise_triplet  # ~7 min here
+      --seeds=8 --workdir=runs/label_noise_triplet  # ~30 min on 2 CPU cores
   python -m dml_jax.run.experiments sweep --config=configs/digits_label_noise.py:margin \
-      --grid='data.label_noise=0.0,0.2,0.4,0.6' --seeds=2 --workdir=runs/label_noise_margin  # ~2 min
+      --grid='data.label_noise=0.0,0.2,0.4,0.6' --seeds=8 --workdir=runs/label_noise_margin
+  python -m dml_jax.run.experiments sweep --config=configs/digits_label_noise.py:margin \
+      --grid='data.clean_fraction=0.8,0.6,0.4' --seeds=8 --workdir=runs/label_noise_margin
+
+(the last, the margin loss's clean topline, in the same folder as its noisy runs).
 """
 
 from dml_jax.run import config

@@ -65,3 +65,13 @@ def test_label_noise_figure_curves_are_the_seeds_mean_and_std(tmp_path):
   with pytest.raises(ValueError, match="no column 'clean 1−p \\(margin\\)'"):
     figure.draw(summary, str(tmp_path / "g.png"))
 
+
+def test_label_noise_figure_draws_the_committed_summary(tmp_path, capsys):
+  figure = _label_noise_figure()
+  summary = os.path.join(ROOT, "docs", "results", "reproductions", "label_noise.json")
+  assert figure.main([f"--summary={summary}", f"--out={tmp_path / 'f.png'}"]) == 0
+  assert os.path.getsize(tmp_path / "f.png") > 10_000
+  other = os.path.join(ROOT, "docs", "results", "reproductions", "headline.json")
+  assert figure.main([f"--summary={other}", f"--out={tmp_path / 'g.png'}"]) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and "label_noise_figure: " in err, err
