@@ -12,8 +12,7 @@ sampling, alpha 0.2, beta0 1.2) or ``margin_paper`` (the paper's marginal loss, 
 ``configs/label_noise.py``: beta = 1.4 fixed, alpha = 0.2, every positive pair with its own
 random semi-hard negative); append ``,smoke`` (or pass ``smoke`` alone: triplet) for a
 10-step run. ``triplet`` and ``margin`` depart from the paper's losses (its triplet loss is on
-the Euclidean distance; its margin loss is ``margin_paper``): this small protocol compares
-negative selections under noise, and its recorded table was measured with these losses.
+the Euclidean distance; its margin loss is ``margin_paper``); the recorded table has all three.
 
   python -m dml_jax.run.experiments sweep --config=configs/digits_label_noise.py:triplet \
       --grid='loss.negative=semihard_random,semihard' \
@@ -23,12 +22,11 @@ negative selections under noise, and its recorded table was measured with these 
       --grid='data.label_noise=0.0,0.2,0.4,0.6' --seeds=8 --workdir=runs/label_noise_margin
   python -m dml_jax.run.experiments sweep --config=configs/digits_label_noise.py:margin \
       --grid='data.clean_fraction=0.8,0.6,0.4' --seeds=8 --workdir=runs/label_noise_margin
-
   python -m dml_jax.run.experiments sweep --config=configs/digits_label_noise.py:margin_paper \
       --grid='data.label_noise+data.clean_fraction=0.0+1.0,0.2+1.0,0.4+1.0,0.6+1.0,0.0+0.8,0.0+0.6,0.0+0.4' \
       --seeds=8 --workdir=runs/label_noise_margin_paper
 
-(the third, the margin loss's clean topline, in the same folder as its noisy runs).
+(the third, the clean topline of ``margin``, in the same folder as its noisy runs).
 """
 
 from configs import recipes

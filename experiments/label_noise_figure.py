@@ -5,9 +5,10 @@ r"""Label-noise paper Fig. 1-2 and 5 on the digits: R@1 and NMI against the nois
 
 Draws from the summary alone (``python docs/tables.py summarize`` keeps every seed's results
 of every run in it), so the figure always shows the runs of the table. One column per loss,
-as the paper's panels (a)-(c): the run trained with label noise p and the topline trained on
-the clean 1 - p subset, mean ± std over the seeds; the last column is panel (d), the ratio of
-the two means. One row per metric (R@1 as Fig. 1-2, NMI as Fig. 5).
+as the paper's panels (a)-(c) (and (c'), Wu et al.'s training of the margin loss): the run
+trained with label noise p and the topline trained on the clean 1 - p subset, mean ± std over
+the seeds; the last column is panel (d), the ratio of the two means. One row per metric (R@1
+as Fig. 1-2, NMI as Fig. 5).
 """
 
 import argparse
@@ -20,10 +21,14 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from dml_jax.evaluation import report  # pylint: disable=g-import-not-at-top
 
-# (panel title, column of the noisy run, column of its clean 1 - p topline)
-CASES = (("triplet, random semi-hard", "random semi-hard", "clean 1−p (random)"),
-         ("triplet, fixed semi-hard", "fixed semi-hard", "clean 1−p (fixed)"),
-         ("margin (distance-weighted)", "margin", "clean 1−p (margin)"))
+# (panel, loss, column of the noisy run, column of its clean 1 - p topline): the paper's
+# panels (a)-(c), and Wu et al.'s training of the margin loss beside them
+CASES = (("a", "triplet, random semi-hard", "random semi-hard", "clean 1−p (random)"),
+         ("b", "triplet, fixed semi-hard", "fixed semi-hard", "clean 1−p (fixed)"),
+         ("c", "margin, the paper's (β 1.4, random semi-hard)", "margin, paper's",
+          "clean 1−p (margin, paper's)"),
+         ("c'", "margin, Wu et al.'s (distance-weighted)", "margin, Wu et al.'s",
+          "clean 1−p (margin, Wu et al.'s)"))
 METRICS = (("recall@1", "R@1"), ("nmi", "NMI"))
 
 
@@ -53,15 +58,15 @@ def curve(summary: dict, header: str, metric: str) -> tuple[np.ndarray, np.ndarr
 def draw(summary: dict, path: str) -> str:
   """Writes the figure (``len(METRICS)`` rows x ``len(CASES) + 1`` panels) to ``path``."""
   plt = report.pyplot()
-  fig, axes = plt.subplots(len(METRICS), len(CASES) + 1, figsize=(15, 7), dpi=90,
+  fig, axes = plt.subplots(len(METRICS), len(CASES) + 1, figsize=(18, 7), dpi=90,
                            squeeze=False)
   for i, (metric, name) in enumerate(METRICS):
-    for j, (title, noisy, clean) in enumerate(CASES):
+    for j, (panel, title, noisy, clean) in enumerate(CASES):
       ax, color = axes[i, j], f"C{j}"
       for header, style, label in ((noisy, "-o", "noise p"), (clean, "--s", "clean 1−p")):
         p, mean, std = curve(summary, header, metric)
         ax.errorbar(p, mean, yerr=std, fmt=style, capsize=3, color=color, label=label)
-      ax.set_title(f"({'abc'[j]}) {title}", fontsize=9)
+      ax.set_title(f"({panel}) {title}", fontsize=9)
       ax.set_xlabel("label noise p")
       ax.set_ylabel(f"test {name} (%)")
       ax.legend(fontsize=7)
@@ -69,14 +74,14 @@ def draw(summary: dict, path: str) -> str:
       ratio_ax = axes[i, -1]
       p, noisy_mean, _ = curve(summary, noisy, metric)
       _, clean_mean, _ = curve(summary, clean, metric)
-      ratio_ax.plot(p, noisy_mean / clean_mean, "-o", color=color, label=title)
+      ratio_ax.plot(p, noisy_mean / clean_mean, "-o", color=color, label=f"({panel})")
     lows, highs = zip(*(axes[i, j].get_ylim() for j in range(len(CASES))))
-    for j in range(len(CASES)):   # one scale for the three losses of a row
+    for j in range(len(CASES)):   # one scale for the losses of a row
       axes[i, j].set_ylim(min(lows), max(highs))
     ratio_ax.set_title(f"(d) {name} with noise p / {name} on the clean 1−p", fontsize=9)
     ratio_ax.set_xlabel("label noise p")
     ratio_ax.set_ylabel("ratio of the seeds' means")
-    ratio_ax.legend(fontsize=7)
+    ratio_ax.legend(fontsize=7, ncol=len(CASES), loc="upper right")
     ratio_ax.grid(alpha=0.3)
   seeds = sorted({int(s) for runs in summary["runs"].values() for s in runs})
   stamp = summary["stamp"]

@@ -37,7 +37,7 @@ def _label_noise_figure():
 def _noise_summary():
   """A label-noise summary of two rows whose every run has 3 seeds of R@1 and NMI."""
   figure = _label_noise_figure()
-  headers = [h for _, noisy, clean in figure.CASES for h in (noisy, clean)]
+  headers = [h for _, _, noisy, clean in figure.CASES for h in (noisy, clean)]
   runs, rows = {}, []
   for p, base in (("0.0", 0.5), ("0.4", 0.3)):
     row = {"cells": [p], "protocol": "test", "runs": []}
@@ -62,7 +62,7 @@ def test_label_noise_figure_curves_are_the_seeds_mean_and_std(tmp_path):
   with open(path, "rb") as f:
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
   del summary["columns"][-1]
-  with pytest.raises(ValueError, match="no column 'clean 1−p \\(margin\\)'"):
+  with pytest.raises(ValueError, match="no column \"clean 1−p \\(margin, Wu et al.'s\\)\""):
     figure.draw(summary, str(tmp_path / "g.png"))
 
 
