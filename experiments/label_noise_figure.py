@@ -62,19 +62,18 @@ def draw(summary: dict, path: str) -> str:
                            squeeze=False)
   for i, (metric, name) in enumerate(METRICS):
     for j, (panel, title, noisy, clean) in enumerate(CASES):
-      ax, color = axes[i, j], f"C{j}"
+      ax, color, means = axes[i, j], f"C{j}", []
       for header, style, label in ((noisy, "-o", "noise p"), (clean, "--s", "clean 1−p")):
         p, mean, std = curve(summary, header, metric)
         ax.errorbar(p, mean, yerr=std, fmt=style, capsize=3, color=color, label=label)
+        means.append(mean)
       ax.set_title(f"({panel}) {title}", fontsize=9)
       ax.set_xlabel("label noise p")
       ax.set_ylabel(f"test {name} (%)")
       ax.legend(fontsize=7)
       ax.grid(alpha=0.3)
       ratio_ax = axes[i, -1]
-      p, noisy_mean, _ = curve(summary, noisy, metric)
-      _, clean_mean, _ = curve(summary, clean, metric)
-      ratio_ax.plot(p, noisy_mean / clean_mean, "-o", color=color, label=f"({panel})")
+      ratio_ax.plot(p, means[0] / means[1], "-o", color=color, label=f"({panel})")
     lows, highs = zip(*(axes[i, j].get_ylim() for j in range(len(CASES))))
     for j in range(len(CASES)):   # one scale for the losses of a row
       axes[i, j].set_ylim(min(lows), max(highs))
