@@ -1,6 +1,5 @@
 """Data parallelism: 8 (fake CPU) devices give the single-device global-batch results."""
 
-import functools
 import signal
 
 import jax
@@ -122,13 +121,21 @@ def assert_same_run(ref, state, fraction=1e-3, tol=1e-5):
       f"{sum(off_where.values())} of {total} elements differ", off_where)
 
 
-@functools.lru_cache(maxsize=None)
-def trained(num_devices, steps=20):
-  import tempfile  # pylint: disable=import-outside-toplevel
-  workdir = tempfile.mkdtemp(prefix=f"par{num_devices}_")
-  config = small_config(steps, num_devices=num_devices, **STABLE)
-  results = training.train_and_evaluate(config, workdir, show_progress=False)
-  return workdir, results
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  """``trained(num_devices)``: ``(workdir, results)`` of one 20-step run on that many devices,
+  trained once for the tests of this file (in pytest's temporary directory)."""
+  runs = {}
+
+  def run(num_devices):
+    if num_devices not in runs:
+      workdir = str(tmp_path_factory.mktemp(f"par{num_devices}_"))
+      config = small_config(20, num_devices=num_devices, **STABLE)
+      runs[num_devices] = workdir, training.train_and_evaluate(config, workdir,
+                                                                show_progress=False)
+    return runs[num_devices]
+
+  return run
 
 
 def final_state(workdir):
@@ -141,7 +148,7 @@ def final_state(workdir):
     manager.close()
 
 
-def test_training_on_8_devices_equals_1_device():
+def test_training_on_8_devices_equals_1_device(trained):
   w1, r1 = trained(1)
   w8, r8 = trained(8)
   _, s1, _ = final_state(w1)
@@ -151,7 +158,7 @@ def test_training_on_8_devices_equals_1_device():
     assert r8[protocol] == pytest.approx(r1[protocol], abs=1e-4)
 
 
-def test_checkpoint_saved_on_8_devices_resumes_on_1(tmp_path):
+def test_checkpoint_saved_on_8_devices_resumes_on_1(tmp_path, trained):
   workdir = str(tmp_path)
   training.train_and_evaluate(small_config(10, num_devices=8, **STABLE), workdir,
                               show_progress=False)
@@ -195,7 +202,7 @@ def two_processes(workdir, overrides):
 
 
 @pytest.mark.long
-def test_two_processes_with_4_devices_equal_one_process_with_8(tmp_path):
+def test_two_processes_with_4_devices_equal_one_process_with_8(tmp_path, trained):
   """Multi-host on localhost: 2 processes x 4 fake CPU devices (gloo collectives)."""
   import os  # pylint: disable=import-outside-toplevel
   workdir = str(tmp_path / "multihost")
@@ -227,7 +234,7 @@ def test_two_processes_on_a_workdir_in_use_both_stop_in_one_line(tmp_path):
   assert f"train.py: {workdir}: process 0 refused it (its output says why)" in outs[1]
 
 
-def test_checkpoint_saved_on_1_device_resumes_on_8(tmp_path):
+def test_checkpoint_saved_on_1_device_resumes_on_8(tmp_path, trained):
   workdir = str(tmp_path)
   training.train_and_evaluate(small_config(10, num_devices=1, **STABLE), workdir,
                               show_progress=False)

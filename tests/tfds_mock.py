@@ -39,6 +39,10 @@ class _MockTfds:
     import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
     self.stack = contextlib.ExitStack()
     self.stack.enter_context(tfds.testing.mock_data(num_examples=self.num_examples))
+    # A builder whose dataset is not prepared (every mocked one) would read its info from
+    # TFDS's bucket through a temporary directory it never removes; the bucket is off here.
+    self.stack.enter_context(mock.patch.object(
+        tfds.core.DatasetInfo, "initialize_from_bucket", lambda info: None))
     real = tfds.data_source
     sop = self.sop_source
 
