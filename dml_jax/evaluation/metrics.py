@@ -36,7 +36,6 @@ from collections.abc import Sequence
 
 from absl import logging
 import numpy as np
-from sklearn import cluster
 
 from dml_jax.evaluation import kmeans as kmeans_lib
 from dml_jax.evaluation import knn
@@ -263,6 +262,9 @@ def kmeans_assignment(x, *, n_clusters: int, seed: int = 0, n_init: int = KMEANS
   its ``seedings``) or ``sklearn.cluster.KMeans(n_clusters, n_init, random_state=seed)``
   (``'sklearn'``)."""
   if implementation == "sklearn":
+    # imported here: scikit-learn (and the SciPy it loads) takes seconds to import, and only
+    # this option uses it
+    from sklearn import cluster  # pylint: disable=import-outside-toplevel
     return cluster.KMeans(n_clusters=n_clusters, n_init=n_init,
                           random_state=seed).fit_predict(np.asarray(x))
   return kmeans_lib.kmeans(x, n_clusters=n_clusters, seed=seed, n_init=n_init,
