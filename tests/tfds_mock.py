@@ -1,6 +1,20 @@
-"""Mocked TFDS image datasets for the tests (``mock_tfds``)."""
+"""Mocked TFDS image datasets for the tests (``mock_tfds``, ``mock_data``)."""
+
+import contextlib
 
 SOP_MOCK_CLASSES = 8
+
+
+@contextlib.contextmanager
+def mock_data(num_examples):
+  """``tfds.testing.mock_data(num_examples=...)``, without the empty temporary directory that
+  TFDS makes for each builder of a dataset not prepared (every mocked one) to read its info
+  from TFDS's bucket, and never removes; the bucket is off here."""
+  from unittest import mock  # pylint: disable=import-outside-toplevel
+  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  with tfds.testing.mock_data(num_examples=num_examples), mock.patch.object(
+      tfds.core.DatasetInfo, "initialize_from_bucket", lambda info: None):
+    yield
 
 
 def mock_tfds(num_examples=96):
@@ -38,11 +52,7 @@ class _MockTfds:
     from unittest import mock  # pylint: disable=import-outside-toplevel
     import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
     self.stack = contextlib.ExitStack()
-    self.stack.enter_context(tfds.testing.mock_data(num_examples=self.num_examples))
-    # A builder whose dataset is not prepared (every mocked one) would read its info from
-    # TFDS's bucket through a temporary directory it never removes; the bucket is off here.
-    self.stack.enter_context(mock.patch.object(
-        tfds.core.DatasetInfo, "initialize_from_bucket", lambda info: None))
+    self.stack.enter_context(mock_data(self.num_examples))
     real = tfds.data_source
     sop = self.sop_source
 

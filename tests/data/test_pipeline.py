@@ -6,12 +6,12 @@ import time
 
 import numpy as np
 import pytest
-import tensorflow_datasets as tfds
 
 from dml_jax import data
 from dml_jax.data import augment, pipeline
 from dml_jax.data.images import ImageOptions, LazyImages
 from fake_datasets import write_inshop_dataset
+from tfds_mock import mock_data
 
 OPTIONS = ImageOptions(image_size=12, resize_size=14)
 
@@ -124,7 +124,7 @@ def test_worker_processes_give_the_same_batches(inshop_train):
 
 
 def test_mocked_tfds_dataset_through_the_pipeline():
-  with tfds.testing.mock_data(num_examples=64):
+  with mock_data(64):
     train = data.load("cub", image_size=16, resize_size=18)["train"]
     sampler = data.NPerClassSampler(train.labels, batch_size=8, group_size=2, seed=0)
     (step, images, labels), = batches(train, sampler, steps=1)

@@ -7,19 +7,19 @@ import tensorflow_datasets as tfds
 
 from dml_jax import data
 from dml_jax.data import tfds_datasets
-from tfds_mock import SOP_MOCK_CLASSES, mock_tfds
+from tfds_mock import SOP_MOCK_CLASSES, mock_data, mock_tfds
 
 N = 96
 IMAGE = dict(image_size=12, resize_size=14)
 
 
 def load(name, **kwargs):
-  with tfds.testing.mock_data(num_examples=N):
+  with mock_data(N):
     return data.load(name, **{**IMAGE, **kwargs})
 
 
 def raw_labels(builder, split, key):
-  with tfds.testing.mock_data(num_examples=N):
+  with mock_data(N):
     source = tfds.data_source(builder, split=split, download=False)
     return np.array([int(source[i][key]) for i in range(len(source))])
 
@@ -119,7 +119,7 @@ def test_unknown_dataset_and_options():
 
 
 def test_split_names_are_validated_although_the_mock_accepts_any():
-  with tfds.testing.mock_data(num_examples=4):
+  with mock_data(4):
     with pytest.raises(ValueError, match="no split 'validation'.*train, test"):
       tfds_datasets.open_source("caltech_birds2011", "validation",
                                 known_splits=("train", "test"))
