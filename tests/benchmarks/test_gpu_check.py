@@ -56,7 +56,8 @@ def test_profile_and_step_parts_with_a_small_step(tmp_path):
          "STEP_VARIANTS": ("\n--set=model.embedding_dim=512 XLA_FLAGS=--xla_dump_hlo_as_text=false"
                            " XLA_FLAGS=--xla_dump_include_timestamp=false\n--set=model.bogus=1"
                            "\nXLA_FLAGS=--xla_no_such_flag"),   # reaches XLA: fails
-         "XLA_FLAGS": "",   # one CPU device, not the test session's eight
+         # one CPU device, not the test session's eight; the session's optimisation level
+         "XLA_FLAGS": "--xla_backend_optimization_level=0",
          "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache"),
          "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
   r = subprocess.run(["bash", SCRIPT, "profile", "step"], cwd=ROOT, env=env,
@@ -76,8 +77,9 @@ def test_profile_and_step_parts_with_a_small_step(tmp_path):
   assert len(files) <= 5 and all(len(p.relative_to(out).parts) <= 3 for p in files)
   step = json.loads((out / "step.json").read_text())
   assert [row.get("set", []) for row in step["rows"]] == [[], ["model.embedding_dim=512"]]
-  assert [row["xla_flags"] for row in step["rows"]] == [
-      "", "--xla_dump_hlo_as_text=false --xla_dump_include_timestamp=false"]
+  assert [row["xla_flags"] for row in step["rows"]] == [   # the environment's, and the line's
+      "--xla_backend_optimization_level=0", "--xla_backend_optimization_level=0 "
+      "--xla_dump_hlo_as_text=false --xla_dump_include_timestamp=false"]
   assert all(row["dtype"] == "bfloat16" and row["synthetic"] > 0 for row in step["rows"])
   assert step["stamp"]["part"] == "step"
   assert "variant 3 (--set=model.bogus=1) failed: no result" in r.stdout
