@@ -175,3 +175,13 @@ def test_command_line_tools_are_not_imported_by_their_packages():
                        check=True)
   assert "dml_jax.models.pretrained" in tools
   assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_binaries_leave_scikit_learn_unimported():
+  """scikit-learn (and the SciPy it loads) takes seconds to import: what train.py and eval.py
+  import leaves it out (only ``eval.kmeans='sklearn'`` and the digits loader import it)."""
+  code = ("import sys\nimport dml_jax.run.cli, dml_jax.run.training, dml_jax.run.eval_checkpoints"
+          "\nprint(sorted(m for m in ('sklearn', 'scipy') if m in sys.modules))")
+  out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       check=True)
+  assert out.stdout.strip() == "[]", out.stdout
