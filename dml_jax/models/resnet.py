@@ -109,7 +109,11 @@ def check_options(*, pooling: str, bn_mode: str, dtype: str,
   conv.conv_function(conv_impl)  # ValueError listing conv.CONV_IMPLS
   if bn_mode not in BN_MODES:
     raise ValueError(f"bn_mode={bn_mode!r}; allowed: {', '.join(BN_MODES)}.")
-  if str(jnp.dtype(dtype)) not in DTYPES:
+  try:
+    name = str(jnp.dtype(dtype))
+  except TypeError:   # not a dtype at all ('bf16', 'half16', '')
+    name = ""
+  if name not in DTYPES:
     raise ValueError(f"dtype={dtype!r}; allowed: {', '.join(DTYPES)}.")
   return jnp.dtype(dtype)
 

@@ -109,7 +109,8 @@ def test_registry_and_option_errors():
     models.make("resnet18", embedding_dim=4, rngs=nnx.Rngs(0), depth=50)
   for bad, match in ((dict(bn_mode="sync"), "bn_mode='sync'; allowed: train, frozen"),
                      (dict(pooling="sum"), "pooling='sum'"),
-                     (dict(dtype="float16"), "dtype='float16'; allowed: float32, bfloat16")):
+                     (dict(dtype="float16"), "dtype='float16'; allowed: float32, bfloat16"),
+                     (dict(dtype="bf16"), "dtype='bf16'; allowed: float32, bfloat16")):
     with pytest.raises(ValueError, match=match):
       resnet.ResNet18(embedding_dim=4, rngs=nnx.Rngs(0), **bad)
 
