@@ -56,7 +56,7 @@ NUMERIC_KEYS = {
     "backbone_learning_rate": _RATE,
     "head_learning_rate": _RATE,
     "momentum": (lambda v: 0 <= v < 1, "in [0, 1)"),
-    "weight_decay": (lambda v: v >= 0, ">= 0"),
+    "weight_decay": _RATE,
     "decay_factor": (lambda v: 0 < v <= 1, "in (0, 1]"),
     "warmup_steps": (lambda v: v >= 0, ">= 0"),
 }
