@@ -254,6 +254,14 @@ def validate_eval_config(config: ml_collections.ConfigDict, splits: dict) -> Non
         metrics.check_ks(ks, available)
       except ValueError as e:
         raise ValueError(f"eval.ks={ks} (protocol {protocol!r}): {e}") from None
+  if "spectral_decay" in groups:   # rho leaves out the largest rho_skip of min(N, D) values
+    dim = int(config.model.embedding_dim)
+    for protocol, (split, _, _) in parsed.items():
+      count = min(len(splits[split].labels), dim)
+      if not config.eval.rho_skip < count:
+        raise ValueError(f"eval.rho_skip={config.eval.rho_skip}: protocol {protocol!r} has "
+                         f"min(N, D) = {count} singular values (N = {len(splits[split].labels)} "
+                         f"images, D = model.embedding_dim = {dim}); use 0 to {count - 1}.")
   if options["kmeans"] not in ("jax", "sklearn"):
     raise ValueError(f"eval.kmeans={options['kmeans']!r}: allowed: 'jax' (k-means on the "
                      "device) or 'sklearn' (scikit-learn's KMeans).")
@@ -261,17 +269,25 @@ def validate_eval_config(config: ml_collections.ConfigDict, splits: dict) -> Non
     check_retrieval_grid(options["protocols"][0], splits,
                          num_queries=int(config.eval.retrieval_grid),
                          mode=config.eval.get("retrieval_grid_queries", "random"),
-                         what="eval.retrieval_grid")
+                         k=config.eval.get("retrieval_grid_k", 8),
+                         what="eval.retrieval_grid", what_k="eval.retrieval_grid_k")
 
 
 def check_retrieval_grid(protocol: str, splits: Mapping, *, num_queries: int,
-                         mode: str = "random", what: str = "--retrieval_grid") -> None:
-  """A retrieval grid of ``num_queries`` queries of ``protocol`` is possible: between 1 and
-  the size of its query split, and ``mode`` is ``'random'`` or ``'worst'``."""
-  split = parse_protocol(protocol, splits).split
-  size = len(splits[split].labels)
+                         mode: str = "random", k: int = 8, what: str = "--retrieval_grid",
+                         what_k: str = "--grid_k") -> None:
+  """A retrieval grid of ``num_queries`` queries of ``protocol``, each with its top ``k``, is
+  possible: ``num_queries`` between 1 and the size of its query split, ``k`` between 1 and
+  its gallery's size (the query split less the query itself when it is its own gallery),
+  and ``mode`` is ``'random'`` or ``'worst'``."""
+  parsed = parse_protocol(protocol, splits)
+  size = len(splits[parsed.split].labels)
   if not 1 <= num_queries <= size:
     raise ValueError(f"{what}={num_queries}: the query set of protocol {protocol!r} has "
                      f"{size} images; ask for 1 to {size} queries.")
+  gallery = (len(splits[parsed.gallery].labels) if parsed.gallery else size - 1)
+  if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= gallery:
+    raise ValueError(f"{what_k}={k!r}: the gallery of protocol {protocol!r} has {gallery} "
+                     f"images; ask for a top 1 to {gallery}.")
   if mode not in ("random", "worst"):
     raise ValueError(f"Retrieval grid queries {mode!r}: use 'random' or 'worst'.")

@@ -214,7 +214,8 @@ def evaluate_checkpoints(model: restore.RestoredModel, workdir: str, *, steps=No
   if grid:
     protocols_lib.check_retrieval_grid((protocols or tuple(config.eval.splits))[0],
                                        splits, num_queries=grid["num_queries"],
-                                       mode=grid.get("mode", "random"))
+                                       mode=grid.get("mode", "random"),
+                                       k=grid.get("k", 8))
   plot = config.eval.plot if plot is None else plot
   embed_fn = model.embed_fn()
   available = checkpoint_steps(workdir)

@@ -108,6 +108,15 @@ def test_grid_on_the_digits(tmp_path):
   with pytest.raises(ValueError, match=r"--retrieval_grid=100000: the query set of protocol "
                      r"'test' has \d+ images"):
     protocols_lib.check_retrieval_grid("test", splits, num_queries=100000)
+  gallery = len(splits["test"].labels) - 1   # its own gallery, the query left out
+  for k in (0, gallery + 1):
+    with pytest.raises(ValueError, match=rf"--grid_k={k}: the gallery of protocol 'test' has "
+                       rf"{gallery} images; ask for a top 1 to {gallery}\."):
+      protocols_lib.check_retrieval_grid("test", splits, num_queries=3, k=k)
+  protocols_lib.check_retrieval_grid("test", splits, num_queries=3, k=gallery)
+  with pytest.raises(ValueError, match=r"--grid_k=100000: the gallery of protocol "
+                     r"'test@train' has \d+ images"):
+    protocols_lib.check_retrieval_grid("test@train", splits, num_queries=3, k=100000)
 
 
 @pytest.mark.parametrize("channels", [1, 3])

@@ -305,6 +305,27 @@ def test_bad_eval_values_are_refused_with_the_data_before_any_step(key, value, m
     restore.load_splits(small_config(**{key: value}))
 
 
+def test_a_rho_skip_beyond_the_singular_values_is_refused_before_any_step():
+  config = small_config(**{"eval.metrics": ("retrieval", "spectral_decay"), "eval.rho_skip": 0})
+  dim = config.model.embedding_dim
+  restore.load_splits(small_config(**{"eval.metrics": ("spectral_decay",),
+                                      "eval.rho_skip": dim - 1}))
+  with pytest.raises(ValueError, match=rf"^eval.rho_skip={dim}: protocol 'test' has "
+                     rf"min\(N, D\) = {dim} singular values \(N = \d+ images, D = "
+                     rf"model.embedding_dim = {dim}\); use 0 to {dim - 1}.$"):
+    restore.load_splits(small_config(**{"eval.metrics": ("spectral_decay",),
+                                        "eval.rho_skip": dim}))
+  restore.load_splits(config)
+
+
+def test_a_retrieval_grid_top_k_the_gallery_cannot_give_is_refused_before_any_step():
+  for k in (0, 100_000):
+    with pytest.raises(ValueError, match=rf"^eval.retrieval_grid_k={k}: the gallery of protocol "
+                       r"'test' has \d+ images; ask for a top 1 to \d+.$"):
+      restore.load_splits(small_config(**{"eval.retrieval_grid": 2,
+                                          "eval.retrieval_grid_k": k}))
+
+
 def test_older_workdir_config_gets_keys_added_since(tmp_path):
   config = small_config()
   del config.data["noise_seed"]
