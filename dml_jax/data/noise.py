@@ -39,11 +39,13 @@ def _check_num_classes(num_classes) -> int:
   return int(num_classes)
 
 
-def check_options(*, label_noise, clean_fraction, prefix: str = "") -> None:
-  """``label_noise`` in [0, 1] and ``clean_fraction`` in (0, 1] (``prepare_train_split``'s
-  options); ``ValueError`` naming ``prefix + key``, the value and what is allowed."""
+def check_options(*, label_noise, clean_fraction, noise_seed=0, prefix: str = "") -> None:
+  """``label_noise`` in [0, 1], ``clean_fraction`` in (0, 1] and ``noise_seed`` an integer
+  >= 0 (``prepare_train_split``'s options); ``ValueError`` naming ``prefix + key``, the value
+  and what is allowed."""
   _check_rate(f"{prefix}label_noise", label_noise)
   hparams.fraction(f"{prefix}clean_fraction", clean_fraction)
+  hparams.integer(f"{prefix}noise_seed", noise_seed, minimum=0)
 
 
 def uniform_label_noise(labels, *, rate: float, num_classes: int, seed: int) -> np.ndarray:

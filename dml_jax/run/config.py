@@ -178,7 +178,8 @@ def validate(config: ml_collections.ConfigDict, splits: Mapping | None = None) -
     raise ValueError("data.small_class='skip' drops the classes that data.epoch='pad_to_largest' "
                      "pads; use 'all' or 'replace'.")
   noise.check_options(label_noise=config.data.label_noise,
-                      clean_fraction=config.data.clean_fraction, prefix="config.data.")
+                      clean_fraction=config.data.clean_fraction,
+                      noise_seed=config.data.get("noise_seed", 0), prefix="config.data.")
   if config.data.label_noise and config.data.clean_fraction != 1.0:
     raise ValueError(
         f"config.data.label_noise={config.data.label_noise} and config.data.clean_fraction="

@@ -148,6 +148,7 @@ def test_train_step_keeps_state_on_nan():
     ("data.clean_fraction", 0.0,
      r"^config.data.clean_fraction must be a number in \(0, 1\], got 0.0.$"),
     ("data.clean_fraction", -0.2, r"^config.data.clean_fraction must be a number in \(0, 1\]"),
+    ("data.noise_seed", -1, r"^config.data.noise_seed must be an int >= 0, got -1.$"),
     ("data.group_size", 1, r"^data.group_size=1 must be between 2 and batch_size=32 \(examples "),
     ("data.group_size", 5, r"^batch_size=32 must be a multiple of data.group_size=5 .*e.g. 30.$"),
     ("data.num_threads", 0, r"^data.num_threads=0; allowed: an integer >= 1 \(decoding "),
