@@ -96,6 +96,9 @@ def check_flags() -> None:
                      ">= 0 (0: no grid).")
   if FLAGS.grid_k < 1:
     raise ValueError(f"--grid_k={FLAGS.grid_k}: the gallery images per query must be >= 1.")
+  if FLAGS.grid_seed < 0:
+    raise ValueError(f"--grid_seed={FLAGS.grid_seed}: the seed of the grid's random queries "
+                     "must be >= 0.")
   if FLAGS.worst and not FLAGS.retrieval_grid:
     raise ValueError("--worst chooses the queries of --retrieval_grid=N; give N.")
 

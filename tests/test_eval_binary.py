@@ -226,6 +226,9 @@ def test_eval_py_errors_exit_nonzero_without_traceback(runs):
                         ([f"--workdirs={workdir}"], "exactly one of --workdir"),
                         (["--retrieval_grid=2", "--grid_k=0"],
                          "eval.py: --grid_k=0: the gallery images per query must be >= 1."),
+                        (["--retrieval_grid=2", "--grid_seed=-1"],
+                         "eval.py: --grid_seed=-1: the seed of the grid's random queries must "
+                         "be >= 0."),
                         (["--all_steps", f"--output={workdir}"],   # checked before evaluating
                          f"eval.py: --output={workdir} cannot be written (Is a directory)."),
                         (["--set=data.name=cub"],
