@@ -306,6 +306,9 @@ def sweep(config: ml_collections.ConfigDict, *, grid: Sequence[str] = (), seeds:
   """
   if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
     raise ValueError(f"seeds must be a positive integer, got {seeds!r}.")
+  if isinstance(seed_offset, bool) or not isinstance(seed_offset, int) or seed_offset < 0:
+    raise ValueError(f"seed_offset must be an integer >= 0 (the first seed), got "
+                     f"{seed_offset!r}.")
   # pylint: disable=import-outside-toplevel  (JAX and the training stack, when a sweep runs)
   from dml_jax.run import training
   if train_fn is None:

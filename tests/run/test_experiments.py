@@ -151,6 +151,7 @@ def test_cli(tmp_path, monkeypatch):
     (["--grid=loss.margin=0.1,-1"], "loss.margin must be a number >= 0, got -1.0."),
     (["--grid=loss.margn=0.1"], "unknown config key loss.margn (did you mean loss.margin?)"),
     (["--seeds=0"], "seeds must be a positive integer, got 0."),
+    (["--seed_offset=-3"], "seed_offset must be an integer >= 0 (the first seed), got -3."),
     (["--config=configs/nope.py"], "config file configs/nope.py does not exist"),
 ])
 def test_cli_errors_are_one_line_before_any_run(tmp_path, capsys, args, message):
