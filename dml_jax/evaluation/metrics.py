@@ -160,6 +160,8 @@ def retrieval_metrics(query, query_labels, gallery=None, gallery_labels=None, *,
   else:
     gallery_labels = _as_labels("gallery_labels", gallery_labels,
                                 _num_rows("gallery", gallery))
+  if query_labels.shape[0] == 0:
+    raise ValueError("the query set is empty (0 items).")
   available = gallery_labels.shape[0] - int(exclude_self)
   if available < 1:
     raise ValueError("the gallery is empty (0 items)." if not exclude_self else

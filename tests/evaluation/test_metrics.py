@@ -278,6 +278,9 @@ def test_empty_gallery_and_single_query_are_clear_errors():
                                  np.zeros(0, int), ks=(1,))
   with pytest.raises(ValueError, match="single item"):
     evaluation.retrieval_metrics(np.zeros((1, 2)), np.zeros(1, int), ks=(1,))
+  for gallery in ((None, None), (np.zeros((3, 2)), np.zeros(3, int))):
+    with pytest.raises(ValueError, match=r"^the query set is empty \(0 items\).$"):
+      evaluation.retrieval_metrics(np.zeros((0, 2)), np.zeros(0, int), *gallery, ks=(1,))
 
 
 def test_nan_query_rows_are_named():
