@@ -84,6 +84,9 @@ def test_bad_memory_config_is_a_clear_error():
     memory_lib.references(mem, jnp.ones((4, 3)), y[:3])
   with pytest.raises(ValueError, match=r"^a batch of 8 does not fit a memory of 4 rows"):
     memory_lib.enqueue(mem, jnp.ones((8, 3)), jnp.arange(8))
+  with pytest.raises(ValueError, match=r"^memory.size=100,000 exceeds the [\d,]+ examples of "
+                     r"the train split: .* use at most [\d,]+.$"):   # 10 ** 9: out of memory
+    training.build(xbm_config(2, **{"memory.size": 10 ** 5}))
   config = small_config(2, **{"memory.size": 64})
   config.loss = ml_collections.ConfigDict({"name": "proxy_anchor"})
   with pytest.raises(ValueError, match="proxy_anchor.*memory.size=0"):
