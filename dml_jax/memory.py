@@ -32,13 +32,21 @@ from dml_jax import hparams
 from dml_jax.objectives import References
 
 
-def check(size: int, start_step: int, *, batch_size: int) -> None:
-  """Validates ``config.memory`` against the global batch size; raises ``ValueError``."""
+def check(size: int, start_step: int, *, batch_size: int, num_examples: int | None = None,
+          ) -> None:
+  """Validates ``config.memory`` against the global batch size and, given ``num_examples``,
+  the training split's size (a larger memory holds stale copies of the same images, and a
+  mistyped size fills the machine's memory with ``[B, B + M]`` similarities); raises
+  ``ValueError``."""
   size = hparams.integer("memory.size", size, minimum=0)
   hparams.integer("memory.start_step", start_step, minimum=0)
   if 0 < size < batch_size:
     raise ValueError(f"memory.size={size} is smaller than batch_size={batch_size}: the memory "
                      "must hold at least one batch (or set memory.size=0 to turn it off).")
+  if num_examples is not None and size > num_examples:
+    raise ValueError(f"memory.size={size:,} exceeds the {num_examples:,} examples of the train "
+                     "split: the memory would hold several stale embeddings of each image; use "
+                     f"at most {num_examples:,}.")
 
 
 def init(size: int, dim: int) -> dict:

@@ -111,10 +111,8 @@ def build(config: ml_collections.ConfigDict) -> Setup:
   if config.memory.size and not objective.support.references:
     raise ValueError(f"memory.size={config.memory.size}: objective {objective.name!r} takes no "
                      "reference set (registered without references=True); set memory.size=0.")
-  if config.memory.size > len(train.labels):   # e.g. a digit too many: [B, B + M] per step
-    raise ValueError(f"memory.size={config.memory.size:,} exceeds the {len(train.labels):,} "
-                     "examples of the train split: the memory would hold several stale "
-                     f"embeddings of each image; use at most {len(train.labels):,}.")
+  memory_lib.check(config.memory.size, config.memory.start_step, batch_size=config.batch_size,
+                   num_examples=len(train.labels))
 
   key = jax.random.key(config.seed)
   model_key, objective_key = jax.random.split(key)
