@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import zipfile
 from collections.abc import Mapping
 from typing import Any
 
@@ -157,16 +158,37 @@ def _raise_if_any(what, missing, unexpected, mismatched):
     raise ValueError(f"{what} does not match: " + "; ".join(parts) + ".")
 
 
+def check_output(path: str) -> None:
+  """``path`` may receive a weight file: it does not exist, or it is a dml_jax weight file
+  (which a new conversion replaces). Anything else there (the PyTorch checkpoint itself, a
+  folder, another file) is left alone with a ``ValueError``."""
+  if not os.path.lexists(path):
+    return
+  try:
+    read_weights(path)
+  except (ValueError, OSError):   # not ours: a checkpoint, another file, a folder
+    raise ValueError(f"{path} exists and is not a dml_jax weight file; it is left as it is: "
+                     "write the weights to another path.") from None
+
+
 def save_weights(weights: Mapping[str, np.ndarray], path: str, *, arch: str) -> None:
   """Writes ``{flax path: array}`` (backbone-relative) as the ``.npz`` weight file, creating
-  its folder (``weights/`` of a fresh checkout)."""
+  its folder (``weights/`` of a fresh checkout); through ``path + '.partial'``, renamed when
+  complete, so an interrupted write leaves no truncated weight file.
+
+  Raises:
+    ValueError: ``path`` holds something other than a weight file (:func:`check_output`).
+  """
   _check_arch(arch)
+  check_output(path)
   arrays = {f"backbone/{k}": np.asarray(v) for k, v in weights.items()}
   arrays["__arch__"] = np.array(arch)
   arrays["__format__"] = np.array(FORMAT)
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  with open(path, "wb") as f:
+  partial = path + ".partial"
+  with open(partial, "wb") as f:
     np.savez(f, **arrays)
+  os.replace(partial, path)
 
 
 def read_weights(path: str) -> tuple[str, dict[str, np.ndarray]]:
@@ -175,8 +197,8 @@ def read_weights(path: str) -> tuple[str, dict[str, np.ndarray]]:
                  "PyTorch checkpoint with `python -m dml_jax.models.pretrained convert`.")
   try:
     data = np.load(path, allow_pickle=False)
-  except ValueError:   # pickled data: e.g. a PyTorch checkpoint of the legacy format
-    raise ValueError(not_weights) from None
+  except (ValueError, EOFError, zipfile.BadZipFile):   # pickled data (a legacy PyTorch
+    raise ValueError(not_weights) from None           # checkpoint), an empty or broken file
   if not isinstance(data, np.lib.npyio.NpzFile):   # a .npy array
     raise ValueError(not_weights)
   with data:
@@ -379,6 +401,7 @@ def _run(args) -> int:
       print(f"{key:50s} {str(shape):22s} {kind:5s} {path or '-'}")
     return 0
   if args.command == "convert":
+    check_output(args.output)   # before the checkpoint is read (torch, seconds)
     weights = convert_state_dict(load_torch_state_dict(args.torch_checkpoint), args.arch)
     save_weights(weights, args.output, arch=args.arch)
     n = sum(int(np.prod(v.shape)) for v in weights.values())

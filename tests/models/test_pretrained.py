@@ -116,7 +116,9 @@ def test_files_that_are_not_weight_files_are_one_clear_error(tmp_path):
   with open(tmp_path / "legacy.pth", "wb") as f:
     pickle.dump({"conv1.weight": [0.0]}, f)
   (tmp_path / "notes.npz").write_text("hello")
-  for name in ("a.npy", "legacy.pth", "notes.npz"):
+  (tmp_path / "empty.npz").write_bytes(b"")
+  (tmp_path / "broken.npz").write_bytes(b"PK\x03\x04 not a whole zip")
+  for name in ("a.npy", "legacy.pth", "notes.npz", "empty.npz", "broken.npz"):
     with pytest.raises(ValueError, match=rf"{name} is not a dml_jax weight file.*convert"):
       pretrained.read_weights(str(tmp_path / name))
 
@@ -127,6 +129,32 @@ def test_save_weights_creates_the_folder_of_the_documented_path(tmp_path):
   path = str(tmp_path / "weights" / "resnet18.npz")
   pretrained.save_weights(weights, path, arch="resnet18")
   assert pretrained.read_weights(path)[0] == "resnet18"
+
+
+def test_a_conversion_replaces_only_a_weight_file(tmp_path, capsys):
+  weights = pretrained.convert_state_dict(_fake_state_dict("resnet18"), "resnet18")
+  path = str(tmp_path / "w.npz")
+  pretrained.save_weights(weights, path, arch="resnet18")
+  pretrained.save_weights(weights, path, arch="resnet18")   # a weight file: replaced
+  assert os.listdir(tmp_path) == ["w.npz"]   # no .partial left
+  notes = tmp_path / "notes.txt"
+  notes.write_text("mine")
+  (tmp_path / "empty.npz").write_bytes(b"")
+  for other in (notes, tmp_path / "empty.npz", tmp_path):
+    with pytest.raises(ValueError, match=rf"^{other} exists and is not a dml_jax weight file; "
+                       r"it is left as it is: write the weights to another path.$"):
+      pretrained.save_weights(weights, str(other), arch="resnet18")
+  assert notes.read_text() == "mine"
+  # --output naming the checkpoint itself: refused before the checkpoint is read (no torch)
+  ckpt = tmp_path / "r18.pth"
+  ckpt.write_bytes(b"PK\x03\x04 a torch checkpoint")
+  with pytest.raises(SystemExit) as exit_:
+    pretrained.main(["convert", "--arch", "resnet18", "--torch_checkpoint", str(ckpt),
+                     "--output", str(ckpt)])
+  assert exit_.value.code == 1
+  assert capsys.readouterr().err.startswith(f"python -m dml_jax.models.pretrained: {ckpt} "
+                                            "exists and is not a dml_jax weight file")
+  assert ckpt.read_bytes() == b"PK\x03\x04 a torch checkpoint"
 
 
 def test_cli_table_and_convert(tmp_path, capsys):
