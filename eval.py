@@ -23,7 +23,6 @@ run's config.log.tensorboard is off.
 Errors (no checkpoint, bad protocol, NaN embeddings, ...) print one line; exit code 1.
 """
 
-import os
 
 from absl import app
 from absl import flags
@@ -75,20 +74,8 @@ def check_flags() -> None:
   if FLAGS.output and not (FLAGS.all_steps or FLAGS.workdirs):
     raise ValueError("--output is for --all_steps or --workdirs results.")
   if FLAGS.output:   # before the evaluation, not after it
-    folder = os.path.dirname(os.path.abspath(FLAGS.output))
-    try:
-      os.makedirs(folder, exist_ok=True)
-    except OSError as e:
-      raise ValueError(f"--output={FLAGS.output}: its folder cannot be created "
-                       f"({e.strerror or e}).") from None
-    existed = os.path.exists(FLAGS.output)
-    try:
-      with open(FLAGS.output, "a"):   # can be written (nothing in it is changed)
-        pass
-    except OSError as e:
-      raise ValueError(f"--output={FLAGS.output} cannot be written ({e.strerror or e}).") from None
-    if not existed:
-      os.remove(FLAGS.output)
+    eval_checkpoints.check_output(FLAGS.output,
+                                  "workdirs" if FLAGS.workdirs is not None else "all_steps")
   if FLAGS.workdirs is not None and (FLAGS.retrieval_grid or FLAGS.export_embeddings):
     raise ValueError("--retrieval_grid and --export_embeddings take one --workdir.")
   if FLAGS.retrieval_grid < 0:

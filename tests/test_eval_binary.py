@@ -231,6 +231,8 @@ def test_eval_py_errors_exit_nonzero_without_traceback(runs):
                          "be >= 0."),
                         (["--all_steps", f"--output={workdir}"],   # checked before evaluating
                          f"eval.py: --output={workdir} cannot be written (Is a directory)."),
+                        (["--all_steps", f"--output={workdir}/config.json"],   # the run's own
+                         f"{workdir}/config.json exists and is not an earlier eval.py result"),
                         (["--set=data.name=cub"],
                          "eval.py: --set=data.name=cub: eval.py changes only the evaluation"),
                         (["--set=eval.ks=1", "--retrieval_grid=2"],

@@ -35,6 +35,46 @@ from dml_jax.run import workdir as workdir_lib
 from dml_jax.run import writers
 
 
+# What eval.py's --output holds, by mode: the JSON's keys and the file written beside it.
+OUTPUTS = {"all_steps": (("workdir", "steps", "best"), ".png"),
+           "workdirs": (("workdirs", "steps", "runs", "summary"), ".md")}
+
+
+def check_output(path: str, mode: str) -> None:
+  """``path`` and the file beside it (``OUTPUTS[mode]``) may be written: each is absent, or
+  ``path`` is an earlier result of that mode (then both are replaced). Creates the folder.
+
+  Raises:
+    ValueError: naming the folder that cannot be created, or the file that cannot be written
+      or holds something else (a run's ``config.json``, a figure of the user's), which is
+      left as it is.
+  """
+  keys, beside = OUTPUTS[mode]
+  folder = os.path.dirname(os.path.abspath(path))
+  try:
+    os.makedirs(folder, exist_ok=True)
+  except OSError as e:
+    raise ValueError(f"--output={path}: its folder cannot be created "
+                     f"({e.strerror or e}).") from None
+  try:
+    with open(path) as f:
+      earlier = set(keys) <= set(json.load(f))
+  except (OSError, ValueError, TypeError):   # absent, a folder, not JSON, not an object
+    earlier = False
+  for name in (path, os.path.splitext(path)[0] + beside):
+    if os.path.lexists(name) and not os.path.isdir(name) and not earlier:
+      raise ValueError(f"--output={path}: {name} exists and is not an earlier eval.py result; "
+                       "it is left as it is: choose another --output.")
+  existed = os.path.exists(path)
+  try:
+    with open(path, "a"):   # can be written (nothing in it is changed)
+      pass
+  except OSError as e:
+    raise ValueError(f"--output={path} cannot be written ({e.strerror or e}).") from None
+  if not existed:
+    os.remove(path)
+
+
 def print_line(line: str) -> None:
   """Prints ``dml_jax: <line>`` on process 0 (eval.py's lines about its input)."""
   if workdir_lib.is_main_process():

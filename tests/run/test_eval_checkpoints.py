@@ -22,6 +22,30 @@ def test_machine_settings_replace_the_recorded_ones(tmp_path):
 
 
 
+def test_output_replaces_only_an_earlier_result_of_its_mode(tmp_path):
+  run = tmp_path / "run"
+  workdir_lib.write_config(small_config(2), str(run))
+  config = (run / "config.json").read_text()
+  for mode in ("all_steps", "workdirs"):   # the run's own config.json is not a result
+    with pytest.raises(ValueError, match=rf"^--output={run}/config.json: {run}/config.json "
+                       r"exists and is not an earlier eval.py result; it is left as it is"):
+      eval_checkpoints.check_output(str(run / "config.json"), mode)
+  assert (run / "config.json").read_text() == config
+  (tmp_path / "curves.png").write_bytes(b"a figure of mine")   # beside an absent JSON
+  with pytest.raises(ValueError, match=rf"{tmp_path}/curves.png exists and is not an earlier"):
+    eval_checkpoints.check_output(str(tmp_path / "curves.json"), "all_steps")
+  eval_checkpoints.check_output(str(tmp_path / "curves.json"), "workdirs")   # writes .md
+  assert not (tmp_path / "curves.json").exists()   # the check leaves nothing behind
+  earlier = tmp_path / "seeds.json"
+  earlier.write_text(json.dumps({"workdirs": [], "steps": [], "runs": [], "summary": {}}))
+  (tmp_path / "seeds.md").write_text("mean ± std")
+  eval_checkpoints.check_output(str(earlier), "workdirs")   # replaced, with its .md
+  with pytest.raises(ValueError, match="seeds.json exists and is not an earlier"):
+    eval_checkpoints.check_output(str(earlier), "all_steps")
+  eval_checkpoints.check_output(str(tmp_path / "new" / "x.json"), "all_steps")
+  assert (tmp_path / "new").is_dir()
+
+
 def test_runs_of_other_lengths_or_evaluations_are_named_as_differences(tmp_path):
   """eval.py --workdirs warns when its mean ± std mixes runs that differ in more than the seed:
   also in their length and their evaluation (keys a rerun may change, but which change the
