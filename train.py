@@ -58,8 +58,8 @@ def main(argv):
     # before JAX starts its threads
     cli.keep_host_memory(cli.wants_host_memory(FLAGS.keep_host_memory, config))
     if FLAGS.distributed or FLAGS.coordinator_address:
-      jax.distributed.initialize(coordinator_address=FLAGS.coordinator_address,
-                                 num_processes=FLAGS.num_processes, process_id=FLAGS.process_id)
+      cli.initialize_distributed(FLAGS.coordinator_address, FLAGS.num_processes,
+                                 FLAGS.process_id)
     logging.info("Process %d of %d; devices: %s", jax.process_index(), jax.process_count(),
                  jax.devices())
     if workdir_lib.is_main_process():

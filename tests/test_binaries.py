@@ -60,6 +60,17 @@ def test_mistakes_are_one_line(tmp_path, args, line):
   assert not os.path.exists(tmp_path / "w" / "checkpoints")
 
 
+def test_distributed_without_a_cluster_names_the_flags_that_give_one(tmp_path):
+  env = {k: v for k, v in os.environ.items()   # no cluster JAX would detect (SLURM, MPI)
+         if not k.startswith(("SLURM_", "OMPI_", "PMI_", "MV2_"))}
+  out = run(["train.py", f"--config={CONFIG}", f"--workdir={tmp_path / 'w'}", "--distributed"],
+            env=env)
+  line = last_line(out)
+  assert line.startswith("train.py: --distributed: ") and line.endswith(
+      "give --coordinator_address=HOST:PORT (process 0's), --num_processes and --process_id.")
+  assert not os.path.exists(tmp_path / "w" / "checkpoints")
+
+
 @pytest.mark.skipif(importlib.util.find_spec("wandb") is not None, reason="wandb installed")
 def test_wandb_asked_for_but_missing_is_one_line(tmp_path):
   out = run(["train.py", f"--config={CONFIG}", f"--workdir={tmp_path / 'w'}",

@@ -324,6 +324,21 @@ def data_location_overrides(flag_values: flags.FlagValues = FLAGS) -> dict[str, 
           if name in flag_values and flag_values[name].value}
 
 
+def initialize_distributed(coordinator_address: str | None, num_processes: int | None,
+                           process_id: int | None) -> None:
+  """``jax.distributed.initialize`` for train.py's multi-host flags; JAX's ``ValueError``
+  (no coordinator outside SLURM / a TPU pod, a process index out of range) comes back naming
+  the flags that give them."""
+  import jax   # pylint: disable=import-outside-toplevel  (the binaries import it already)
+  try:
+    jax.distributed.initialize(coordinator_address=coordinator_address,
+                               num_processes=num_processes, process_id=process_id)
+  except ValueError as e:
+    raise ValueError(f"--distributed: {e} Where JAX detects no cluster (SLURM, a TPU pod), "
+                     "give --coordinator_address=HOST:PORT (process 0's), --num_processes and "
+                     "--process_id.") from None
+
+
 def keep_host_memory(keep: bool) -> None:
   """Keeps freed host memory if ``keep`` and JAX will run on the CPU (call it before JAX
   starts its threads) and logs the outcome."""
