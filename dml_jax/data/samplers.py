@@ -122,10 +122,10 @@ class NPerClassSampler:
     cache_epochs: how many epochs' batch tables to keep (each is ``[S, B]`` int64).
 
   Raises:
-    ValueError: ``group_size < 2``, ``group_size > batch_size``, ``batch_size`` not a
-      multiple of ``group_size``, fewer (usable) classes than ``batch_size // group_size``,
-      an unknown ``small_class`` or ``epoch``, ``'skip'`` with ``'pad_to_largest'``, a
-      negative seed or malformed labels.
+    ValueError: ``batch_size < 1``, ``group_size < 2``, ``group_size > batch_size``,
+      ``batch_size`` not a multiple of ``group_size``, fewer (usable) classes than
+      ``batch_size // group_size``, an unknown ``small_class`` or ``epoch``, ``'skip'`` with
+      ``'pad_to_largest'``, a negative seed or malformed labels.
   """
 
   def __init__(self, labels: np.ndarray, *, batch_size: int, group_size: int, seed: int,
@@ -139,6 +139,8 @@ class NPerClassSampler:
                         ("seed", seed), ("cache_epochs", cache_epochs)):
       if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
         raise ValueError(f"{what} must be an int, got {value!r}.")
+    if batch_size < 1:
+      raise ValueError(f"batch_size={batch_size} must be a positive number of examples.")
     if group_size < 2:
       raise ValueError(f"group_size={group_size} must be >= 2 (an anchor needs a positive).")
     if group_size > batch_size:

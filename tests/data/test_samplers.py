@@ -331,6 +331,7 @@ def test_epoch_of_and_returned_batches_are_copies():
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(batch_size=8, group_size=16), "group_size=16 is larger than batch_size=8"),
+    (dict(batch_size=-4, group_size=2), r"^batch_size=-4 must be a positive number of "),
     (dict(batch_size=10, group_size=4), "batch_size=10 must be a multiple of group_size=4"),
     (dict(batch_size=8, group_size=1), "group_size=1 must be >= 2"),
     (dict(batch_size=16, group_size=2), "8 classes per batch.*only 6 classes"),
