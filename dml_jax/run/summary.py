@@ -192,14 +192,35 @@ td:first-child,th:first-child{text-align:left}img{max-width:100%;border:1px soli
 h2{border-bottom:1px solid #ccc}details{margin:0.4em 0}"""
 
 
+# Marks the page as this tool's: --out replaces such a page (and an older one, recognised by
+# its first paragraph), nothing else.
+GENERATOR = "<meta name='generator' content='dml_jax.run.summary'>"
+_OLDER_PAGE = "(runs differing only by seed)"
+
+
+def check_out(out: str) -> None:
+  """``ValueError`` when ``out`` holds something other than an earlier page of this tool
+  (a run's ``config.json``, a page of the user's), which is left as it is."""
+  if not os.path.lexists(out):
+    return
+  try:
+    with open(out, errors="replace") as f:
+      head = f.read(1 << 16)
+  except OSError:
+    head = ""
+  if not (head.startswith("<!DOCTYPE html>") and (GENERATOR in head or _OLDER_PAGE in head)):
+    raise ValueError(f"--out={out} exists and is not an earlier page of this tool; it is left "
+                     "as it is: choose another --out.")
+
+
 def render(runs: Sequence[dict], *, title: str = "dml_jax runs",
            skipped: Sequence[str] = ()) -> str:
   """The report page of ``runs`` (:func:`load_run`) as one HTML string."""
   esc = html.escape
   keys = differing_keys(runs)
   groups = group_runs(runs, keys)
-  parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{esc(title)}</title>"
-           f"<style>{_STYLE}</style></head><body><h1>{esc(title)}</h1>",
+  parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'>{GENERATOR}"
+           f"<title>{esc(title)}</title><style>{_STYLE}</style></head><body><h1>{esc(title)}</h1>",
            f"<p>{count(len(runs), 'run')} in {count(len(groups), 'group')} (runs differing "
            "only by seed).</p>"]
   if skipped:
@@ -245,8 +266,10 @@ def build_report(roots: Sequence[str], *, out: str, title: str | None = None) ->
     ``{'out', 'runs' (names), 'skipped' (names without evaluation)}``.
 
   Raises:
-    FileNotFoundError: no run under ``roots``. ValueError: no run has an evaluation.
+    FileNotFoundError: no run under ``roots``. ValueError: no run has an evaluation, or
+      ``out`` holds something else (:func:`check_out`).
   """
+  check_out(out)
   workdirs = find_workdirs(roots)
   base = os.path.commonpath([os.path.abspath(r) for r in roots])
   runs, skipped, reasons = [], [], []

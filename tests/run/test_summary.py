@@ -97,6 +97,26 @@ def test_report_of_seeds_and_a_baseline(tmp_path):
   assert rows[("loss.positive=random", "train:digit")]["recall@1"] == f"{100 * 0.4 / 3:.2f}"
 
 
+def test_out_replaces_only_an_earlier_page(tmp_path):
+  fake_run(str(tmp_path / "run"), seed=0, positive="easy", recall=0.5)
+  config = (tmp_path / "run" / "config.json").read_text()
+  mine = tmp_path / "mine.html"
+  mine.write_text("<!DOCTYPE html><html>my own page</html>")
+  for other in (tmp_path / "run" / "config.json", mine):
+    with pytest.raises(ValueError, match=rf"^--out={other} exists and is not an earlier page "
+                       r"of this tool; it is left as it is"):
+      run_report.build_report([str(tmp_path / "run")], out=str(other))
+  assert (tmp_path / "run" / "config.json").read_text() == config
+  assert mine.read_text() == "<!DOCTYPE html><html>my own page</html>"
+  page = str(tmp_path / "r.html")
+  run_report.build_report([str(tmp_path / "run")], out=page)
+  run_report.build_report([str(tmp_path / "run")], out=page)   # its own page: replaced
+  older = tmp_path / "older.html"   # a page written before the generator mark
+  older.write_text(open(page).read().replace(run_report.GENERATOR, ""))
+  run_report.build_report([str(tmp_path / "run")], out=str(older))
+  assert run_report.GENERATOR in older.read_text()
+
+
 def test_runs_without_evaluation_are_clear_errors(tmp_path):
   workdir_lib.write_config(small_config(20), str(tmp_path / "run"))
   with pytest.raises(ValueError, match="No run under .* has an evaluation"):
