@@ -395,7 +395,7 @@ def start_run(config: ml_collections.ConfigDict, workdir: str, *,
   manager = checkpointing.make_manager(
       workdir, max_to_keep=config.max_checkpoints_to_keep or None)   # 0: all
   try:
-    restored = checkpointing.restore(manager, setup.init_state)
+    restored = checkpointing.restore(manager, setup.init_state, set_aside=True)
   except Exception:
     manager.close()
     raise

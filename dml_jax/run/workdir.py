@@ -112,7 +112,7 @@ RESUMABLE_KEYS = (
 )
 
 # What train.py writes into a workdir (removed by ``--overwrite``, nothing else is).
-OUTPUTS = ("checkpoints", CONFIG_FILE, RUN_INFO_FILE, METRICS_FILE, "eval_step_*.json",
+OUTPUTS = ("checkpoints", "checkpoints_unreadable", CONFIG_FILE, RUN_INFO_FILE, METRICS_FILE, "eval_step_*.json",
            "eval_all_steps.json", "eval_all_steps.png", "train_labels.npz",
            "train_labels.json", "tensorboard", "wandb_run_id.txt", "embeddings_step_*.npz",
            # the drawings of train.py / eval.py and of the analysis tools (dml_jax.analysis)

@@ -100,6 +100,31 @@ def test_damaged_latest_checkpoint_falls_back(run20, tmp_path, caplog):
              for r in caplog.records)
 
 
+def test_training_resumed_before_a_damaged_checkpoint_sets_it_aside_and_goes_past_it(
+    run20_copy, capsys):
+  # the run fell back to step 10 and then stopped at 20: "Checkpoint for step 20 already
+  # exists"; and Orbax's unfinished reads printed tracebacks
+  workdir = run20_copy
+  latest = os.path.join(checkpointing.checkpoint_dir(workdir), "20")
+  for root, _, files in os.walk(os.path.join(latest, "state")):
+    if "ocdbt.process" in root:   # the arrays' data files: the metadata still reads
+      for name in files:
+        os.remove(os.path.join(root, name))
+  capsys.readouterr()
+  training.train_and_evaluate(small_config(30), workdir, show_progress=False)
+  aside = os.path.join(workdir, checkpointing.UNREADABLE_DIR, "20")
+  assert os.path.isdir(os.path.join(aside, "state"))   # kept, out of the manager's way
+  manager = checkpointing.make_manager(workdir, read_only=True)
+  try:
+    assert checkpointing.steps(manager) == [10, 20, 30]   # 20 saved anew
+  finally:
+    manager.close()
+  assert restore_state(workdir, step=20)[0] == 20
+  err = capsys.readouterr().err
+  assert "Traceback" not in err and "never retrieved" not in err, err[-3000:]
+  assert checkpointing.UNREADABLE_DIR in workdir_lib.OUTPUTS   # --overwrite removes it
+
+
 def test_eval_without_checkpoint_is_a_clear_error(tmp_path):
   workdir_lib.write_config(small_config(), str(tmp_path))
   with pytest.raises(FileNotFoundError, match="No checkpoint"):
