@@ -23,7 +23,6 @@ run's config.log.tensorboard is off.
 Errors (no checkpoint, bad protocol, NaN embeddings, ...) print one line; exit code 1.
 """
 
-
 from absl import app
 from absl import flags
 

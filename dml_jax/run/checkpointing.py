@@ -108,15 +108,15 @@ def check_shapes(manager: ocp.CheckpointManager, step: int, target: Any, *,
 UNREADABLE_DIR = "checkpoints_unreadable"
 
 
-def _set_aside(manager: ocp.CheckpointManager, steps_: list[int]) -> None:
-  """Moves the unreadable checkpoints ``steps_`` (newer than the one restored) to
+def _set_aside(manager: ocp.CheckpointManager, unreadable: list[int]) -> None:
+  """Moves the checkpoints of the steps ``unreadable`` (newer than the one restored) to
   ``<workdir>/checkpoints_unreadable/<step>``: training past them saves those steps anew,
   and nothing is deleted."""
   directory = str(manager.directory)
   aside = os.path.join(os.path.dirname(directory), UNREADABLE_DIR)
   if jax.process_index() == 0:
     os.makedirs(aside, exist_ok=True)
-    for s in steps_:
+    for s in unreadable:
       target, n = os.path.join(aside, str(s)), 1
       while os.path.lexists(target):
         target, n = os.path.join(aside, f"{s}.{n}"), n + 1

@@ -112,8 +112,9 @@ RESUMABLE_KEYS = (
 )
 
 # What train.py writes into a workdir (removed by ``--overwrite``, nothing else is).
-OUTPUTS = ("checkpoints", "checkpoints_unreadable", CONFIG_FILE, RUN_INFO_FILE, METRICS_FILE, "eval_step_*.json",
-           "eval_all_steps.json", "eval_all_steps.png", "train_labels.npz",
+# (checkpoints_unreadable: checkpointing.UNREADABLE_DIR, the damaged ones training set aside)
+OUTPUTS = ("checkpoints", "checkpoints_unreadable", CONFIG_FILE, RUN_INFO_FILE, METRICS_FILE,
+           "eval_step_*.json", "eval_all_steps.json", "eval_all_steps.png", "train_labels.npz",
            "train_labels.json", "tensorboard", "wandb_run_id.txt", "embeddings_step_*.npz",
            # the drawings of train.py / eval.py and of the analysis tools (dml_jax.analysis)
            "scatter_*_step_*.png", "embedding_*_step_*.png", "retrieval_grid_*_step_*.png",
