@@ -63,6 +63,9 @@ def get_config() -> ml_collections.ConfigDict:
   # augment on the host every epoch). The same crops and flips either way.
   c.data.cache = "auto"
   c.data.cache_max_gb = 8.0       # budget of 'auto' (GB of uint8 pixels; CUB at 256 px: 1.5)
+  # The training labels: '' (the dataset's) or a label set of its train split, e.g.
+  # 'character' on omniglot (train by letter, not by alphabet) or 'digit' on mnist_evenodd.
+  c.data.train_label_set = ""
   c.data.label_noise = 0.0        # rate p of uniform label noise on the train split (eq. 6)
   c.data.clean_fraction = 1.0     # < 1: the clean 'topline', a random subset of the train split
   c.data.noise_seed = 0           # seed of the label noise / the clean subset (not c.seed)

@@ -113,6 +113,35 @@ def _as_int32_labels(values, n: int, what: str) -> np.ndarray:
   return values.astype(np.int32)
 
 
+def relabel(split: Split, label_set: str, *, key: str = "label_set") -> Split:
+  """``split`` with its primary labels taken from ``label_sets[label_set]`` (ranked to
+  ``0..C-1``), e.g. Omniglot's training alphabets by ``'character'`` (train by letter);
+  ``label_sets`` and images unchanged. ``''`` returns ``split`` itself.
+
+  Args:
+    split: any split.
+    label_set: ``''`` or a key of ``split.label_sets``.
+    key: the name of the setting in messages (e.g. ``'config.data.train_label_set'``).
+
+  Returns:
+    A ``Split`` of the same images whose ``labels`` int32 ``[N]`` are the label set's ranks.
+
+  Raises:
+    ValueError: ``label_set`` is not a string or not a label set of ``split``.
+  """
+  if not isinstance(label_set, str):
+    raise ValueError(f"{key} must be a label set's name (a string), got {label_set!r}.")
+  if not label_set:
+    return split
+  if label_set not in split.label_sets:
+    have = ", ".join(sorted(split.label_sets)) or "none"
+    raise ValueError(f"{key}={label_set!r} is not a label set of {split.name!r}; it has: "
+                     f"{have}.")
+  _, labels = np.unique(split.label_sets[label_set], return_inverse=True)
+  return Split(images=split.images, labels=labels.reshape(-1), label_sets=split.label_sets,
+               name=split.name)
+
+
 def class_split(images: np.ndarray, labels: np.ndarray, *, train_classes: Sequence[int],
                 test_classes: Sequence[int], min_per_class: int = 2,
                 name: str = "dataset") -> dict[str, Split]:

@@ -24,6 +24,7 @@ from dml_jax import data as data_lib
 from dml_jax import models
 from dml_jax.run import overrides
 from dml_jax.data import noise as noise_lib
+from dml_jax.data import splits as splits_lib
 from dml_jax.evaluation import compute
 from dml_jax.run import checkpointing
 from dml_jax.run import config as config_lib
@@ -56,11 +57,14 @@ def dataset_options(data: ml_collections.ConfigDict) -> dict:
 
 
 def load_splits(config: ml_collections.ConfigDict) -> dict:
-  """``{name: Split}`` of ``config.data`` as the run sees them: the training split with its
-  label noise or clean subset (``data.noise``); checks ``config.eval`` against them."""
+  """``{name: Split}`` of ``config.data`` as the run sees them: the training split by
+  ``data.train_label_set`` (``data.splits.relabel``) with its label noise or clean subset
+  (``data.noise``); checks ``config.eval`` against them."""
   splits = dict(data_lib.load(config.data.name, **dataset_options(config.data)))
+  train = splits_lib.relabel(splits["train"], config.data.train_label_set,
+                             key="config.data.train_label_set")
   splits["train"] = noise_lib.prepare_train_split(
-      splits["train"], label_noise=config.data.label_noise,
+      train, label_noise=config.data.label_noise,
       clean_fraction=config.data.clean_fraction, seed=config.data.noise_seed)
   config_lib.validate(config, splits)
   return splits

@@ -56,6 +56,7 @@ ADDED_CONFIG_KEYS = {
     "num_devices": 0,
     "model.conv_impl": "auto",
     "data.noise_seed": 0,
+    "data.train_label_set": "",
     "optimizer.backbone_learning_rate": 0.0,
     "optimizer.head_learning_rate": 0.0,
     "scatter_every_steps": 0,

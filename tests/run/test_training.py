@@ -352,6 +352,17 @@ def test_a_retrieval_grid_top_k_the_gallery_cannot_give_is_refused_before_any_st
                                           "eval.retrieval_grid_k": k}))
 
 
+def test_the_train_split_can_be_trained_by_another_label_set():
+  # the digits' train split is labelled by parity; 'digit' trains on the digits 0-5 themselves
+  by_parity = restore.load_splits(small_config())["train"]
+  by_digit = restore.load_splits(small_config(**{"data.train_label_set": "digit"}))["train"]
+  assert by_parity.num_classes == 2 and by_digit.num_classes == 6
+  np.testing.assert_array_equal(by_digit.labels, by_parity.label_sets["digit"])
+  with pytest.raises(ValueError, match=r"^config.data.train_label_set='letter' is not a label "
+                     r"set of 'digits_evenodd:train'; it has: digit, parity.$"):
+    restore.load_splits(small_config(**{"data.train_label_set": "letter"}))
+
+
 def test_older_workdir_config_gets_keys_added_since(tmp_path):
   config = small_config()
   del config.data["noise_seed"]
