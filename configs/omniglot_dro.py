@@ -1,5 +1,5 @@
-r"""DRO paper Table 2 (recovering the MS and lifted structure losses) on the real Omniglot, at
-CPU scale.
+r"""DRO paper Table 2 (recovering the MS and lifted structure losses) and Table 1 (the DRO
+variants against MS) on the real Omniglot, at CPU scale.
 
 Table 2 compares, in the ablation setting of Wang et al. (64-D, batch 80 = 16 classes x 5):
 
