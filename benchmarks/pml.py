@@ -166,6 +166,25 @@ PML_BASELINES: tuple[PmlPair, ...] = (
     _plain_pair("softtriple", "softtriple", "SoftTripleLoss(C, D, K=10)",
                 lambda pml, c, d: pml.losses.SoftTripleLoss(c, d, centers_per_class=10),
                 comparable=False, semantics=SAME_WEIGHTS_DIFFER),
+    _plain_pair("large_margin_softmax", "large_margin_softmax",
+                "LargeMarginSoftmaxLoss(C, D, 4, 1)",
+                lambda pml, c, d: pml.losses.LargeMarginSoftmaxLoss(c, d, margin=4, scale=1),
+                comparable=False, semantics=SAME_WEIGHTS_DIFFER),
+    _plain_pair("sphereface", "sphereface", "SphereFaceLoss(C, D, 4, 1)",
+                lambda pml, c, d: pml.losses.SphereFaceLoss(c, d, margin=4, scale=1),
+                comparable=False, semantics=SAME_WEIGHTS_DIFFER),
+    _plain_pair("p2sgrad", "p2sgrad", "P2SGradLoss(D, C)",
+                lambda pml, c, d: pml.losses.P2SGradLoss(descriptors_dim=d, num_classes=c),
+                comparable=False, semantics=SAME_WEIGHTS_DIFFER),
+    _plain_pair("pnp", "pnp", "PNPLoss(b=2, alpha=1, anneal=0.01, 'O')",
+                lambda pml, c, d: pml.losses.PNPLoss(b=2, alpha=1, anneal=0.01, variant="O")),
+    _plain_pair("smooth_ap", "smooth_ap", "SmoothAPLoss(0.01)",
+                lambda pml, c, d: pml.losses.SmoothAPLoss(temperature=0.01), comparable=False,
+                semantics="PML groups the batch into the right classes only when it has as many "
+                          "classes as examples per class (compared there in tests/objectives/"
+                          "test_pml_reference.py)"),
+    _plain_pair("intra_pair_variance", "intra_pair_variance", "IntraPairVarianceLoss(0.01, 0.01)",
+                lambda pml, c, d: pml.losses.IntraPairVarianceLoss(pos_eps=0.01, neg_eps=0.01)),
 )
 
 

@@ -55,10 +55,11 @@ batch checks, the similarity kind and its check, the reference set, the ``rng`` 
 :func:`_common.class_objective` for the proxy / class-weight objectives) and the pieces the
 families share. One private module per family registers its builders (``_nca``: nca, nca_2nd;
 ``_triplet``: triplet, trimmed_triplet, margin; ``_proxy``: proxy_nca, proxy_anchor;
-``_softmax``: normalized_softmax, cosface, arcface, subcenter_arcface, softtriple; ``_nce``:
-ntxent, supcon; ``_tuples``: tuplet_margin, angular, npairs; ``_pairs``: contrastive, binomial,
-multi_similarity, lifted_structure, circle, generalized_lifted_structure; ``_ranking``: fastap,
-ranked_list, histogram, snr_contrastive; ``_dro``: dro_topk, dro_topk_pn, dro_kl,
+``_softmax``: normalized_softmax, cosface, arcface, subcenter_arcface, softtriple,
+large_margin_softmax, sphereface, p2sgrad; ``_nce``: ntxent, supcon; ``_tuples``: tuplet_margin,
+angular, npairs; ``_pairs``: contrastive, binomial, multi_similarity, lifted_structure, circle,
+generalized_lifted_structure, intra_pair_variance; ``_ranking``: fastap, ranked_list,
+histogram, snr_contrastive, smooth_ap, pnp; ``_dro``: dro_topk, dro_topk_pn, dro_kl,
 dro_kl_grouped); this package imports each family once.
 
 A new objective = one builder with ``@register(name, ...)`` in a family module (or in a user's
@@ -107,6 +108,7 @@ from dml_jax.objectives._nca import NCA_NEGATIVE_MODES
 from dml_jax.objectives._pairs import MS_DUPLICATE_SIMILARITY
 from dml_jax.objectives._pairs import PAIR_REDUCTIONS
 from dml_jax.objectives._proxy import PROXY_ACTIVE_WEIGHT
+from dml_jax.objectives._ranking import PNP_VARIANTS
 from dml_jax.objectives._registry import REGISTRY
 from dml_jax.objectives._registry import Objective
 from dml_jax.objectives._registry import Support

@@ -1,12 +1,14 @@
 """Ranking and distribution objectives: ``fastap`` (Cakir et al. 2019), ``ranked_list`` (Wang et
-al. 2019), ``histogram`` (Ustinova & Lempitsky 2016), and the SNR-distance contrastive loss
-``snr_contrastive`` (Yuan et al. 2019).
+al. 2019), ``histogram`` (Ustinova & Lempitsky 2016), the SNR-distance contrastive loss
+``snr_contrastive`` (Yuan et al. 2019), and the smoothed-rank losses ``smooth_ap`` (Brown et al.
+2020) and ``pnp`` (Li et al. 2022).
 
 They work on the batch (``fastap``, ``ranked_list`` and ``snr_contrastive`` also on a reference
-set, row by row; ``histogram`` pools pairs of the batch and takes none) and equal
-pytorch-metric-learning 2.9's ``FastAPLoss``, ``RankedListLoss``, ``HistogramLoss`` and
-``SignalToNoiseRatioContrastiveLoss`` (``tests/objectives/test_pml_reference.py``). ``aux`` as the
-pair objectives (``_pairs`` docstring).
+set, row by row; ``histogram`` pools pairs of the batch, ``smooth_ap`` and ``pnp`` rank each
+anchor's batch, and take none) and equal pytorch-metric-learning 2.9's ``FastAPLoss``,
+``RankedListLoss``, ``HistogramLoss``, ``SignalToNoiseRatioContrastiveLoss``, ``SmoothAPLoss``
+and ``PNPLoss`` (``tests/objectives/test_pml_reference.py``). ``aux`` as the pair objectives
+(``_pairs`` docstring).
 """
 
 from __future__ import annotations
@@ -286,3 +288,136 @@ def snr_contrastive(*, pos_margin: float = 0.0, neg_margin: float = 1.0):
                              loss=loss)
 
   return _common.pair_objective(pair_terms, name="snr_contrastive")
+
+
+def _ranked_candidates(b, include_query: bool):
+  """``(ranked, candidates, valid)`` of the batch-ranking objectives (``smooth_ap``, ``pnp``):
+  bool ``[B, B]`` the items whose rank each anchor's loss scores (its positives, and itself
+  with ``include_query``), the anchor's retrieval set (every other item, and itself with
+  ``include_query``), and bool ``[B]`` the anchors with a positive (the others are left out,
+  as PML leaves them out)."""
+  eye = jnp.eye(b.pos.shape[0], dtype=bool)
+  valid = jnp.any(b.pos, axis=1)
+  ranked = ((b.pos | eye) & valid[:, None]) if include_query else b.pos
+  candidates = (b.pos | b.neg | eye) if include_query else (b.pos | b.neg)
+  return ranked, candidates, valid
+
+
+RANK_CHUNK_ELEMENTS = 1 << 24   # smooth_ap / pnp: [anchors, B, B] chunks of at most this size
+
+
+def _ahead(x: jax.Array, temperature: float) -> jax.Array:
+  """float ``[A, B]`` (anchor rows) -> ``[A, P, J]``: ``sigmoid((S_aj - S_ap) / T)``, how far
+  item ``j`` is ranked ahead of item ``p`` in anchor ``a``'s list."""
+  return jax.nn.sigmoid((x[:, None, :] - x[:, :, None]) / temperature)
+
+
+def by_anchor_chunks(row_fn, x: jax.Array, *masks: jax.Array) -> jax.Array:
+  """``row_fn(x [A, B], *masks [A, B]) -> [A]`` over all anchor rows of ``S [B, B]``, in
+  chunks of ``A`` rows whose ``[A, B, B]`` arrays hold at most ``RANK_CHUNK_ELEMENTS`` (read
+  when traced): the whole batch at once up to ``B = 256``, else a ``lax.map`` over chunks
+  whose backward pass recomputes each chunk (``jax.checkpoint``), so memory stays ``O(B^2)``
+  instead of ``B^3`` (4 GB at ``B = 1024``). The same values; gradients equal to rounding."""
+  b = x.shape[0]
+  chunk = max(1, RANK_CHUNK_ELEMENTS // (x.shape[1] * x.shape[1]))
+  if chunk >= b:
+    return row_fn(x, *masks)
+  steps = -(-b // chunk)
+  pad = lambda a: jnp.pad(a, ((0, steps * chunk - b), (0, 0))).reshape(steps, chunk, -1)
+  out = jax.lax.map(lambda rows: jax.checkpoint(row_fn)(*rows), tuple(map(pad, (x, *masks))))
+  return out.reshape(-1)[:b]
+
+
+@register("smooth_ap")
+def smooth_ap(*, temperature: float = 0.01, include_query: bool = True):
+  """Smooth-AP (Brown et al., ECCV 2020, eqs. 6-8): ``1 - AP`` per anchor, its ranks smoothed
+  by a sigmoid of temperature ``T``, averaged over the anchors.
+
+  ``AP_a = (1 / |P_a|) sum_{p in P_a} (1 + sum_{j in P_a, j != p} G(S_aj - S_ap)) /
+  (1 + sum_{j in Omega_a, j != p} G(S_aj - S_ap))``, ``G(t) = sigmoid(t / T)``, ``P_a`` the
+  anchor's positives and ``Omega_a`` its retrieval set; anchors without a positive are left
+  out. With ``include_query`` (default) the anchor is one of its own positives and in its own
+  retrieval set (its self-similarity 1 ranks it first), as the released Smooth-AP code and PML
+  build them; ``False`` is the paper's eq. 6. Any batch composition: the released code and
+  PML need classes of equal size in contiguous blocks (PML's ``SmoothAPLoss`` moreover groups
+  the batch correctly only when the number of classes equals their size; there the two
+  agree). No reference set; ``O(B^3)`` time, ``O(B^2)`` memory (:func:`by_anchor_chunks`).
+  Default ``T = 0.01`` (the paper's).
+
+  Args:
+    temperature: ``T > 0``, default 0.01.
+    include_query: count the anchor among its positives and its retrieval set, default True.
+
+  Returns:
+    ``(init, apply)``; use ``make('smooth_ap', ...)``.
+  """
+  temperature = hparams.number("temperature", temperature, positive=True)
+  include_query = hparams.flag("include_query", include_query)
+
+  def rows_fn(x, ranked, candidates):      # anchor rows [A, B] -> 1 - AP [A]
+    not_same = ~jnp.eye(x.shape[1], dtype=bool)[None]                  # j != p: [1, P, J]
+    ahead = _ahead(x, temperature)                                     # [A, P, J]
+    rank_all = 1.0 + jnp.sum(jnp.where(candidates[:, None, :] & not_same, ahead, 0.0), axis=2)
+    rank_pos = 1.0 + jnp.sum(jnp.where(ranked[:, None, :] & not_same, ahead, 0.0), axis=2)
+    ap = jnp.sum(jnp.where(ranked, rank_pos / rank_all, 0.0), axis=1)
+    return 1.0 - ap / jnp.maximum(jnp.sum(ranked, axis=1, dtype=jnp.float32), 1.0)
+
+  def terms(b):
+    ranked, candidates, valid = _ranked_candidates(b, include_query)
+    term_fn = lambda x: jnp.where(valid, by_anchor_chunks(rows_fn, x, ranked, candidates), 0.0)
+    return _common.PairTerms(term_fn, candidates & valid[:, None], valid, "mean")
+
+  return _common.pair_objective(terms, name="smooth_ap", references=False,
+                                no_references_why="ranks each anchor's batch")
+
+
+PNP_VARIANTS = ("O", "Ds", "Dq", "Iu", "Ib")
+
+
+@register("pnp")
+def pnp(*, variant: str = "O", temperature: float = 0.01, alpha: float = 1.0, b: float = 2.0,
+        include_query: bool = True):
+  """PNP loss (Li et al., AAAI 2022): penalises only the negatives ranked before each
+  positive. Per positive ``p`` of anchor ``a``, ``R_ap = sum_{n in N_a} sigmoid((S_an - S_ap) /
+  T)`` (the smoothed count of negatives ahead of it); the loss averages ``f(R_ap)`` over the
+  anchor's positives, then over the anchors.
+
+  ``variant`` picks ``f``: ``'O'`` ``R`` (PNP-O), ``'Ds'`` ``log(1 + R)``, ``'Dq'`` ``1 - 1 / (1
+  + R)^alpha``, ``'Iu'`` ``(1 + R) log(1 + R)``, ``'Ib'`` ``(b R - log(1 + b R)) / b^2`` (the
+  paper's decreasing and increasing weightings PNP-D_s, PNP-D_q, PNP-I_u, PNP-I_b). Anchors
+  without a positive are left out. With ``include_query`` (default, as PML) the anchor is one
+  of its own positives (``S_aa = 1``: few negatives ahead of it); ``False`` ranks its positives
+  only. No reference set; ``O(B^3)`` time, ``O(B^2)`` memory (:func:`by_anchor_chunks`).
+  Defaults PML's: ``'O'``, ``T = 0.01``, ``alpha = 1``, ``b = 2``.
+
+  Args:
+    variant: one of ``PNP_VARIANTS``, default ``'O'``.
+    temperature: ``T > 0`` (PML's ``anneal``), default 0.01.
+    alpha: the exponent of ``'Dq'`` (``> 0``), default 1.
+    b: the slope of ``'Ib'`` (``> 0``), default 2.
+    include_query: count the anchor among its positives, default True.
+
+  Returns:
+    ``(init, apply)``; use ``make('pnp', ...)``.
+  """
+  variant = hparams.choice("variant", variant, PNP_VARIANTS)
+  temperature = hparams.number("temperature", temperature, positive=True)
+  alpha = hparams.number("alpha", alpha, positive=True)
+  slope = hparams.number("b", b, positive=True)
+  include_query = hparams.flag("include_query", include_query)
+  weigh = {"O": lambda r: r, "Ds": jnp.log1p, "Dq": lambda r: 1.0 - (1.0 + r) ** -alpha,
+           "Iu": lambda r: (1.0 + r) * jnp.log1p(r),
+           "Ib": lambda r: (slope * r - jnp.log1p(slope * r)) / slope ** 2}[variant]
+
+  def rows_fn(x, ranked, neg):             # anchor rows [A, B] -> mean f(R) [A]
+    ahead = jnp.sum(jnp.where(neg[:, None, :], _ahead(x, temperature), 0.0), axis=2)  # [A, P]
+    per = jnp.sum(jnp.where(ranked, weigh(ahead), 0.0), axis=1)
+    return per / jnp.maximum(jnp.sum(ranked, axis=1, dtype=jnp.float32), 1.0)
+
+  def terms(batch):
+    ranked, candidates, valid = _ranked_candidates(batch, include_query)
+    term_fn = lambda x: jnp.where(valid, by_anchor_chunks(rows_fn, x, ranked, batch.neg), 0.0)
+    return _common.PairTerms(term_fn, candidates & valid[:, None], valid, "mean")
+
+  return _common.pair_objective(terms, name="pnp", references=False,
+                                no_references_why="ranks each anchor's batch")

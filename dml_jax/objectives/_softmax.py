@@ -1,19 +1,24 @@
 """Classification-based objectives: a softmax over learnable class weights (proxies) on the
 cosine, with a margin on the true class: ``normalized_softmax`` (Zhai & Wu 2019), ``cosface``
 (Wang et al. 2018), ``arcface`` (Deng et al. 2019), ``subcenter_arcface`` (Deng et al. 2020),
-``softtriple`` (Qian et al. 2019; several centres per class).
+``softtriple`` (Qian et al. 2019; several centres per class), the multiplicative angular
+margins ``large_margin_softmax`` (Liu et al. 2016) and ``sphereface`` (Liu et al. 2017), whose
+logits also carry the lengths of the embedding (and of the class weight), and ``p2sgrad``
+(Zhang et al. 2019: the cosines regressed onto the one-hot labels).
 
 Each computes per anchor ``CE(scale * f(cos(x, w_c)), y)``, ``f`` the identity except for the
-true class, averaged over the batch. ``params = {'proxies': float32 [C, D]}`` (one weight
-vector per class, unit-norm at ``init``; their learning rate is
-``optimizer.objective_learning_rate``, usually much larger than the backbone's). No mining and no
-n-per-class batches needed. Labels must lie in ``[0, C)`` (as ``proxy_nca``). Equal to
-pytorch-metric-learning 2.9's ``NormalizedSoftmaxLoss``, ``CosFaceLoss``, ``ArcFaceLoss``,
-``SubCenterArcFaceLoss`` and ``SoftTripleLoss`` (whose ``W`` / ``fc`` is our ``proxies.T``).
+true class, averaged over the batch (``p2sgrad``: the mean squared error of the cosines). ``params
+= {'proxies': float32 [C, D]}`` (one weight vector per class, unit-norm at ``init``; their
+learning rate is ``optimizer.objective_learning_rate``, usually much larger than the
+backbone's). No mining and no n-per-class batches needed. Labels must lie in ``[0, C)`` (as
+``proxy_nca``). Equal to pytorch-metric-learning 2.9's ``NormalizedSoftmaxLoss``,
+``CosFaceLoss``, ``ArcFaceLoss``, ``SubCenterArcFaceLoss``, ``SoftTripleLoss``,
+``LargeMarginSoftmaxLoss``, ``SphereFaceLoss`` and ``P2SGradLoss`` (whose ``W`` / ``fc`` /
+``weight`` is our ``proxies.T``).
 
 ``aux``: every anchor is valid; ``active_fraction`` = anchors whose true-class softmax
-probability is below ``1 - 1e-3``; ``mean_s_ap`` / ``mean_s_an`` = cosine to the own class
-weight / mean cosine to the others.
+probability is below ``1 - 1e-3`` (``p2sgrad``: whose squared error exceeds ``1e-3``);
+``mean_s_ap`` / ``mean_s_an`` = cosine to the own class weight / mean cosine to the others.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from dml_jax.objectives._registry import register
 
 SOFTMAX_ACTIVE_WEIGHT = 1e-3   # active: 1 - p(true class) above this
 ARCFACE_MIN_SIN_SQ = 1e-12     # sin^2(theta) floor: finite gradient at cos = +-1
+MIN_NORM = 1e-12               # |x| floor of the lengths in the logits (l2_normalize's eps)
 
 
 def _softmax_objective(name: str, target_fn, scale: float, proxy_norm: float, *,
@@ -43,18 +49,23 @@ def _softmax_objective(name: str, target_fn, scale: float, proxy_norm: float, *,
 
   def body(b):
     cos, true, ok, labels = b.s, b.true, b.ok, b.labels                # float32 [B, C]
-    cos_true = jnp.sum(jnp.where(true, cos, 0.0), axis=1)
     terms = margin_cross_entropy(cos, labels, target_fn, scale)
     loss = jnp.mean(jnp.where(ok, terms, jnp.nan))
-    col = lambda x: x[:, None]
-    sg = jax.lax.stop_gradient(cos)
     active = 1.0 - jnp.exp(-jax.lax.stop_gradient(terms)) > SOFTMAX_ACTIVE_WEIGHT
-    return loss, _common.aux(col(ok), col(active), col(jax.lax.stop_gradient(cos_true)),
-                             col(_common.row_mean(sg, ~true)))
+    return loss, _class_aux(ok, active, cos, true)
 
   apply = _common.class_objective(body, name=name, per_class=per_class,
                                   class_similarity=class_cos)
   return _common.proxy_init(proxy_norm, per_class=per_class), apply
+
+
+def _class_aux(ok: jax.Array, active: jax.Array, cos: jax.Array, true: jax.Array) -> dict:
+  """``aux`` of a class objective (module docstring) from bool ``[B]`` anchors in range and
+  active anchors, the class cosines ``[B, C]`` and the true-class mask ``[B, C]``."""
+  col = lambda x: x[:, None]
+  sg = jax.lax.stop_gradient(cos)
+  cos_true = jnp.sum(jnp.where(true, sg, 0.0), axis=1)
+  return _common.aux(col(ok), col(active), col(cos_true), col(_common.row_mean(sg, ~true)))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
@@ -196,6 +207,135 @@ def subcenter_arcface(*, margin: float = 0.5, scale: float = 64.0, sub_centers: 
   sub_centers = hparams.integer("sub_centers", sub_centers, minimum=1)
   return _softmax_objective("subcenter_arcface", lambda c: arcface_target(c, margin), scale,
                             proxy_norm, per_class=sub_centers)
+
+
+def multiple_angle_target(cos: jax.Array, margin: int) -> jax.Array:
+  """The multiplicative angular margin's true-class function of L-Softmax (Liu et al., ICML
+  2016, eqs. 6-7) and SphereFace: ``psi(theta) = (-1)^k cos(m theta) - 2k`` for ``theta`` in
+  ``[k pi / m, (k + 1) pi / m]``, monotonically decreasing over ``[0, pi]``.
+
+  ``cos(m theta)`` is the Chebyshev polynomial ``T_m(cos theta)`` (``T_0 = 1``, ``T_1 = c``,
+  ``T_{j+1} = 2 c T_j - T_{j-1}``: the paper's eq. 7 summed), so the gradient is that of a
+  polynomial in the cosine and finite at ``cos = +-1``; ``k`` (from the clipped cosine) is a
+  constant of the gradient. float ``[B]`` -> ``[B]``; ``margin`` an int ``m >= 1``.
+  """
+  t_prev, t = jnp.ones_like(cos), cos
+  for _ in range(margin - 1):
+    t_prev, t = t, 2.0 * cos * t - t_prev
+  theta = jnp.arccos(jnp.clip(jax.lax.stop_gradient(cos), -1.0, 1.0))
+  k = jnp.floor(theta / (math.pi / margin))
+  return jnp.where(jnp.mod(k, 2.0) == 0.0, t, -t) - 2.0 * k
+
+
+def _row_norms(x: jax.Array) -> jax.Array:
+  """``[R, D]`` -> float32 ``[R]``: ``max(|x_r|, MIN_NORM)`` (finite gradient at 0)."""
+  sq = jnp.sum(jnp.square(x.astype(jnp.float32)), axis=1)
+  return jnp.sqrt(jnp.maximum(sq, MIN_NORM * MIN_NORM))
+
+
+def _multiplicative_margin_objective(name: str, margin: int, scale: float, proxy_norm: float,
+                                     *, weight_lengths: bool):
+  """``(init, apply)`` of L-Softmax (``weight_lengths``: logits ``scale |w_c| |x| f(cos)``)
+  or SphereFace (``scale |x| f(cos)``), ``f`` = :func:`multiple_angle_target` for the true
+  class and the identity for the others; softmax cross-entropy averaged over the batch."""
+
+  def body(b):
+    cos, true, ok = b.s, b.true, b.ok                                   # float32 [B, C]
+    cos_true = jnp.sum(jnp.where(true, cos, 0.0), axis=1)
+    length = scale * _row_norms(b.embeddings)[:, None]                  # [B, 1]
+    if weight_lengths:
+      length = length * _row_norms(b.proxies)[None, :]                  # [B, C]
+    logits = length * jnp.where(true, multiple_angle_target(cos_true, margin)[:, None], cos)
+    terms = jax.nn.logsumexp(logits, axis=1) - jnp.sum(jnp.where(true, logits, 0.0), axis=1)
+    loss = jnp.mean(jnp.where(ok, terms, jnp.nan))
+    active = 1.0 - jnp.exp(-jax.lax.stop_gradient(terms)) > SOFTMAX_ACTIVE_WEIGHT
+    return loss, _class_aux(ok, active, cos, true)
+
+  return _common.proxy_init(proxy_norm), _common.class_objective(body, name=name)
+
+
+@register("large_margin_softmax", parameters=True)
+def large_margin_softmax(*, margin: int = 4, scale: float = 1.0, proxy_norm: float = 1.0):
+  """Large-margin softmax, L-Softmax (Liu et al., ICML 2016, eqs. 4-7).
+
+  The logits are ``s |w_c| |x| cos(theta_c)``, the true class's ``s |w_y| |x| psi(theta_y)``
+  with the multiplicative angular margin ``psi`` (:func:`multiple_angle_target`, ``m`` an
+  integer). The lengths are those of the raw embedding and class weight, so the loss is meant
+  for unnormalised embeddings (``model.normalize=False``, as the paper); with the default
+  unit-norm embeddings only ``|w_c|`` and ``s`` scale the logits. The paper's annealing of
+  ``psi`` towards ``cos`` (``lambda``) is not included (PML neither). Defaults ``m = 4``,
+  ``s = 1`` (PML's; the paper's ``m`` is 2 to 4).
+
+  Args:
+    margin: ``m``, an int ``>= 1`` (``m = 1`` is the plain softmax), default 4.
+    scale: ``s > 0``, default 1.
+    proxy_norm: length of the class vectors at ``init`` (``> 0``), default 1 (see
+      ``objectives._common.init_proxies``; here it also sets the logits' initial scale).
+
+  Returns:
+    ``(init, apply)``; use ``make('large_margin_softmax', ...)``.
+  """
+  margin = hparams.integer("margin", margin, minimum=1)
+  scale = hparams.number("scale", scale, positive=True)
+  return _multiplicative_margin_objective("large_margin_softmax", margin, scale, proxy_norm,
+                                          weight_lengths=True)
+
+
+@register("sphereface", parameters=True)
+def sphereface(*, margin: int = 4, scale: float = 1.0, proxy_norm: float = 1.0):
+  """SphereFace / angular softmax, A-Softmax (Liu et al., CVPR 2017, eq. 7).
+
+  L-Softmax with unit class weights: the logits are ``s |x| cos(theta_c)``, the true class's
+  ``s |x| psi(theta_y)`` (:func:`multiple_angle_target`). Meant for unnormalised embeddings
+  (``model.normalize=False``, as the paper); with the default unit-norm embeddings set the
+  scale ``s`` (e.g. 64, as CosFace and ArcFace). The paper's annealing of ``psi`` towards
+  ``cos`` during training (``lambda``) is not included (PML neither). Defaults ``m = 4`` (the
+  paper's), ``s = 1`` (PML's).
+
+  Args:
+    margin: ``m``, an int ``>= 1``, default 4.
+    scale: ``s > 0``, default 1.
+    proxy_norm: length of the class vectors at ``init`` (``> 0``), default 1 (see
+      ``objectives._common.init_proxies``).
+
+  Returns:
+    ``(init, apply)``; use ``make('sphereface', ...)``.
+  """
+  margin = hparams.integer("margin", margin, minimum=1)
+  scale = hparams.number("scale", scale, positive=True)
+  return _multiplicative_margin_objective("sphereface", margin, scale, proxy_norm,
+                                          weight_lengths=False)
+
+
+P2SGRAD_ACTIVE_ERROR = 1e-3   # p2sgrad: an anchor is active when its squared error exceeds this
+
+
+@register("p2sgrad", parameters=True)
+def p2sgrad(*, proxy_norm: float = 1.0):
+  """P2SGrad (Zhang et al., CVPR 2019, eq. 11): the cosines to the class weights regressed onto
+  the one-hot labels, ``mean_{a, c} (cos(theta_ac) - [c = y_a])^2`` over the batch and the
+  ``C`` classes (cosines clipped to ``[-1, 1]``); its gradient is the paper's, free of scale
+  and margin hyper-parameters.
+
+  The class weights enter through their direction only, so their gradient is tangent to them
+  (PML renormalises its weights before every step instead, and its gradient has a radial part
+  as well; the tangent parts agree).
+
+  Args:
+    proxy_norm: length of the class vectors at ``init`` (``> 0``), default 1 (see
+      ``objectives._common.init_proxies``).
+
+  Returns:
+    ``(init, apply)``; use ``make('p2sgrad', ...)``.
+  """
+
+  def body(b):
+    cos, true, ok = jnp.clip(b.s, -1.0, 1.0), b.true, b.ok               # float32 [B, C]
+    terms = jnp.mean(jnp.square(cos - true.astype(jnp.float32)), axis=1)
+    loss = jnp.mean(jnp.where(ok, terms, jnp.nan))
+    return loss, _class_aux(ok, jax.lax.stop_gradient(terms) > P2SGRAD_ACTIVE_ERROR, cos, true)
+
+  return _common.proxy_init(proxy_norm), _common.class_objective(body, name="p2sgrad")
 
 
 @register("softtriple", parameters=True)

@@ -40,6 +40,9 @@ COMPOSITIONS = {
     "singleton": [0, 0, 0, 1, 1, 1, 1, 2, 2, 3, 3, 5],
     "two_classes": [4, 4, 4, 4, 4, 4, 4, 4, 1, 1, 1, 1],
     "random": None,
+    # as many classes as their size, in contiguous blocks: the batches on which PML's
+    # SmoothAPLoss groups the classes right (it reshapes to [size, classes]); smooth_ap only
+    "square": [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3],
 }
 
 # (our name, our hyper-parameters, PML loss factory(num_classes, dim), proxies attribute)
@@ -74,8 +77,25 @@ PAIR_CASES = [
      lambda c, d: losses.SignalToNoiseRatioContrastiveLoss(pos_margin=0.0, neg_margin=1.0)),
     ("snr_contrastive", {"pos_margin": 0.1, "neg_margin": 0.8},
      lambda c, d: losses.SignalToNoiseRatioContrastiveLoss(pos_margin=0.1, neg_margin=0.8)),
+    ("intra_pair_variance", {"pos_eps": 0.01, "neg_eps": 0.01},
+     lambda c, d: losses.IntraPairVarianceLoss(pos_eps=0.01, neg_eps=0.01)),
+    ("intra_pair_variance", {"pos_eps": 0.1, "neg_eps": 0.05},
+     lambda c, d: losses.IntraPairVarianceLoss(pos_eps=0.1, neg_eps=0.05)),
+    ("pnp", {"variant": "O", "temperature": 0.01, "alpha": 1.0, "b": 2.0},
+     lambda c, d: losses.PNPLoss(b=2, alpha=1, anneal=0.01, variant="O")),
+    ("pnp", {"variant": "Ds", "temperature": 0.05, "alpha": 1.0, "b": 2.0},
+     lambda c, d: losses.PNPLoss(b=2, alpha=1, anneal=0.05, variant="Ds")),
+    ("pnp", {"variant": "Dq", "temperature": 0.05, "alpha": 2.0, "b": 2.0},
+     lambda c, d: losses.PNPLoss(b=2, alpha=2, anneal=0.05, variant="Dq")),
+    ("pnp", {"variant": "Iu", "temperature": 0.1, "alpha": 1.0, "b": 2.0},
+     lambda c, d: losses.PNPLoss(b=2, alpha=1, anneal=0.1, variant="Iu")),
+    ("pnp", {"variant": "Ib", "temperature": 0.05, "alpha": 1.0, "b": 3.0},
+     lambda c, d: losses.PNPLoss(b=3, alpha=1, anneal=0.05, variant="Ib")),
+    ("smooth_ap", {"temperature": 0.01}, lambda c, d: losses.SmoothAPLoss(temperature=0.01)),
+    ("smooth_ap", {"temperature": 0.1}, lambda c, d: losses.SmoothAPLoss(temperature=0.1)),
 ]
 UNIT_INPUTS = {"angular"}   # cases whose inputs are L2-normalised first
+ONLY_COMPOSITIONS = {"smooth_ap": {"square"}}   # the others: every composition but "square"
 CLASS_CASES = [
     ("proxy_anchor", {"margin": 0.1, "alpha": 32.0},
      lambda c, d: losses.ProxyAnchorLoss(c, d, margin=0.1, alpha=32), "proxies", False),
@@ -105,8 +125,20 @@ CLASS_CASES = [
     ("softtriple", {"centers_per_class": 3, "la": 8.0, "gamma": 0.5, "margin": 0.1},
      lambda c, d: losses.SoftTripleLoss(c, d, centers_per_class=3, la=8, gamma=0.5,
                                         margin=0.1), "fc", True),
+    ("large_margin_softmax", {"margin": 4, "scale": 1.0},
+     lambda c, d: losses.LargeMarginSoftmaxLoss(c, d, margin=4, scale=1), "W", True),
+    ("large_margin_softmax", {"margin": 2, "scale": 2.0},
+     lambda c, d: losses.LargeMarginSoftmaxLoss(c, d, margin=2, scale=2), "W", True),
+    ("sphereface", {"margin": 4, "scale": 1.0},
+     lambda c, d: losses.SphereFaceLoss(c, d, margin=4, scale=1), "W", True),
+    ("sphereface", {"margin": 3, "scale": 2.0},
+     lambda c, d: losses.SphereFaceLoss(c, d, margin=3, scale=2), "W", True),
+    ("p2sgrad", {}, lambda c, d: losses.P2SGradLoss(descriptors_dim=d, num_classes=c),
+     "weight", True),
 ]
 CENTERS = {"subcenter_arcface": "sub_centers", "softtriple": "centers_per_class"}
+# P2SGradLoss renormalises its weights to unit length in every forward pass: given unit ones.
+UNIT_WEIGHTS = {"p2sgrad"}
 # Cross-batch memory: our memory.size M = PML's memory_size - B (PML's memory holds the current
 # batch too); our references detached (reference_gradient=False), as PML's.
 MEMORY_BATCH, MEMORY_STEPS, MEMORY_SIZE = 8, 5, 16
@@ -149,6 +181,8 @@ def main() -> int:
       emb = rng.normal(size=(len(labels), DIM)).astype(np.float32)
       proxies = rng.normal(size=(NUM_CLASSES, DIM)).astype(np.float32)
       for name, hp, make in PAIR_CASES:
+        if comp not in ONLY_COMPOSITIONS.get(name, set(COMPOSITIONS) - {"square"}):
+          continue
         key = f"case{len(index)}"
         x = emb / np.linalg.norm(emb, axis=1, keepdims=True) if name in UNIT_INPUTS else emb
         loss, ge, _ = _value_and_grads(make(NUM_CLASSES, DIM), x, labels)
@@ -156,13 +190,15 @@ def main() -> int:
                        f"{key}/grad_embeddings": ge})
         index.append({"key": key, "objective": name, "hparams": hp, "seed": seed,
                       "composition": comp, "kind": "pairs"})
-      for name, hp, make, attr, transposed in CLASS_CASES:
+      for name, hp, make, attr, transposed in CLASS_CASES if comp != "square" else ():
         key = f"case{len(index)}"
         fn = make(NUM_CLASSES, DIM)
         weights = getattr(fn, attr)
         rows = NUM_CLASSES * hp.get(CENTERS.get(name, ""), 1)   # centres c * K + k
         w = np.random.default_rng(100 + seed).normal(size=(rows, DIM)).astype(np.float32) \
             if rows != NUM_CLASSES else proxies
+        if name in UNIT_WEIGHTS:
+          w = w / np.linalg.norm(w, axis=1, keepdims=True)
         with torch.no_grad():
           weights.copy_(torch.tensor(w.T if transposed else w))
         loss, ge, gw = _value_and_grads(fn, emb, labels, weights)

@@ -1,5 +1,5 @@
-"""Pair-based objectives (contrastive, binomial, multi-similarity, lifted structure;
-dml_jax/objectives/_pairs.py): every objective against a numpy loop oracle over explicit pairs
+"""Pair-based objectives (contrastive, binomial, multi-similarity, lifted structure, circle,
+generalised lifted structure, intra-pair variance; dml_jax/objectives/_pairs.py): every objective against a numpy loop oracle over explicit pairs
 (loss, gradient w.r.t. the embeddings, aux), the pair-loss forms against loops, and the
 properties (no valid anchor, no pair at all, bf16, vmap, permutation, bad input)."""
 
@@ -273,3 +273,41 @@ def test_generalized_lifted_structure_matches_oracle(pos_margin, neg_margin):
   np.testing.assert_allclose(np.asarray(grad), fd_grad(f, e), rtol=1e-3, atol=1e-5)
   support.check_pair_bf16("generalized_lifted_structure", rng=None)
   support.check_apply_traces_once_per_shape("generalized_lifted_structure")
+
+
+def oracle_ipv(e, labels, pos_eps, neg_eps):
+  """Yu & Tao eq. 9 over the explicit ordered pairs: the means over all positive / negative
+  pairs, then the squared hinges around them."""
+  s = np_similarity(e)
+  b = len(labels)
+  pos = [s[i, j] for i in range(b) for j in range(b) if i != j and labels[i] == labels[j]]
+  neg = [s[i, j] for i in range(b) for j in range(b) if labels[i] != labels[j]]
+  lp = np.mean([max((1 - pos_eps) * np.mean(pos) - v, 0) ** 2 for v in pos]) if pos else 0.0
+  ln = np.mean([max(v - (1 + neg_eps) * np.mean(neg), 0) ** 2 for v in neg]) if neg else 0.0
+  return float(lp + ln)
+
+
+@pytest.mark.parametrize("pos_eps,neg_eps", [(0.01, 0.01), (0.2, 0.0)])
+def test_intra_pair_variance_matches_oracle(pos_eps, neg_eps):
+  """Loss and gradient, the gradient through the means included (not detached, as PML)."""
+  e = batch(11, d=4, normalize=False)
+  loss, aux, grad = support.run("intra_pair_variance", e, LABELS, rng=None, pos_eps=pos_eps,
+                                neg_eps=neg_eps)
+  f = lambda x: oracle_ipv(x, LABELS, pos_eps, neg_eps)
+  np.testing.assert_allclose(float(loss), f(e), rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(grad), fd_grad(f, e), rtol=1e-3, atol=1e-6)
+  assert 0.0 < float(aux["active_fraction"]) < 1.0
+
+
+def test_intra_pair_variance_is_zero_on_equal_similarities_and_one_sided_without_pairs():
+  # All positives at one similarity and all negatives at another: no spread, no loss.
+  labels = np.repeat(np.arange(4), 3).astype(np.int32)
+  e = np.eye(4, dtype=np.float32)[labels]
+  assert float(support.run("intra_pair_variance", e, labels, rng=None)[0]) == 0.0
+  support.check_pair_bf16("intra_pair_variance", rng=None)
+  support.check_apply_traces_once_per_shape("intra_pair_variance")
+  for labels in (np.arange(B, dtype=np.int32), np.zeros(B, np.int32)):   # no positive; no negative
+    e = batch(14, d=4, normalize=False)
+    loss, _, grad = support.run("intra_pair_variance", e, labels, rng=None)
+    np.testing.assert_allclose(float(loss), oracle_ipv(e, labels, 0.01, 0.01), rtol=1e-5)
+    chex.assert_tree_all_finite(grad)

@@ -1,6 +1,6 @@
-"""FastAP, ranked list, histogram and SNR-contrastive losses (dml_jax/objectives/_ranking.py)
-against numpy loops over explicit pairs and bins: values and gradients, bf16, one trace, no NaN
-without pairs."""
+"""FastAP, ranked list, histogram, SNR-contrastive, Smooth-AP and PNP losses
+(dml_jax/objectives/_ranking.py) against numpy loops over explicit pairs, bins and ranked lists:
+values and gradients, bf16, one trace, no NaN without pairs."""
 
 import functools
 import math
@@ -89,7 +89,55 @@ def oracle_snr(e, labels, pos_margin, neg_margin):
   return float(mean_nonzero(pos_terms) + mean_nonzero(neg_terms))
 
 
-CASES = [("fastap", {"num_bins": 10}, oracle_fastap),
+def _sigmoid(t):
+  return 1.0 / (1.0 + math.exp(-t))
+
+
+def _ranked_lists(labels, a, include_query):
+  """Anchor ``a``'s ranked items (its positives, itself with ``include_query``; none without a
+  positive) and its retrieval set (every item but itself, or every item)."""
+  b = len(labels)
+  if not any(labels[j] == labels[a] for j in range(b) if j != a):
+    return [], []
+  ranked = [j for j in range(b) if labels[j] == labels[a] and (include_query or j != a)]
+  return ranked, [j for j in range(b) if include_query or j != a]
+
+
+def oracle_smooth_ap(e, labels, temperature, include_query):
+  s, out = np_similarity(e), []
+  for a in range(len(labels)):
+    ranked, omega = _ranked_lists(labels, a, include_query)
+    if not ranked:
+      continue
+    ap = 0.0
+    for p in ranked:
+      ahead = lambda js: sum(_sigmoid((s[a, j] - s[a, p]) / temperature) for j in js if j != p)
+      ap += (1 + ahead(ranked)) / (1 + ahead(omega))
+    out.append(1 - ap / len(ranked))
+  return float(np.mean(out))
+
+
+def oracle_pnp(e, labels, variant, temperature, alpha, b, include_query):
+  s, out = np_similarity(e), []
+  f = {"O": lambda r: r, "Ds": lambda r: math.log(1 + r),
+       "Dq": lambda r: 1 - (1 + r) ** -alpha, "Iu": lambda r: (1 + r) * math.log(1 + r),
+       "Ib": lambda r: (b * r - math.log(1 + b * r)) / b ** 2}[variant]
+  for a in range(len(labels)):
+    ranked, _ = _ranked_lists(labels, a, include_query)
+    if not ranked:
+      continue
+    negatives = [n for n in range(len(labels)) if labels[n] != labels[a]]
+    r = [sum(_sigmoid((s[a, n] - s[a, p]) / temperature) for n in negatives) for p in ranked]
+    out.append(np.mean([f(x) for x in r]))
+  return float(np.mean(out))
+
+
+CASES = [("smooth_ap", {"temperature": 0.01, "include_query": True}, oracle_smooth_ap),
+         ("smooth_ap", {"temperature": 0.1, "include_query": False}, oracle_smooth_ap),
+         *[("pnp", {"variant": v, "temperature": 0.05, "alpha": 2.0, "b": 3.0,
+                    "include_query": q}, oracle_pnp)
+           for v, q in (("O", True), ("Ds", False), ("Dq", True), ("Iu", True), ("Ib", False))],
+         ("fastap", {"num_bins": 10}, oracle_fastap),
          ("fastap", {"num_bins": 3}, oracle_fastap),
          ("ranked_list", {"margin": 0.4, "alpha": 1.2, "imbalance": 0.5, "tp": 0.0, "tn": 10.0},
           oracle_ranked_list),
@@ -114,7 +162,8 @@ def test_matches_oracle_values_and_gradients(name, hp, oracle):
   assert 0.0 < float(aux["valid_fraction"]) <= 1.0
 
 
-@pytest.mark.parametrize("name", ["fastap", "ranked_list", "histogram", "snr_contrastive"])
+@pytest.mark.parametrize("name", ["fastap", "ranked_list", "histogram", "snr_contrastive",
+                                  "smooth_ap", "pnp"])
 def test_bf16_one_trace_and_finite_without_pairs(name):
   support.check_pair_bf16(name, rng=None)
   support.check_apply_traces_once_per_shape(name)
@@ -226,3 +275,58 @@ def test_ranked_list_large_temperatures_stay_finite():
   assert np.isfinite(float(loss)) and np.all(np.isfinite(np.asarray(grad)))
   np.testing.assert_allclose(float(loss), oracle_ranked_list(e, labels, *hp.values()),
                              rtol=1e-4)
+
+
+def test_smooth_ap_and_pnp_of_a_perfect_ranking():
+  """Every positive of every anchor ahead of every negative by far more than T: Smooth-AP's AP
+  is 1 and PNP counts no negative ahead (both losses 0 up to e^{-1/T})."""
+  labels = np.repeat(np.arange(4), 3).astype(np.int32)
+  e = np.eye(4, dtype=np.float32)[labels] + 0.01 * batch(3, d=4, normalize=False)
+  for name in ("smooth_ap", "pnp"):
+    for include_query in (True, False):
+      loss = run(name, e, labels, include_query=include_query)[0]
+      assert abs(float(loss)) < 1e-6, (name, include_query)
+
+
+def test_smooth_ap_equals_the_released_codes_blocks_on_contiguous_equal_classes():
+  """With classes of equal size in contiguous blocks (what the released Smooth-AP code needs),
+  the masked form equals its per-block computation written out: the query is one of its own
+  positives and in its own retrieval set, the ranks add one."""
+  labels = np.repeat(np.arange(3), 4).astype(np.int32)
+  e = batch(8, d=4, normalize=False)
+  s, g, t = np_similarity(e), 4, 0.05
+  ap = []
+  for q in range(12):
+    block = range((q // g) * g, (q // g + 1) * g)
+    total = 0.0
+    for p in block:
+      all_rank = 1 + sum(_sigmoid((s[q, j] - s[q, p]) / t) for j in range(12) if j != p)
+      pos_rank = 1 + sum(_sigmoid((s[q, j] - s[q, p]) / t) for j in block if j != p)
+      total += pos_rank / all_rank
+    ap.append(total / g)
+  loss = run("smooth_ap", e, labels, temperature=t)[0]
+  np.testing.assert_allclose(float(loss), np.mean(1 - np.asarray(ap)), rtol=1e-5)
+
+
+@pytest.mark.parametrize("name,hp", [("smooth_ap", {"temperature": 0.1, "include_query": True}),
+                                     ("pnp", {"variant": "Dq", "temperature": 0.05,
+                                              "alpha": 2.0, "b": 3.0, "include_query": False})])
+def test_smooth_ap_and_pnp_in_anchor_chunks_equal_the_oracle(monkeypatch, name, hp):
+  """Chunks of 5 anchors over a batch of 12 (a padded last chunk; the lax.map path that keeps
+  large batches at O(B^2) memory): the oracle's loss and gradient."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from dml_jax import objectives  # pylint: disable=import-outside-toplevel
+  from dml_jax.objectives import _ranking  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(_ranking, "RANK_CHUNK_ELEMENTS", 5 * len(LABELS) ** 2)
+  obj = objectives.make(name, **hp)   # traced below, under the patched chunk size
+  fn = jax.jit(jax.value_and_grad(lambda x: obj.apply({}, x, jnp.asarray(LABELS))[0]))
+  assert "while" in fn.lower(jnp.zeros((len(LABELS), 4))).as_text()   # the chunked path
+  e = batch(21, d=4, normalize=False)
+  loss, grad = fn(jnp.asarray(e))
+  oracle = {"smooth_ap": oracle_smooth_ap, "pnp": oracle_pnp}[name]
+  f = lambda x: oracle(x, LABELS, *hp.values())
+  np.testing.assert_allclose(float(loss), f(e), rtol=1e-5, atol=1e-6)
+  g = fd_grad(f, e)
+  np.testing.assert_allclose(np.asarray(grad), g, rtol=1e-3,
+                             atol=1e-5 * max(1.0, float(np.max(np.abs(g)))))

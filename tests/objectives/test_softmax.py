@@ -1,6 +1,7 @@
-"""NormSoftmax, CosFace and ArcFace (dml_jax/objectives/_softmax.py) against numpy loops:
-values and gradients w.r.t. the embeddings and the class weights, ArcFace's angle branch, the
-margin in radians, labels out of range."""
+"""NormSoftmax, CosFace, ArcFace, SoftTriple, L-Softmax, SphereFace and P2SGrad
+(dml_jax/objectives/_softmax.py) against numpy loops: values and gradients w.r.t. the embeddings
+and the class weights, ArcFace's angle branch and the multiplicative margin's, the margin in
+radians, labels out of range."""
 
 import functools
 import math
@@ -43,6 +44,8 @@ def oracle(name, hp, e, w, labels):
         classes.append(float(np.sum(p / p.sum() * s)))
       soft.append(classes)
     cos = np.array(soft)
+  if name == "p2sgrad":
+    return float(np.mean((np.clip(cos, -1, 1) - np.eye(len(w))[labels]) ** 2))
   out = []
   for a, y in enumerate(labels):
     logits = cos[a].copy()
@@ -53,6 +56,14 @@ def oracle(name, hp, e, w, labels):
       scale, logits[y] = hp["scale"], cos[a, y] - hp["margin"]
     elif name == "softtriple":
       scale, logits[y] = hp["la"], cos[a, y] - hp["margin"]
+    elif name in ("large_margin_softmax", "sphereface"):   # psi from the angle itself
+      m = hp["margin"]
+      k = math.floor(theta / (math.pi / m))
+      logits[y] = (-1) ** k * math.cos(m * theta) - 2 * k
+      lengths = np.linalg.norm(np.asarray(e[a], np.float64)) * hp["scale"]
+      if name == "large_margin_softmax":
+        lengths = lengths * np.linalg.norm(np.asarray(w, np.float64), axis=1)
+      scale, logits = 1.0, logits * lengths
     else:
       m, scale = hp["margin"], hp["scale"]
       logits[y] = (math.cos(theta + m) if theta <= math.pi - m
@@ -70,7 +81,12 @@ CASES = [("normalized_softmax", {"temperature": 0.05}), ("normalized_softmax", {
          ("softtriple", {"centers_per_class": 10, "la": 20.0, "gamma": 0.1, "margin": 0.01}),
          ("softtriple", {"centers_per_class": 3, "la": 4.0, "gamma": 0.5, "margin": 0.2}),
          # 2 / gamma = 100: the softmax over centres is shifted by its maximum, not by 1.
-         ("softtriple", {"centers_per_class": 4, "la": 10.0, "gamma": 0.02, "margin": 0.05})]
+         ("softtriple", {"centers_per_class": 4, "la": 10.0, "gamma": 0.02, "margin": 0.05}),
+         ("large_margin_softmax", {"margin": 4, "scale": 1.0}),
+         ("large_margin_softmax", {"margin": 2, "scale": 3.0}),
+         ("sphereface", {"margin": 4, "scale": 1.0}),
+         ("sphereface", {"margin": 3, "scale": 8.0}),
+         ("p2sgrad", {})]
 
 
 @pytest.mark.parametrize("name,hp", CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CASES)])
@@ -167,7 +183,8 @@ def test_arcface_margin_in_degrees_is_rejected():
     objectives.make("arcface", margin=28.6)
 
 
-@pytest.mark.parametrize("name", ["normalized_softmax", "cosface", "arcface", "softtriple"])
+@pytest.mark.parametrize("name", ["normalized_softmax", "cosface", "arcface", "softtriple",
+                                  "sphereface", "p2sgrad"])
 def test_labels_out_of_range_and_references_are_clear_errors(name):
   obj = objectives.make(name)
   params = obj.init(jax.random.key(0), num_classes=3, dim=D)
@@ -186,7 +203,8 @@ def test_labels_out_of_range_and_references_are_clear_errors(name):
 
 
 @pytest.mark.parametrize("name", ["normalized_softmax", "cosface", "arcface",
-                                  "subcenter_arcface", "softtriple"])
+                                  "subcenter_arcface", "softtriple", "large_margin_softmax",
+                                  "sphereface", "p2sgrad"])
 def test_bf16_and_one_trace_per_shape(name):
   support.check_apply_traces_once_per_shape(name)
   obj = objectives.make(name)
@@ -197,3 +215,50 @@ def test_bf16_and_one_trace_per_shape(name):
   assert np.all(np.isfinite(np.asarray(ge, np.float32)))
   want = run(name, {"proxies": w}, np.asarray(jnp.asarray(e, jnp.bfloat16), np.float32), LABELS)[0]
   np.testing.assert_allclose(float(loss), float(want), rtol=1e-5)
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5])
+def test_multiplicative_margin_is_continuous_decreasing_and_cos_m_theta_below_pi_over_m(m):
+  """psi(theta) = (-1)^k cos(m theta) - 2k (L-Softmax eq. 6) from the Chebyshev polynomial:
+  cos(m theta) on [0, pi/m], continuous at every k pi / m, decreasing over [0, pi], psi = cos
+  for m = 1, and a finite gradient at cos = +-1."""
+  from dml_jax.objectives import _softmax  # pylint: disable=import-outside-toplevel
+  theta = np.linspace(0.0, math.pi, 2001)
+  psi = np.asarray(_softmax.multiple_angle_target(jnp.asarray(np.cos(theta), jnp.float32), m),
+                   np.float64)
+  k = np.floor(theta / (math.pi / m))
+  want = (-1.0) ** k * np.cos(m * theta) - 2 * k
+  inner = np.abs(theta * m / math.pi - np.round(theta * m / math.pi)) > 1e-3   # away from k pi/m
+  np.testing.assert_allclose(psi[inner], want[inner], atol=2e-4)
+  assert np.all(np.diff(psi) <= 1e-4), "psi must decrease in theta"
+  assert np.max(np.abs(np.diff(psi))) < 0.02 * m, "psi jumps at a k pi / m"
+  if m == 1:
+    np.testing.assert_allclose(psi, np.cos(theta), atol=1e-6)
+  g = jax.grad(lambda c: jnp.sum(_softmax.multiple_angle_target(c, m)))(
+      jnp.asarray([1.0, -1.0, 0.3], jnp.float32))
+  assert np.all(np.isfinite(np.asarray(g)))
+
+
+@pytest.mark.parametrize("name", ["large_margin_softmax", "sphereface", "p2sgrad"])
+def test_an_embedding_on_its_class_weight_has_finite_gradients(name):
+  # cos = 1 exactly (the arccos of k has an infinite derivative there; k is a constant)
+  e = batch(3, d=D, normalize=False)
+  w = np.random.default_rng(4).normal(size=(NUM_CLASSES, D)).astype(np.float32)
+  e[0] = 2.0 * w[LABELS[0]]
+  _, _, gp, ge = run(name, {"proxies": jnp.asarray(w)}, e, LABELS)
+  assert np.all(np.isfinite(np.asarray(ge))) and np.all(np.isfinite(np.asarray(gp["proxies"])))
+
+
+def test_sphereface_ignores_the_class_weights_lengths_and_l_softmax_does_not():
+  e = batch(5, d=D, normalize=False)
+  w = np.random.default_rng(6).normal(size=(NUM_CLASSES, D)).astype(np.float32)
+  for name, same in (("sphereface", True), ("large_margin_softmax", False)):
+    a = run(name, {"proxies": jnp.asarray(w)}, e, LABELS, margin=2)[0]
+    b = run(name, {"proxies": jnp.asarray(3.0 * w)}, e, LABELS, margin=2)[0]
+    assert np.isclose(float(a), float(b), rtol=1e-5) == same, name
+
+
+def test_multiplicative_margin_must_be_an_integer():
+  for name in ("large_margin_softmax", "sphereface"):
+    with pytest.raises(ValueError, match=r"margin must be an int >= 1, got 0.35"):
+      objectives.make(name, margin=0.35)
