@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from dml_jax import hparams
 from dml_jax import losses
 from dml_jax import similarity as sim
+from dml_jax.mining import _common as mining_common
 from dml_jax.objectives import _common
 from dml_jax.objectives._registry import register
 
@@ -303,29 +304,54 @@ def _ranked_candidates(b, include_query: bool):
   return ranked, candidates, valid
 
 
-RANK_CHUNK_ELEMENTS = 1 << 24   # smooth_ap / pnp: [anchors, B, B] chunks of at most this size
+RANK_CHUNK_ELEMENTS = 1 << 24   # smooth_ap / pnp: [anchors, P, B] chunks of at most this size
 
 
-def _ahead(x: jax.Array, temperature: float) -> jax.Array:
-  """float ``[A, B]`` (anchor rows) -> ``[A, P, J]``: ``sigmoid((S_aj - S_ap) / T)``, how far
-  item ``j`` is ranked ahead of item ``p`` in anchor ``a``'s list."""
-  return jax.nn.sigmoid((x[:, None, :] - x[:, :, None]) / temperature)
-
-
-def by_anchor_chunks(row_fn, x: jax.Array, *masks: jax.Array) -> jax.Array:
-  """``row_fn(x [A, B], *masks [A, B]) -> [A]`` over all anchor rows of ``S [B, B]``, in
-  chunks of ``A`` rows whose ``[A, B, B]`` arrays hold at most ``RANK_CHUNK_ELEMENTS`` (read
-  when traced): the whole batch at once up to ``B = 256``, else a ``lax.map`` over chunks
-  whose backward pass recomputes each chunk (``jax.checkpoint``), so memory stays ``O(B^2)``
-  instead of ``B^3`` (4 GB at ``B = 1024``). The same values; gradients equal to rounding."""
-  b = x.shape[0]
-  chunk = max(1, RANK_CHUNK_ELEMENTS // (x.shape[1] * x.shape[1]))
+def by_anchor_chunks(row_fn, width: int, *rows: jax.Array) -> jax.Array:
+  """``row_fn(*rows) -> [A]`` over all anchors, each of ``rows`` ``[B, ...]`` cut into
+  chunks of ``A`` anchors whose ``[A, width, N]`` arrays (``N = rows[0].shape[1]``) hold at
+  most ``RANK_CHUNK_ELEMENTS`` (read when traced): the whole batch at once when it fits, else a
+  ``lax.map`` over chunks whose backward pass recomputes each chunk (``jax.checkpoint``), so
+  memory stays ``O(B N)``. The same values; gradients equal to rounding."""
+  b = rows[0].shape[0]
+  chunk = max(1, RANK_CHUNK_ELEMENTS // (width * rows[0].shape[1]))
   if chunk >= b:
-    return row_fn(x, *masks)
+    return row_fn(*rows)
   steps = -(-b // chunk)
   pad = lambda a: jnp.pad(a, ((0, steps * chunk - b), (0, 0))).reshape(steps, chunk, -1)
-  out = jax.lax.map(lambda rows: jax.checkpoint(row_fn)(*rows), tuple(map(pad, (x, *masks))))
+  out = jax.lax.map(lambda r: jax.checkpoint(row_fn)(*r), tuple(map(pad, rows)))
   return out.reshape(-1)[:b]
+
+
+def by_ranked_items(items_fn, x: jax.Array, ranked: jax.Array, *masks: jax.Array) -> jax.Array:
+  """Per anchor, ``items_fn(x, idx, ok, *masks) -> [A]`` on its ranked items (``ranked``
+  bool ``[B, N]``) compacted to ``idx``, ``ok`` ``[A, P]`` (``mining._common.compact_rows``):
+  ``P`` the smallest of 8, 16, 32, 64 that holds the batch's largest count (chosen at run
+  time), so the work is ``O(B P N)`` instead of ``B N^2``; larger counts take every item
+  (``P = N``). Chunked over anchors by :func:`by_anchor_chunks`; ``x`` and ``masks``
+  ``[B, N]``."""
+  n = x.shape[1]
+
+  def compacted(size, x, ranked, *masks):
+    idx, ok = mining_common.compact_rows(ranked, size)
+    return by_anchor_chunks(items_fn, size, x, idx, ok, *masks)
+
+  def every_item(x, ranked, *masks):
+    idx = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), x.shape)
+    return by_anchor_chunks(items_fn, n, x, idx, ranked, *masks)
+
+  return mining_common.by_row_count(ranked, compacted, every_item, x, ranked, *masks)
+
+
+def _ahead(x: jax.Array, idx: jax.Array, temperature: float) -> tuple[jax.Array, jax.Array]:
+  """``(ahead, other)`` of anchor rows ``x [A, N]`` and their items ``idx [A, P]``:
+  ``ahead[a, k, j] = sigmoid((S_aj - S_ap) / T)`` for ``p = idx[a, k]``, how far item ``j``
+  is ranked ahead of ``p`` in anchor ``a``'s list, and ``other = j != p``; both
+  ``[A, P, N]``."""
+  s_p = jnp.take_along_axis(x, idx, axis=1)                               # [A, P]
+  ahead = jax.nn.sigmoid((x[:, None, :] - s_p[:, :, None]) / temperature)
+  other = idx[:, :, None] != jnp.arange(x.shape[1], dtype=jnp.int32)[None, None, :]
+  return ahead, other
 
 
 @register("smooth_ap")
@@ -341,7 +367,8 @@ def smooth_ap(*, temperature: float = 0.01, include_query: bool = True):
   build them; ``False`` is the paper's eq. 6. Any batch composition: the released code and
   PML need classes of equal size in contiguous blocks (PML's ``SmoothAPLoss`` moreover groups
   the batch correctly only when the number of classes equals their size; there the two
-  agree). No reference set; ``O(B^3)`` time, ``O(B^2)`` memory (:func:`by_anchor_chunks`).
+  agree). No reference set; ``O(B^2 P)`` time for ``P`` ranked items per anchor, ``O(B^2)``
+  memory (:func:`by_ranked_items`).
   Default ``T = 0.01`` (the paper's).
 
   Args:
@@ -354,17 +381,17 @@ def smooth_ap(*, temperature: float = 0.01, include_query: bool = True):
   temperature = hparams.number("temperature", temperature, positive=True)
   include_query = hparams.flag("include_query", include_query)
 
-  def rows_fn(x, ranked, candidates):      # anchor rows [A, B] -> 1 - AP [A]
-    not_same = ~jnp.eye(x.shape[1], dtype=bool)[None]                  # j != p: [1, P, J]
-    ahead = _ahead(x, temperature)                                     # [A, P, J]
-    rank_all = 1.0 + jnp.sum(jnp.where(candidates[:, None, :] & not_same, ahead, 0.0), axis=2)
-    rank_pos = 1.0 + jnp.sum(jnp.where(ranked[:, None, :] & not_same, ahead, 0.0), axis=2)
-    ap = jnp.sum(jnp.where(ranked, rank_pos / rank_all, 0.0), axis=1)
-    return 1.0 - ap / jnp.maximum(jnp.sum(ranked, axis=1, dtype=jnp.float32), 1.0)
+  def items_fn(x, idx, ok, ranked, candidates):     # [A, N], [A, P] -> 1 - AP [A]
+    ahead, other = _ahead(x, idx, temperature)                          # [A, P, N]
+    rank_pos = 1.0 + jnp.sum(jnp.where(ranked[:, None, :] & other, ahead, 0.0), axis=2)
+    rank_all = 1.0 + jnp.sum(jnp.where(candidates[:, None, :] & other, ahead, 0.0), axis=2)
+    ap = jnp.sum(jnp.where(ok, rank_pos / rank_all, 0.0), axis=1)
+    return 1.0 - ap / jnp.maximum(jnp.sum(ok, axis=1, dtype=jnp.float32), 1.0)
 
   def terms(b):
     ranked, candidates, valid = _ranked_candidates(b, include_query)
-    term_fn = lambda x: jnp.where(valid, by_anchor_chunks(rows_fn, x, ranked, candidates), 0.0)
+    term_fn = lambda x: jnp.where(
+        valid, by_ranked_items(items_fn, x, ranked, ranked, candidates), 0.0)
     return _common.PairTerms(term_fn, candidates & valid[:, None], valid, "mean")
 
   return _common.pair_objective(terms, name="smooth_ap", references=False,
@@ -387,7 +414,8 @@ def pnp(*, variant: str = "O", temperature: float = 0.01, alpha: float = 1.0, b:
   paper's decreasing and increasing weightings PNP-D_s, PNP-D_q, PNP-I_u, PNP-I_b). Anchors
   without a positive are left out. With ``include_query`` (default, as PML) the anchor is one
   of its own positives (``S_aa = 1``: few negatives ahead of it); ``False`` ranks its positives
-  only. No reference set; ``O(B^3)`` time, ``O(B^2)`` memory (:func:`by_anchor_chunks`).
+  only. No reference set; ``O(B^2 P)`` time for ``P`` ranked items per anchor, ``O(B^2)``
+  memory (:func:`by_ranked_items`).
   Defaults PML's: ``'O'``, ``T = 0.01``, ``alpha = 1``, ``b = 2``.
 
   Args:
@@ -409,14 +437,14 @@ def pnp(*, variant: str = "O", temperature: float = 0.01, alpha: float = 1.0, b:
            "Iu": lambda r: (1.0 + r) * jnp.log1p(r),
            "Ib": lambda r: (slope * r - jnp.log1p(slope * r)) / slope ** 2}[variant]
 
-  def rows_fn(x, ranked, neg):             # anchor rows [A, B] -> mean f(R) [A]
-    ahead = jnp.sum(jnp.where(neg[:, None, :], _ahead(x, temperature), 0.0), axis=2)  # [A, P]
-    per = jnp.sum(jnp.where(ranked, weigh(ahead), 0.0), axis=1)
-    return per / jnp.maximum(jnp.sum(ranked, axis=1, dtype=jnp.float32), 1.0)
+  def items_fn(x, idx, ok, neg):          # [A, N], [A, P] -> mean f(R) [A]
+    ahead = jnp.sum(jnp.where(neg[:, None, :], _ahead(x, idx, temperature)[0], 0.0), axis=2)
+    per = jnp.sum(jnp.where(ok, weigh(ahead), 0.0), axis=1)
+    return per / jnp.maximum(jnp.sum(ok, axis=1, dtype=jnp.float32), 1.0)
 
   def terms(batch):
     ranked, candidates, valid = _ranked_candidates(batch, include_query)
-    term_fn = lambda x: jnp.where(valid, by_anchor_chunks(rows_fn, x, ranked, batch.neg), 0.0)
+    term_fn = lambda x: jnp.where(valid, by_ranked_items(items_fn, x, ranked, batch.neg), 0.0)
     return _common.PairTerms(term_fn, candidates & valid[:, None], valid, "mean")
 
   return _common.pair_objective(terms, name="pnp", references=False,

@@ -330,3 +330,36 @@ def test_smooth_ap_and_pnp_in_anchor_chunks_equal_the_oracle(monkeypatch, name, 
   g = fd_grad(f, e)
   np.testing.assert_allclose(np.asarray(grad), g, rtol=1e-3,
                              atol=1e-5 * max(1.0, float(np.max(np.abs(g)))))
+
+
+@pytest.mark.parametrize("name,hp", [("smooth_ap", {"temperature": 0.05, "include_query": True}),
+                                     ("pnp", {"variant": "Ds", "temperature": 0.05,
+                                              "include_query": False})])
+def test_smooth_ap_and_pnp_with_a_class_of_more_than_64_rank_every_item(name, hp):
+  """A class of 70 (more ranked items per anchor than the largest compacted size, 64): the
+  every-item path gives the dense [B, B, B] formula's loss and gradient."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from dml_jax import similarity as sim  # pylint: disable=import-outside-toplevel
+  labels = np.concatenate([np.zeros(70), np.arange(1, 11) % 4 + 1]).astype(np.int32)
+  e = batch(23, b=80, d=8, normalize=False)
+  t, same = hp["temperature"], labels[:, None] == labels[None, :]
+  eye = np.eye(80, dtype=bool)
+
+  def dense(x):   # the formulas over every (anchor, item, item) triple
+    s = sim.pairwise_similarity(x)
+    ahead = jax.nn.sigmoid((s[:, None, :] - s[:, :, None]) / t) * ~eye[None]    # [a, p, j]
+    ranked = same if hp["include_query"] else same & ~eye
+    if name == "smooth_ap":
+      cand = np.ones_like(eye) if hp["include_query"] else ~eye
+      rank = lambda m: 1.0 + jnp.sum(jnp.where(m[:, None, :], ahead, 0.0), axis=2)
+      per = jnp.sum(jnp.where(ranked, rank(ranked) / rank(cand), 0.0), axis=1)
+      return jnp.mean(1.0 - per / ranked.sum(1))
+    r = jnp.sum(jnp.where(~same[:, None, :], ahead, 0.0), axis=2)
+    return jnp.mean(jnp.sum(jnp.where(ranked, jnp.log1p(r), 0.0), axis=1) / ranked.sum(1))
+
+  loss, _, grad = run(name, e, labels, **hp)
+  want, want_grad = jax.value_and_grad(dense)(jnp.asarray(e))
+  np.testing.assert_allclose(float(loss), float(want), rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(grad), np.asarray(want_grad), rtol=1e-4,
+                             atol=1e-6 * float(np.max(np.abs(want_grad))))
