@@ -311,7 +311,7 @@ def generalized_lifted_structure(*, pos_margin: float = 0.0, neg_margin: float =
 
 @register("intra_pair_variance", references=True)
 def intra_pair_variance(*, pos_eps: float = 0.01, neg_eps: float = 0.01):
-  """Intra-pair variance loss (Yu & Tao, ICCV 2019, eq. 9), on the cosine: the positive pairs
+  """Intra-pair variance loss (Yu & Tao, ICCV 2019), on the cosine: the positive pairs
   kept near their mean similarity ``mu+`` and the negative pairs near theirs ``mu-``,
 
   ``mean_{positive pairs} [(1 - pos_eps) mu+ - S_ij]_+^2 + mean_{negative pairs}

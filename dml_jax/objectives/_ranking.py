@@ -356,20 +356,20 @@ def _ahead(x: jax.Array, idx: jax.Array, temperature: float) -> tuple[jax.Array,
 
 @register("smooth_ap")
 def smooth_ap(*, temperature: float = 0.01, include_query: bool = True):
-  """Smooth-AP (Brown et al., ECCV 2020, eqs. 6-8): ``1 - AP`` per anchor, its ranks smoothed
+  """Smooth-AP (Brown et al., ECCV 2020): ``1 - AP`` per anchor, its ranks smoothed
   by a sigmoid of temperature ``T``, averaged over the anchors.
 
   ``AP_a = (1 / |P_a|) sum_{p in P_a} (1 + sum_{j in P_a, j != p} G(S_aj - S_ap)) /
   (1 + sum_{j in Omega_a, j != p} G(S_aj - S_ap))``, ``G(t) = sigmoid(t / T)``, ``P_a`` the
   anchor's positives and ``Omega_a`` its retrieval set; anchors without a positive are left
   out. With ``include_query`` (default) the anchor is one of its own positives and in its own
-  retrieval set (its self-similarity 1 ranks it first), as the released Smooth-AP code and PML
-  build them; ``False`` is the paper's eq. 6. Any batch composition: the released code and
-  PML need classes of equal size in contiguous blocks (PML's ``SmoothAPLoss`` moreover groups
-  the batch correctly only when the number of classes equals their size; there the two
-  agree). No reference set; ``O(B^2 P)`` time for ``P`` ranked items per anchor, ``O(B^2)``
-  memory (:func:`by_ranked_items`).
-  Default ``T = 0.01`` (the paper's).
+  retrieval set (its self-similarity 1 ranks it first), as PML's implementation, adapted from
+  the released code, builds them; ``False`` leaves the anchor out of both, as the paper defines the retrieval set.
+  Any batch composition: the released code and PML need classes of equal size in contiguous
+  blocks, and PML's ``SmoothAPLoss`` moreover cuts the batch into the right class blocks only
+  when there are as many classes as examples per class (there the two agree). No reference
+  set; ``O(B^2 P)`` time for ``P`` ranked items per anchor, ``O(B^2)`` memory
+  (:func:`by_ranked_items`). Default ``T = 0.01`` (the paper's and PML's).
 
   Args:
     temperature: ``T > 0``, default 0.01.

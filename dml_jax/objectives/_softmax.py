@@ -256,7 +256,7 @@ def _multiplicative_margin_objective(name: str, margin: int, scale: float, proxy
 
 @register("large_margin_softmax", parameters=True)
 def large_margin_softmax(*, margin: int = 4, scale: float = 1.0, proxy_norm: float = 1.0):
-  """Large-margin softmax, L-Softmax (Liu et al., ICML 2016, eqs. 4-7).
+  """Large-margin softmax, L-Softmax (Liu et al., ICML 2016; its ``psi``: eqs. 6-7).
 
   The logits are ``s |w_c| |x| cos(theta_c)``, the true class's ``s |w_y| |x| psi(theta_y)``
   with the multiplicative angular margin ``psi`` (:func:`multiple_angle_target`, ``m`` an
@@ -283,7 +283,7 @@ def large_margin_softmax(*, margin: int = 4, scale: float = 1.0, proxy_norm: flo
 
 @register("sphereface", parameters=True)
 def sphereface(*, margin: int = 4, scale: float = 1.0, proxy_norm: float = 1.0):
-  """SphereFace / angular softmax, A-Softmax (Liu et al., CVPR 2017, eq. 7).
+  """SphereFace / angular softmax, A-Softmax (Liu et al., CVPR 2017).
 
   L-Softmax with unit class weights: the logits are ``s |x| cos(theta_c)``, the true class's
   ``s |x| psi(theta_y)`` (:func:`multiple_angle_target`). Meant for unnormalised embeddings
