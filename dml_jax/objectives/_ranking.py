@@ -311,15 +311,19 @@ def by_anchor_chunks(row_fn, width: int, *rows: jax.Array) -> jax.Array:
   """``row_fn(*rows) -> [A]`` over all anchors, each of ``rows`` ``[B, ...]`` cut into
   chunks of ``A`` anchors whose ``[A, width, N]`` arrays (``N = rows[0].shape[1]``) hold at
   most ``RANK_CHUNK_ELEMENTS`` (read when traced): the whole batch at once when it fits, else a
-  ``lax.map`` over chunks whose backward pass recomputes each chunk (``jax.checkpoint``), so
-  memory stays ``O(B N)``. The same values; gradients equal to rounding."""
+  ``lax.map`` over chunks, so memory stays ``O(B N)``. The backward pass recomputes
+  ``row_fn`` from its inputs (``jax.checkpoint``): nothing ``[A, width, N]`` is kept between
+  the passes, which also spares the other branches of :func:`by_ranked_items`' ``lax.switch``
+  from carrying (zero-filled) buffers of that size. The same values; gradients equal to
+  rounding."""
   b = rows[0].shape[0]
   chunk = max(1, RANK_CHUNK_ELEMENTS // (width * rows[0].shape[1]))
+  row_fn = jax.checkpoint(row_fn)
   if chunk >= b:
     return row_fn(*rows)
   steps = -(-b // chunk)
   pad = lambda a: jnp.pad(a, ((0, steps * chunk - b), (0, 0))).reshape(steps, chunk, -1)
-  out = jax.lax.map(lambda r: jax.checkpoint(row_fn)(*r), tuple(map(pad, rows)))
+  out = jax.lax.map(lambda r: row_fn(*r), tuple(map(pad, rows)))
   return out.reshape(-1)[:b]
 
 
