@@ -368,12 +368,12 @@ def smooth_ap(*, temperature: float = 0.01, include_query: bool = True):
   anchor's positives and ``Omega_a`` its retrieval set; anchors without a positive are left
   out. With ``include_query`` (default) the anchor is one of its own positives and in its own
   retrieval set (its self-similarity 1 ranks it first), as PML's implementation, adapted from
-  the released code, builds them; ``False`` leaves the anchor out of both, as the paper defines the retrieval set.
-  Any batch composition: the released code and PML need classes of equal size in contiguous
-  blocks, and PML's ``SmoothAPLoss`` moreover cuts the batch into the right class blocks only
-  when there are as many classes as examples per class (there the two agree). No reference
-  set; ``O(B^2 P)`` time for ``P`` ranked items per anchor, ``O(B^2)`` memory
-  (:func:`by_ranked_items`). Default ``T = 0.01`` (the paper's and PML's).
+  the released code, builds them; ``False`` leaves the anchor out of both, as the paper
+  defines the retrieval set. Any batch composition: the released code and PML need classes of
+  equal size in contiguous blocks, and PML's ``SmoothAPLoss`` moreover cuts the batch into the
+  right class blocks only when there are as many classes as examples per class (there the two
+  agree). No reference set; ``O(B^2 P)`` time for ``P`` ranked items per anchor, ``O(B^2)``
+  memory (:func:`by_ranked_items`). Default ``T = 0.01`` (the paper's and PML's).
 
   Args:
     temperature: ``T > 0``, default 0.01.
