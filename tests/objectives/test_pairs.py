@@ -1,6 +1,7 @@
 """Pair-based objectives (contrastive, binomial, multi-similarity, lifted structure, circle,
-generalised lifted structure, intra-pair variance; dml_jax/objectives/_pairs.py): every objective against a numpy loop oracle over explicit pairs
-(loss, gradient w.r.t. the embeddings, aux), the pair-loss forms against loops, and the
+generalised lifted structure, intra-pair variance; dml_jax/objectives/_pairs.py): every
+objective against a numpy loop oracle over explicit pairs (loss, gradient w.r.t. the
+embeddings, aux), the pair-loss forms against loops, and the
 properties (no valid anchor, no pair at all, bf16, vmap, permutation, bad input)."""
 
 import functools
