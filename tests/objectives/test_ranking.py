@@ -363,3 +363,30 @@ def test_smooth_ap_and_pnp_with_a_class_of_more_than_64_rank_every_item(name, hp
   np.testing.assert_allclose(float(loss), float(want), rtol=1e-5)
   np.testing.assert_allclose(np.asarray(grad), np.asarray(want_grad), rtol=1e-4,
                              atol=1e-6 * float(np.max(np.abs(want_grad))))
+
+
+@pytest.mark.parametrize("name", ["smooth_ap", "pnp"])
+def test_smooth_ap_and_pnp_under_vmap_checkpoint_and_disable_jit(name):
+  """vmap over batches (whose largest class sizes pick different compacted sizes: the
+  run-time switch batched), jax.checkpoint and disable_jit give the plain call; and the loss
+  does not depend on the order of the batch."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from dml_jax import objectives  # pylint: disable=import-outside-toplevel
+  support.check_vmap_over_a_leading_axis(name, rng=None)
+  support.check_invariant_to_batch_permutation(name, rng=None)
+  obj = objectives.make(name, temperature=0.1)
+  sizes = [np.concatenate([np.zeros(70), np.arange(1, 11) % 4 + 1]).astype(np.int32),  # 70
+           np.repeat(np.arange(10), 8).astype(np.int32)]                                # 8
+  e = jnp.stack([jnp.asarray(batch(40 + t, b=80, d=8)) for t in range(2)])
+  y = jnp.asarray(np.stack(sizes))
+  loss = lambda x, l: obj.apply({}, x, l)[0]
+  got = jax.jit(jax.vmap(jax.value_and_grad(loss)))(e, y)
+  for t in range(2):
+    want = jax.jit(jax.value_and_grad(loss))(e[t], y[t])
+    np.testing.assert_allclose(got[0][t], want[0], rtol=1e-5)
+    np.testing.assert_allclose(got[1][t], want[1], rtol=1e-4, atol=1e-7)
+    ckpt = jax.jit(jax.value_and_grad(jax.checkpoint(loss)))(e[t], y[t])
+    np.testing.assert_allclose(ckpt[1], want[1], rtol=1e-5, atol=1e-7)
+    with jax.disable_jit():
+      np.testing.assert_allclose(loss(e[t], y[t]), want[0], rtol=1e-5)
