@@ -288,9 +288,9 @@ def test_smooth_ap_and_pnp_of_a_perfect_ranking():
       assert abs(float(loss)) < 1e-6, (name, include_query)
 
 
-def test_smooth_ap_equals_the_released_codes_blocks_on_contiguous_equal_classes():
-  """With classes of equal size in contiguous blocks (what the released Smooth-AP code needs),
-  the masked form equals its per-block computation written out: the query is one of its own
+def test_smooth_ap_equals_the_per_class_block_computation_on_contiguous_equal_classes():
+  """With classes of equal size in contiguous blocks (the batches PML's SmoothAPLoss takes), the
+  masked form equals the per-class-block computation written out: the query is one of its own
   positives and in its own retrieval set, the ranks add one."""
   labels = np.repeat(np.arange(3), 4).astype(np.int32)
   e = batch(8, d=4, normalize=False)
@@ -312,13 +312,14 @@ def test_smooth_ap_equals_the_released_codes_blocks_on_contiguous_equal_classes(
                                      ("pnp", {"variant": "Dq", "temperature": 0.05,
                                               "alpha": 2.0, "b": 3.0, "include_query": False})])
 def test_smooth_ap_and_pnp_in_anchor_chunks_equal_the_oracle(monkeypatch, name, hp):
-  """Chunks of 5 anchors over a batch of 12 (a padded last chunk; the lax.map path that keeps
-  large batches at O(B^2) memory): the oracle's loss and gradient."""
+  """Chunks of 5 anchors over a batch of 12, each anchor's items compacted to P = 8 (a padded
+  last chunk; the lax.map path that keeps large batches at O(B^2) memory): the oracle's loss
+  and gradient."""
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   from dml_jax import objectives  # pylint: disable=import-outside-toplevel
   from dml_jax.objectives import _ranking  # pylint: disable=import-outside-toplevel
-  monkeypatch.setattr(_ranking, "RANK_CHUNK_ELEMENTS", 5 * len(LABELS) ** 2)
+  monkeypatch.setattr(_ranking, "RANK_CHUNK_ELEMENTS", 5 * 8 * len(LABELS))   # [5, 8, 12]
   obj = objectives.make(name, **hp)   # traced below, under the patched chunk size
   fn = jax.jit(jax.value_and_grad(lambda x: obj.apply({}, x, jnp.asarray(LABELS))[0]))
   assert "while" in fn.lower(jnp.zeros((len(LABELS), 4))).as_text()   # the chunked path
