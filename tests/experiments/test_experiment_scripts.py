@@ -16,6 +16,7 @@ from dml_test_support import ROOT
     ("digits_evenodd_seeds.py", "--num_train_steps"),
     ("mnist_evenodd_figure.py", "--triplet"),
     ("label_noise_figure.py", "--summary"),
+    ("group_size_figure.py", "--columns"),
 ])
 def test_help_names_the_flags(script, words):
   out = subprocess.run([sys.executable, os.path.join("experiments", script), "--help"],
@@ -25,13 +26,16 @@ def test_help_names_the_flags(script, words):
   assert words in out.stdout + out.stderr   # absl's --help exits 1, argparse's 0
 
 
-def _label_noise_figure():
+def _experiment(name):
   sys.path.insert(0, os.path.join(ROOT, "experiments"))
   try:
-    import label_noise_figure  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+    return __import__(name)
   finally:
     sys.path.remove(os.path.join(ROOT, "experiments"))
-  return label_noise_figure
+
+
+def _label_noise_figure():
+  return _experiment("label_noise_figure")
 
 
 def _noise_summary():
@@ -75,3 +79,54 @@ def test_label_noise_figure_draws_the_committed_summary(tmp_path, capsys):
   assert figure.main([f"--summary={other}", f"--out={tmp_path / 'g.png'}"]) == 2
   err = capsys.readouterr().err
   assert err.count("\n") == 1 and "label_noise_figure: " in err, err
+
+
+def _group_size_summary():
+  """Two methods over n = 2, 4: B's n = 2 row repeats A's run (``"2 (= A)"``); 3 seeds."""
+  runs = {f"{m}/{n}": {str(s): {"test": {"recall@1": base + 0.1 * n + 0.02 * s},
+                                "train": {"recall@1": 0.9 - 0.01 * s}} for s in range(3)}
+          for m, base in (("a", 0.1), ("b", 0.2)) for n in (2, 4)}
+  rows = [{"cells": ["A", "2"], "run": "a/2", "protocol": "test"},
+          {"cells": ["", "4"], "run": "a/4", "protocol": "test"},
+          {"cells": ["B", "2 (= A)"], "run": "a/2", "protocol": "test"},
+          {"cells": ["", "4"], "run": "b/4", "protocol": "test"}]
+  return {"title": "t", "labels": ["method", "n"],
+          "columns": [{"header": "R@1", "metric": "recall@1"},
+                      {"header": "train R@1", "metric": "recall@1", "protocol": "train"}],
+          "rows": rows, "runs": runs, "stamp": {"commit": "abc", "date": "d"}}
+
+
+def test_group_size_figure_curves_follow_the_rows(tmp_path):
+  figure = _experiment("group_size_figure")
+  summary = _group_size_summary()
+  lines = figure.curves(summary, "R@1")
+  assert list(lines) == ["A", "B"]
+  np.testing.assert_allclose(lines["A"][0], [2, 4])
+  np.testing.assert_allclose(lines["A"][1], [100 * (0.1 + 0.2 + 0.02), 100 * (0.1 + 0.4 + 0.02)])
+  np.testing.assert_allclose(lines["B"][1], [100 * (0.1 + 0.2 + 0.02), 100 * (0.2 + 0.4 + 0.02)])
+  np.testing.assert_allclose(lines["B"][2], [2.0, 2.0])
+  np.testing.assert_allclose(figure.curves(summary, "train R@1")["A"][1], [89.0, 89.0])
+  path = figure.draw(summary, ["R@1", "train R@1"], str(tmp_path / "f.png"))
+  with open(path, "rb") as f:
+    assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+  summary["rows"][1]["cells"][-1] = "four"
+  with pytest.raises(ValueError, match="'four' of a 'A' row does not start with a number"):
+    figure.curves(summary, "R@1")
+  summary["rows"][0]["cells"][0] = ""
+  with pytest.raises(ValueError, match="first row names no method"):
+    figure.curves(summary, "R@1")
+
+
+def test_group_size_figure_draws_a_committed_summary(tmp_path, capsys):
+  figure = _experiment("group_size_figure")
+  summary = os.path.join(ROOT, "docs", "results", "reproductions", "omniglot_ephn_2nd.json")
+  assert figure.main([f"--summary={summary}", "--columns=letters R@1,train letters R@1",
+                      f"--out={tmp_path / 'f.png'}"]) == 0
+  assert os.path.getsize(tmp_path / "f.png") > 10_000
+  for args, words in (([f"--summary={summary}", "--columns=R@9"], "no column 'R@9'"),
+                      ([f"--summary={summary}", "--columns=,"], "--columns names no column"),
+                      ([f"--summary={os.path.join(os.path.dirname(summary), 'headline.json')}",
+                        "--columns=R@1"], "is not a seeds summary")):
+    assert figure.main([*args, f"--out={tmp_path / 'g.png'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "group_size_figure: " in err and words in err, err

@@ -1,0 +1,114 @@
+r"""A metric against a numeric label of a seeds summary, one line per method: e.g. the EPHN
+paper's Fig. 4 (R@1 of each mining strategy against the group size n).
+
+  python experiments/group_size_figure.py \
+      --summary=docs/results/reproductions/omniglot_ephn_fig4.json \
+      --columns='letters R@1,train letters R@1' --out=docs/figures/ephn_fig4_omniglot.png
+
+Draws from the summary alone (``python docs/tables.py summarize`` keeps every seed's results
+of every run in it), so the figure always shows the runs of its table. The summary's first
+label names the method (a blank cell continues the row above) and its last label the x value:
+its leading number (``"2 (= EP)"`` is 2). One panel per column, mean ± std over the seeds.
+"""
+
+import argparse
+import json
+import os
+import re
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from dml_jax.evaluation import report  # pylint: disable=g-import-not-at-top
+
+NUMBER = re.compile(r"\s*([-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)")
+
+
+def curves(summary: dict, header: str) -> dict[str, tuple[np.ndarray, np.ndarray,
+                                                           np.ndarray]]:
+  """``{method: (x [R], mean [R], std [R])}`` in percent of the column ``header``: one entry
+  per row of the method, in the summary's order; mean and sample std over the seeds."""
+  columns = summary["columns"]
+  headers = [c["header"] for c in columns]
+  if header not in headers:
+    raise ValueError(f"the summary has no column {header!r}; its columns: {headers}.")
+  column = columns[headers.index(header)]
+  out, method = {}, None
+  for row in summary["rows"]:
+    method = row["cells"][0] or method
+    if method is None:
+      raise ValueError("the first row names no method (its first cell is blank).")
+    match = NUMBER.match(row["cells"][-1])
+    if not match:
+      raise ValueError(f"the last label {row['cells'][-1]!r} of a {method!r} row does not "
+                       "start with a number (the x value).")
+    run = row["run"] if "run" in row else row["runs"][headers.index(header)]
+    seeds = summary["runs"].get(run)
+    if not seeds:
+      raise ValueError(f"no results of run {run!r} in the summary: fill it with "
+                       "python docs/tables.py summarize.")
+    protocol = column.get("protocol", row["protocol"])
+    values = column.get("scale", 100) * np.array(
+        [seeds[s][protocol][column["metric"]] for s in sorted(seeds, key=int)])
+    xs, means, stds = out.setdefault(method, ([], [], []))
+    xs.append(float(match.group(1)))
+    means.append(values.mean())
+    stds.append(values.std(ddof=1) if len(values) > 1 else 0.0)
+  return {m: tuple(np.array(v) for v in c) for m, c in out.items()}
+
+
+def draw(summary: dict, headers: list[str], path: str, *, xlabel: str = "") -> str:
+  """Writes one panel per column of ``headers`` to ``path``; the x axis is log2 when every x
+  is a positive power of two."""
+  plt = report.pyplot()
+  fig, axes = plt.subplots(1, len(headers), figsize=(6.5 * len(headers), 4.8), dpi=90,
+                           squeeze=False)
+  for ax, header in zip(axes[0], headers):
+    lines = curves(summary, header)
+    xs = np.concatenate([x for x, _, _ in lines.values()])
+    for j, (method, (x, mean, std)) in enumerate(lines.items()):
+      ax.errorbar(x, mean, yerr=std, fmt="-o", capsize=3, color=f"C{j}",
+                  label=method.replace("`", ""))
+    if np.all(xs > 0) and np.all(np.log2(xs) == np.round(np.log2(xs))):
+      ax.set_xscale("log", base=2)
+      ax.set_xticks(sorted(set(xs)), [f"{v:g}" for v in sorted(set(xs))])
+    ax.set_xlabel(xlabel or summary.get("labels", ["", "x"])[-1])
+    ax.set_ylabel(f"{header} (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+  seeds = sorted({int(s) for runs in summary["runs"].values() for s in runs})
+  stamp = summary.get("stamp", {})
+  fig.suptitle(f"{summary['title']}: mean ± std over {len(seeds)} seeds "
+               f"(commit {stamp.get('commit', '?')}, {stamp.get('date', '?')})", fontsize=10)
+  return report.save(fig, path)
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--summary", required=True,
+                      help="a seeds summary of docs/tables.py summarize")
+  parser.add_argument("--columns", required=True,
+                      help="comma-separated column headers of the summary, one panel each")
+  parser.add_argument("--xlabel", default="", help="default: the summary's last label")
+  parser.add_argument("--out", required=True)
+  args = parser.parse_args(argv)
+  headers = [h.strip() for h in args.columns.split(",") if h.strip()]
+  try:
+    if not headers:
+      raise ValueError("--columns names no column.")
+    with open(args.summary) as f:
+      summary = json.load(f)
+    print(draw(summary, headers, args.out, xlabel=args.xlabel))
+  except (OSError, ValueError) as e:
+    print(f"group_size_figure: {args.summary}: {e}", file=sys.stderr)
+    return 2
+  except (KeyError, TypeError) as e:
+    print(f"group_size_figure: {args.summary} is not a seeds summary of docs/tables.py "
+          f"summarize ({type(e).__name__}: {e}).", file=sys.stderr)
+    return 2
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
