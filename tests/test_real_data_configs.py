@@ -49,6 +49,23 @@ def test_omniglot_rows_differ_only_in_the_positive():
     config("omniglot_cpu", "npair")
 
 
+def test_omniglot_ephn_rows_differ_only_in_the_mining():
+  """EPHN Fig. 4's strategies: the NCA loss at T 0.1 with each (positive, negative); EPHN is
+  the 1st-order row of the 2nd-order paper's Fig. 4 config."""
+  ephn = config("omniglot_ephn")
+  assert ephn.to_dict() == config("omniglot_ephn", "ephn").to_dict()
+  assert ephn.loss.to_dict() == config("omniglot_ephn_2nd", "ephn").loss.to_dict()
+  pairs = set()
+  for row in ("ep", "ephn", "epshn", "hp", "hphn", "ba"):
+    c = config("omniglot_ephn", row)
+    pairs.add((c.loss.positive, c.loss.negative))
+    c.loss.positive, c.loss.negative = "easy", "hard"
+    assert c.to_dict() == ephn.to_dict(), row
+  assert len(pairs) == 6
+  with pytest.raises(ValueError, match="allowed: ep, ephn"):
+    config("omniglot_ephn", "npair")
+
+
 def test_the_two_mnist_configs_differ_only_in_the_positive():
   eps, base = config("mnist_evenodd_eps"), config("mnist_evenodd_triplet")
   assert eps.loss.positive == "easy" and base.loss.positive == "random"
