@@ -31,7 +31,9 @@ holds each seed's final ``eval_step_<N>.json`` results (``summarize`` reads them
 ``python -m dml_jax.analysis.collapse`` (the newest ``N``'s) adds the protocol
 ``collapse:<split>`` with the mean over classes of ``relative_spread`` and ``rho``; a
 ``sampling_skew_<split>_step_<N>.json`` of ``python -m dml_jax.analysis.skew`` adds
-``skew:<split>:step_<N>`` with ``<strategy>/eta_hat`` and the tool's other values). Blocks
+``skew:<split>:step_<N>`` with ``<strategy>/eta_hat`` and the tool's other values; the newest
+``similarity_distributions_step_<N>.json`` of ``python -m dml_jax.analysis.distributions``
+adds ``distributions`` with its statistics, e.g. ``train_same/median``). Blocks
 named ``gpu`` are the GPU tables of ``benchmarks/device/gpu_table.py``; a summary with a
 ``"script"`` is a benchmark's own report (e.g. ``performance/retrieval`` of
 ``benchmarks/speed/evaluation.py --summary=...``), rendered by that script's
@@ -263,6 +265,12 @@ def summarize(run_root: str, summary_path: str, commit: str | None, machine: str
         split = re.match(r"collapse_(.+)_step_\d+\.json", os.path.basename(extra)).group(1)
         results[f"collapse:{split}"] = {
             "relative_spread": mean_std(report["relative_spread"])[0], "rho": report["rho"]}
+      distributions = sorted(
+          glob.glob(os.path.join(folder, "similarity_distributions_step_*.json")),
+          key=lambda p: int(re.findall(r"_step_(\d+)\.json$", p)[0]))
+      if distributions:   # the newest step's
+        with open(distributions[-1]) as f:
+          results["distributions"] = json.load(f)["statistics"]
       for extra in sorted(glob.glob(os.path.join(folder, "sampling_skew_*_step_*.json"))):
         with open(extra) as f:
           report = json.load(f)

@@ -88,8 +88,8 @@ def test_an_unknown_summary_is_one_line(tmp_path, monkeypatch, capsys):
   assert "no summary docs/results/reproductions/nope.json" in capsys.readouterr().err
 
 
-def test_summarize_takes_the_newest_collapse_report(tmp_path):
-  # Steps sort as numbers (200 < 1500), for the collapse reports as for eval_step_<N>.json.
+def test_summarize_takes_the_newest_analysis_reports(tmp_path):
+  # Steps sort as numbers (200 < 1500), for the analysis reports as for eval_step_<N>.json.
   folder = tmp_path / "runs" / "a" / "seed_0"
   folder.mkdir(parents=True)
   for step, spread in ((200, 0.5), (1500, 0.1)):
@@ -97,6 +97,9 @@ def test_summarize_takes_the_newest_collapse_report(tmp_path):
         {"step": step, "results": {"test": {"recall@1": step / 2000}}}))
     (folder / f"collapse_train_step_{step}.json").write_text(json.dumps(
         {"relative_spread": [spread, spread], "rho": spread}))
+    (folder / f"similarity_distributions_step_{step}.json").write_text(json.dumps(
+        {"step": step, "similarity": "cosine",
+         "statistics": {"train_same/median": spread, "test_correct/mean": 1.0}}))
   # an evaluation under other settings (eval.py --set) is not the run's result
   (folder / "eval_step_2000.ks=1.json").write_text(json.dumps(
       {"step": 2000, "results": {"test": {"recall@1": 0.99}}, "settings": {"eval.ks": [1]}}))
@@ -108,6 +111,7 @@ def test_summarize_takes_the_newest_collapse_report(tmp_path):
   seed = json.loads(summary.read_text())["runs"]["a"]["0"]
   assert seed["test"]["recall@1"] == 0.75
   assert seed["collapse:train"] == {"relative_spread": 0.1, "rho": 0.1}
+  assert seed["distributions"] == {"train_same/median": 0.1, "test_correct/mean": 1.0}
 
 
 def test_a_benchmark_line_states_the_versions_and_a_gpu():

@@ -9,7 +9,10 @@ r"""Similarity distributions (EPHN paper Fig. 2, 3, 5).
 * closest-positive vs closest-negative similarity per anchor, for train and for test -- EPHN
   Fig. 5; this is ``scatter.scatter_points``.
 
-``max_pairs`` subsamples pairs uniformly (seeded) when a split has more.
+``max_pairs`` subsamples pairs uniformly (seeded) when a split has more. The tool draws the
+four panels and writes the mean and quartiles of each sample (:func:`statistics`) beside them
+(``similarity_distributions_step_<N>.png`` and ``.json``; ``python docs/tables.py summarize``
+reads the JSON as the protocol ``distributions``).
 
   python -m dml_jax.analysis.distributions --workdir=W [--step=N]
 """
@@ -17,6 +20,7 @@ r"""Similarity distributions (EPHN paper Fig. 2, 3, 5).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -27,23 +31,92 @@ from dml_jax.analysis import common
 from dml_jax.analysis import scatter
 
 
+def _unrank_pairs(t, n: int) -> tuple[np.ndarray, np.ndarray]:
+  """``(i, j)`` int64 ``[K]`` of the row-major linear indices ``t [K]`` of the pairs ``i < j``
+  of ``n`` items: ``(0, 1), (0, 2), ..., (0, n-1), (1, 2), ...``."""
+  t = np.asarray(t, np.int64)
+
+  def before(i):   # pairs in the rows above row i
+    return i * (2 * n - i - 1) // 2
+
+  i = np.floor((2 * n - 1 - np.sqrt((2.0 * n - 1) ** 2 - 8.0 * t)) / 2).astype(np.int64)
+  i = np.clip(i, 0, max(n - 2, 0))
+  for _ in range(2):   # the float estimate is off by at most one near row boundaries
+    i = np.where(before(i + 1) <= t, i + 1, i)
+    i = np.where(before(i) > t, i - 1, i)
+  return i, t - before(i) + i + 1
+
+
+def _same_class_pairs(labels, *, max_pairs: int, rng) -> tuple[np.ndarray, np.ndarray]:
+  """``(i, j)`` of every same-class pair ``i < j``, or ``max_pairs`` of them drawn uniformly
+  without replacement when there are more."""
+  order = np.argsort(labels, kind="stable")
+  _, starts, sizes = np.unique(labels[order], return_index=True, return_counts=True)
+  counts = sizes * (sizes - 1) // 2
+  total = int(counts.sum())
+  t = (np.arange(total, dtype=np.int64) if total <= max_pairs
+       else np.sort(rng.choice(total, max_pairs, replace=False)))
+  ends = np.cumsum(counts)
+  cls = np.searchsorted(ends, t, side="right")          # the class of each pair
+  local = t - (ends[cls] - counts[cls])
+  a, b = np.empty_like(t), np.empty_like(t)
+  for c in np.unique(cls):                              # unrank within each class
+    sel = cls == c
+    a[sel], b[sel] = _unrank_pairs(local[sel], int(sizes[c]))
+  members = order[starts[cls] + a], order[starts[cls] + b]
+  return np.minimum(*members), np.maximum(*members)
+
+
+def _different_class_pairs(labels, *, max_pairs: int, rng) -> tuple[np.ndarray, np.ndarray]:
+  """``(i, j)`` of every different-class pair ``i < j``, or ``max_pairs`` of them drawn
+  uniformly without replacement when there are more (all pairs drawn in a random order, the
+  first ``max_pairs`` of different classes kept)."""
+  n = len(labels)
+  total = n * (n - 1) // 2
+  _, sizes = np.unique(labels, return_counts=True)
+  different = total - int((sizes * (sizes - 1) // 2).sum())
+  if different <= max_pairs:
+    i, j = _unrank_pairs(np.arange(total, dtype=np.int64), n)
+    keep = labels[i] != labels[j]
+    return i[keep], j[keep]
+  draw = min(total, int(1.2 * max_pairs * total / different) + 1000)
+  while True:
+    i, j = _unrank_pairs(rng.choice(total, draw, replace=False), n)
+    keep = np.flatnonzero(labels[i] != labels[j])
+    if len(keep) >= max_pairs or draw == total:
+      keep = keep[:max_pairs]
+      return i[keep], j[keep]
+    draw = min(total, 2 * draw)
+
+
+def _gather(x, i, j, *, similarity: str, block_size: int) -> np.ndarray:
+  """float32 ``S(x_i, x_j) [K]``, read from row blocks of the similarity matrix (memory
+  ``O(block_size N)``; the same values as the whole matrix's)."""
+  out = np.empty(len(i), np.float32)
+  for start in range(0, len(x), block_size):
+    sel = np.flatnonzero((i >= start) & (i < start + block_size))
+    if sel.size:
+      rows = common.similarity_matrix(x[start:start + block_size], x, kind=similarity)
+      out[sel] = rows[i[sel] - start, j[sel]]
+  return out
+
+
 def pair_similarities(embeddings, labels, *, similarity: str = "cosine",
-                      max_pairs: int = 200_000, seed: int = 0):
-  """``(same [P], different [Q])`` float32 similarities of the unordered pairs ``i < j``."""
-  labels = np.asarray(labels)
-  s = common.similarity_matrix(embeddings, kind=similarity)
-  if labels.shape != (s.shape[0],):
-    raise ValueError(f"labels must have shape [{s.shape[0]}], got {labels.shape}.")
-  i, j = np.triu_indices(s.shape[0], k=1)
-  same = labels[i] == labels[j]
+                      max_pairs: int = 200_000, seed: int = 0, block_size: int = 1024):
+  """``(same [P], different [Q])`` float32 similarities of the unordered pairs ``i < j`` of
+  ``embeddings [N, D]`` with ``labels [N]``: every pair of a kind when it has at most
+  ``max_pairs``, else ``max_pairs`` drawn uniformly without replacement (``seed``). Memory
+  ``O(block_size N + max_pairs)``: no ``[N, N]`` matrix or pair list."""
+  x, labels = np.asarray(embeddings, np.float32), np.asarray(labels)
+  if x.ndim != 2 or labels.shape != (x.shape[0],):
+    raise ValueError(f"labels must have shape [{x.shape[0] if x.ndim else '?'}] and embeddings "
+                     f"[N, D], got {labels.shape} and {x.shape}.")
+  if max_pairs < 1:
+    raise ValueError(f"max_pairs must be >= 1, got {max_pairs}.")
   rng = np.random.default_rng(seed)
-  out = []
-  for sel in (same, ~same):
-    values = s[i[sel], j[sel]]
-    if values.size > max_pairs:
-      values = rng.choice(values, max_pairs, replace=False)
-    out.append(values.astype(np.float32))
-  return tuple(out)
+  return tuple(_gather(x, *pairs(labels, max_pairs=max_pairs, rng=rng), similarity=similarity,
+                       block_size=block_size)
+               for pairs in (_same_class_pairs, _different_class_pairs))
 
 
 def closest_gallery_similarity(query, gallery, *, similarity: str = "cosine",
@@ -69,10 +142,36 @@ def distributions(train, train_labels, test, test_labels, *, similarity: str = "
   return out
 
 
-def _closest_other(x, similarity):
-  s = common.similarity_matrix(x, kind=similarity)
-  np.fill_diagonal(s, -np.inf)
-  return s.max(1)
+def _closest_other(x, similarity, block_size: int = 1024):
+  """float32 ``[N]``: ``max_{j != i} S(x_i, x_j)``, by row blocks (memory ``O(block_size N)``)."""
+  x = np.asarray(x, np.float32)
+  out = np.empty(len(x), np.float32)
+  for start in range(0, len(x), block_size):
+    s = common.similarity_matrix(x[start:start + block_size], x, kind=similarity)
+    s[np.arange(len(s)), np.arange(start, start + len(s))] = -np.inf
+    out[start:start + len(s)] = s.max(1)
+  return out
+
+
+SAMPLES = ("train_same", "train_different", "test_same", "test_different", "test_to_train",
+           "train_to_train", "train_s_ap", "train_s_an", "test_s_ap", "test_s_an")
+QUANTILES = {"q25": 25, "median": 50, "q75": 75}
+
+
+def statistics(d: dict) -> dict[str, float]:
+  """``{'<sample>/<statistic>': value}``: the mean and quartiles (``q25``, ``median``,
+  ``q75``) of each similarity sample of :func:`distributions` (NaNs, anchors without a
+  positive or a negative, left out; NaN for an empty sample), and ``'<split>_correct/mean'``."""
+  out = {}
+  for key in SAMPLES:
+    v = np.asarray(d[key], np.float64)
+    v = v[np.isfinite(v)]
+    out[f"{key}/mean"] = float(v.mean()) if v.size else float("nan")
+    for name, q in QUANTILES.items():
+      out[f"{key}/{name}"] = float(np.percentile(v, q)) if v.size else float("nan")
+  for split in ("train", "test"):
+    out[f"{split}_correct/mean"] = float(np.mean(d[f"{split}_correct"]))
+  return out
 
 
 def plot_distributions(d: dict, *, path: str, title: str = "", bins: int = 40) -> str:
@@ -125,9 +224,13 @@ def main(argv: Sequence[str] | None = None) -> int:
   d = distributions(train, common.labels_of(train_split, args.train_label_set), test,
                     common.labels_of(test_split, args.test_label_set),
                     similarity=config.eval.similarity, seed=config.seed)
-  path = os.path.join(args.out or args.workdir, f"similarity_distributions_step_{step}.png")
-  plot_distributions(d, path=path, title=f"{args.workdir} step {step}")
-  print(f"Written: {path}")
+  stem = os.path.join(args.out or args.workdir, f"similarity_distributions_step_{step}")
+  os.makedirs(os.path.dirname(stem), exist_ok=True)
+  with open(stem + ".json", "w") as f:
+    json.dump({"step": step, "similarity": config.eval.similarity, "statistics": statistics(d)},
+              f, indent=1)
+  plot_distributions(d, path=stem + ".png", title=f"{args.workdir} step {step}")
+  print(f"Written: {stem}.png, {stem}.json")
   return 0
 
 

@@ -126,6 +126,77 @@ def test_distributions_oracle_and_plot(tmp_path):
   assert (tmp_path / "d.png").stat().st_size > 1000
 
 
+def test_pairs_unrank_in_row_major_order():
+  for n in (2, 3, 7, 40):
+    i, j = distributions._unrank_pairs(np.arange(n * (n - 1) // 2), n)
+    want = np.array([(a, b) for a in range(n) for b in range(a + 1, n)])
+    np.testing.assert_array_equal(np.stack([i, j], 1), want)
+  n = 300_000   # float sqrt near row boundaries, at SOP scale and beyond
+  before = lambda r: r * (2 * n - r - 1) // 2
+  t = np.concatenate([before(np.arange(1, n - 1)) + d for d in (-1, 0, 1)])
+  t = np.concatenate([t[t < n * (n - 1) // 2],
+                      np.random.default_rng(0).integers(0, n * (n - 1) // 2, 10_000)])
+  i, j = distributions._unrank_pairs(t, n)
+  assert np.all((0 <= i) & (i < j) & (j < n))
+  np.testing.assert_array_equal(before(i) + (j - i - 1), t)
+
+
+@pytest.mark.parametrize("kind", ["cosine", "dot", "neg_sq_euclidean"])
+def test_pair_similarities_every_pair_or_a_uniform_sample(kind):
+  rng = np.random.default_rng(1)
+  x, y = rng.normal(size=(130, 5)), rng.integers(0, 6, 130)
+  s = common.similarity_matrix(x, kind=kind)
+  i, j = np.triu_indices(130, 1)
+  same = y[i] == y[j]
+  got_same, got_diff = distributions.pair_similarities(x, y, similarity=kind, block_size=16)
+  np.testing.assert_allclose(np.sort(got_same), np.sort(s[i[same], j[same]]), rtol=1e-5,
+                             atol=1e-5)
+  np.testing.assert_allclose(np.sort(got_diff), np.sort(s[i[~same], j[~same]]), rtol=1e-5,
+                             atol=1e-5)
+  # sampled: max_pairs distinct pairs of the right kind, the same for the same seed
+  a = distributions.pair_similarities(x, y, similarity=kind, max_pairs=300, block_size=16)
+  b = distributions.pair_similarities(x, y, similarity=kind, max_pairs=300, block_size=16)
+  for got, want in zip(a, (s[i[same], j[same]], s[i[~same], j[~same]])):
+    assert len(got) == 300 and len(np.unique(got)) == 300
+    assert np.isin(got, want).all()
+  for u, v in zip(a, b):
+    np.testing.assert_array_equal(u, v)
+
+
+def test_pair_similarities_sample_is_uniform():
+  # 4 items of class 0, 3 of class 1: 9 same and 12 different pairs; 6 of each drawn, 3000
+  # times: every pair is drawn about 6/9 resp. 6/12 of the times
+  x = np.eye(7) + 0.1 * np.arange(7)[:, None]
+  y = np.array([0, 0, 0, 0, 1, 1, 1])
+  s = common.similarity_matrix(x)
+  i, j = np.triu_indices(7, 1)
+  same = y[i] == y[j]
+  counts = [np.zeros(same.sum()), np.zeros((~same).sum())]
+  for seed in range(3000):
+    for c, got, want in zip(counts, distributions.pair_similarities(x, y, max_pairs=6, seed=seed),
+                            (s[i[same], j[same]], s[i[~same], j[~same]])):
+      c += np.isclose(got[:, None], want[None, :], rtol=0, atol=1e-6).sum(0)
+  np.testing.assert_allclose(counts[0] / 3000, 6 / 9, atol=0.04)
+  np.testing.assert_allclose(counts[1] / 3000, 6 / 12, atol=0.04)
+
+
+def test_distributions_statistics_leave_out_missing_anchors():
+  rng = np.random.default_rng(2)
+  train, test = rng.normal(size=(12, 3)), rng.normal(size=(7, 3))
+  ytr, yte = np.arange(12) % 4, np.array([0, 0, 1, 1, 2, 2, 3])   # test item 6: no positive
+  d = distributions.distributions(train, ytr, test, yte)
+  stats = distributions.statistics(d)
+  assert np.isnan(d["test_s_ap"][6])
+  np.testing.assert_allclose(stats["test_s_ap/mean"], np.mean(d["test_s_ap"][:6]), rtol=1e-6)
+  np.testing.assert_allclose(stats["train_same/median"], np.median(d["train_same"]), rtol=1e-6)
+  np.testing.assert_allclose(stats["test_to_train/q75"],
+                             np.percentile(d["test_to_train"], 75), rtol=1e-6)
+  s = common.similarity_matrix(train)
+  np.fill_diagonal(s, -np.inf)
+  np.testing.assert_allclose(d["train_to_train"], s.max(1), rtol=1e-6)
+  assert stats["test_correct/mean"] == np.mean(d["test_correct"])
+
+
 def test_tsne_plot(tmp_path):
   rng = np.random.default_rng(0)
   x = blobs([[4, 0, 0], [-4, 0, 0]], 15, 0.2, rng)
@@ -172,3 +243,8 @@ def test_clis_write_pngs(workdir, tmp_path):
   assert all(os.path.getsize(os.path.join(out, f)) > 1000 for f in pngs)
   with open(os.path.join(out, "collapse_train_step_10.json")) as f:
     assert json.load(f)["subclasses"] == [3, 3]
+  with open(os.path.join(out, "similarity_distributions_step_10.json")) as f:
+    report = json.load(f)
+  assert report["step"] == 10 and report["similarity"] == "neg_sq_euclidean"   # the config's
+  assert set(report["statistics"]) >= {"train_same/mean", "test_to_train/median",
+                                       "test_correct/mean"}
