@@ -17,7 +17,10 @@ the selected positive and negative(s):
 | ``ba`` | BA, batch all | every positive | every negative |
 
 At n = 2 (one positive per anchor) EP, HP and BA are the same loss (N-pair), as are EPHN and
-HPHN (the paper, §6.1). The figure sweeps ``data.group_size`` (n) at the fixed batch: n = 2, 4,
+HPHN (the paper, §6.1). Table 1's other rows on the same recipe: ``triplet`` (the triplet loss
+on squared distances, every positive, semi-hard negatives, margin 0.2, as FaceNet) and
+``proxy_nca`` (ProxyNCA, one proxy per training letter at a learning rate of 1e-2, T 0.1, the
+NCA temperature above). The figure sweeps ``data.group_size`` (n) at the fixed batch: n = 2, 4,
 8, 16 hold 40, 20, 10 and 5 letters (each letter has 20 drawings). Append ``,smoke`` for a
 2-step run.
 
@@ -39,9 +42,14 @@ VARIANTS = {
     **{name: {"loss": {"name": "nca", "positive": positive, "negative": negative,
                        "temperature": 0.1}}
        for name, (positive, negative) in STRATEGIES.items()},
+    # Table 1's other rows (N-pair is ``ep`` at n = 2)
+    "triplet": {"loss": {"name": "triplet", "positive": "all", "negative": "semihard",
+                         "margin": 0.2}},
+    "proxy_nca": {"loss": {"name": "proxy_nca", "temperature": 0.1},
+                  "optimizer.objective_learning_rate": 1e-2},
     "smoke": {**omniglot_dro.VARIANTS["smoke"], "data.group_size": 5},
 }
-GROUPS = (tuple(STRATEGIES),)
+GROUPS = ((*STRATEGIES, "triplet", "proxy_nca"),)
 DEFAULT = "ephn"
 
 

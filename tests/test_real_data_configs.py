@@ -51,7 +51,8 @@ def test_omniglot_rows_differ_only_in_the_positive():
 
 def test_omniglot_ephn_rows_differ_only_in_the_mining():
   """EPHN Fig. 4's strategies: the NCA loss at T 0.1 with each (positive, negative); EPHN is
-  the 1st-order row of the 2nd-order paper's Fig. 4 config."""
+  the 1st-order row of the 2nd-order paper's Fig. 4 config; Table 1's other rows change only
+  the objective."""
   ephn = config("omniglot_ephn")
   assert ephn.to_dict() == config("omniglot_ephn", "ephn").to_dict()
   assert ephn.loss.to_dict() == config("omniglot_ephn_2nd", "ephn").loss.to_dict()
@@ -62,6 +63,11 @@ def test_omniglot_ephn_rows_differ_only_in_the_mining():
     c.loss.positive, c.loss.negative = "easy", "hard"
     assert c.to_dict() == ephn.to_dict(), row
   assert len(pairs) == 6
+  for row, name in (("triplet", "triplet"), ("proxy_nca", "proxy_nca")):   # Table 1's others
+    c = config("omniglot_ephn", row)
+    assert c.loss.name == name and c.data.to_dict() == ephn.data.to_dict()
+    assert c.model.to_dict() == ephn.model.to_dict()
+  assert config("omniglot_ephn", "proxy_nca").optimizer.objective_learning_rate > 0
   with pytest.raises(ValueError, match="allowed: ep, ephn"):
     config("omniglot_ephn", "npair")
 
