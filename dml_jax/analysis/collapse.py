@@ -124,11 +124,28 @@ def collapse_report(embeddings, labels, sub_labels=None, *, similarity: str = "c
   return report
 
 
+PER_CLASS_PLOT_LIMIT = 50   # more classes: histograms over the classes instead of a bar each
+
+
 def plot_collapse(report: dict, *, path: str, title: str = "") -> str:
-  """PNG: modes found per class (and sub-classes, when known) and relative spread per class."""
+  """PNG: modes found per class (and sub-classes, when known) and relative spread per class;
+  with more than ``PER_CLASS_PLOT_LIMIT`` classes, their histograms over the classes."""
   plt = common.pyplot()
   classes = np.arange(len(report["classes"]))
   fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.5), dpi=80)
+  if len(classes) > PER_CLASS_PLOT_LIMIT:
+    edges = np.arange(0.5, max(max(report["modes"]), max(report.get("subclasses", [1]))) + 1.5)
+    a1.hist(report["modes"], edges, alpha=0.7, label=f"modes ({report['method']})")
+    if "subclasses" in report:
+      a1.hist(report["subclasses"], edges, alpha=0.7, label="sub-classes")
+    a1.set_xlabel("modes per class")
+    a1.set_ylabel("classes")
+    a1.legend(fontsize=8)
+    a2.hist(report["relative_spread"], 40)
+    a2.set_xlabel("relative intra-class spread")
+    a2.set_ylabel("classes")
+    fig.suptitle(f"{title}  {len(classes)} classes  rho={report['rho']:.3f}", fontsize=9)
+    return common.save(fig, path)
   width = 0.4 if "subclasses" in report else 0.8
   a1.bar(classes - (width / 2 if "subclasses" in report else 0), report["modes"], width,
          label=f"modes ({report['method']})")

@@ -62,6 +62,21 @@ def test_collapse_counts_modes_and_spread(tmp_path):
   assert (tmp_path / "c.png").stat().st_size > 1000
 
 
+def test_collapse_plot_of_many_classes_draws_histograms(tmp_path, monkeypatch):
+  n = collapse.PER_CLASS_PLOT_LIMIT + 1
+  report = {"classes": list(range(n)), "modes": [1 + c % 3 for c in range(n)],
+            "subclasses": [2] * n, "relative_spread": list(np.linspace(0.1, 0.9, n)),
+            "rho": 0.5, "method": "bic"}
+  drawn = {}
+  monkeypatch.setattr(common, "save", lambda fig, path: drawn.update(fig=fig) or path)
+  collapse.plot_collapse(report, path=str(tmp_path / "c.png"))
+  a1, a2 = drawn["fig"].axes
+  assert a1.get_xlabel() == "modes per class" and a2.get_ylabel() == "classes"
+  assert len(a2.get_xticklabels()) < 20   # not a label per class
+  heights = [p.get_height() for p in a1.patches]
+  assert sum(heights) == 2 * n            # every class once in each of the two histograms
+
+
 def test_skew_selected_distances_follow_mining_select():
   rng = np.random.default_rng(0)
   x = rng.normal(size=(12, 4)).astype(np.float32)
