@@ -135,9 +135,10 @@ def plot_collapse(report: dict, *, path: str, title: str = "") -> str:
   fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.5), dpi=80)
   if len(classes) > PER_CLASS_PLOT_LIMIT:
     edges = np.arange(0.5, max(max(report["modes"]), max(report.get("subclasses", [1]))) + 1.5)
-    a1.hist(report["modes"], edges, alpha=0.7, label=f"modes ({report['method']})")
+    a1.hist(report["modes"], edges, alpha=0.7, rwidth=0.8, label=f"modes ({report['method']})")
     if "subclasses" in report:
-      a1.hist(report["subclasses"], edges, alpha=0.7, label="sub-classes")
+      a1.hist(report["subclasses"], edges, alpha=0.7, rwidth=0.8, label="sub-classes")
+    a1.set_xticks(np.arange(1, len(edges)))
     a1.set_xlabel("modes per class")
     a1.set_ylabel("classes")
     a1.legend(fontsize=8)
