@@ -31,16 +31,17 @@ from dml_jax.analysis import common
 from dml_jax.analysis import scatter
 
 
-def _unrank_pairs(t, n: int) -> tuple[np.ndarray, np.ndarray]:
+def _unrank_pairs(t, n) -> tuple[np.ndarray, np.ndarray]:
   """``(i, j)`` int64 ``[K]`` of the row-major linear indices ``t [K]`` of the pairs ``i < j``
-  of ``n`` items: ``(0, 1), (0, 2), ..., (0, n-1), (1, 2), ...``."""
-  t = np.asarray(t, np.int64)
+  of ``n`` items (an int, or ``[K]``: one count per index): ``(0, 1), (0, 2), ..., (0, n-1),
+  (1, 2), ...``."""
+  t, n = np.asarray(t, np.int64), np.asarray(n, np.int64)
 
   def before(i):   # pairs in the rows above row i
     return i * (2 * n - i - 1) // 2
 
   i = np.floor((2 * n - 1 - np.sqrt((2.0 * n - 1) ** 2 - 8.0 * t)) / 2).astype(np.int64)
-  i = np.clip(i, 0, max(n - 2, 0))
+  i = np.clip(i, 0, np.maximum(n - 2, 0))
   for _ in range(2):   # the float estimate is off by at most one near row boundaries
     i = np.where(before(i + 1) <= t, i + 1, i)
     i = np.where(before(i) > t, i - 1, i)
@@ -59,10 +60,7 @@ def _same_class_pairs(labels, *, max_pairs: int, rng) -> tuple[np.ndarray, np.nd
   ends = np.cumsum(counts)
   cls = np.searchsorted(ends, t, side="right")          # the class of each pair
   local = t - (ends[cls] - counts[cls])
-  a, b = np.empty_like(t), np.empty_like(t)
-  for c in np.unique(cls):                              # unrank within each class
-    sel = cls == c
-    a[sel], b[sel] = _unrank_pairs(local[sel], int(sizes[c]))
+  a, b = _unrank_pairs(local, sizes[cls])              # within each pair's class
   members = order[starts[cls] + a], order[starts[cls] + b]
   return np.minimum(*members), np.maximum(*members)
 
@@ -114,9 +112,11 @@ def pair_similarities(embeddings, labels, *, similarity: str = "cosine",
   if max_pairs < 1:
     raise ValueError(f"max_pairs must be >= 1, got {max_pairs}.")
   rng = np.random.default_rng(seed)
-  return tuple(_gather(x, *pairs(labels, max_pairs=max_pairs, rng=rng), similarity=similarity,
-                       block_size=block_size)
-               for pairs in (_same_class_pairs, _different_class_pairs))
+  (i1, j1), (i2, j2) = (pairs(labels, max_pairs=max_pairs, rng=rng)
+                        for pairs in (_same_class_pairs, _different_class_pairs))
+  values = _gather(x, np.concatenate([i1, i2]), np.concatenate([j1, j2]),
+                   similarity=similarity, block_size=block_size)   # one pass over the rows
+  return values[:len(i1)], values[len(i1):]
 
 
 def closest_gallery_similarity(query, gallery, *, similarity: str = "cosine",
@@ -138,18 +138,8 @@ def distributions(train, train_labels, test, test_labels, *, similarity: str = "
     s_ap, s_an, correct = scatter.scatter_points(x, y, similarity=similarity)
     out[f"{name}_s_ap"], out[f"{name}_s_an"], out[f"{name}_correct"] = s_ap, s_an, correct
   out["test_to_train"] = closest_gallery_similarity(test, train, similarity=similarity)
-  out["train_to_train"] = _closest_other(train, similarity)
-  return out
-
-
-def _closest_other(x, similarity, block_size: int = 1024):
-  """float32 ``[N]``: ``max_{j != i} S(x_i, x_j)``, by row blocks (memory ``O(block_size N)``)."""
-  x = np.asarray(x, np.float32)
-  out = np.empty(len(x), np.float32)
-  for start in range(0, len(x), block_size):
-    s = common.similarity_matrix(x[start:start + block_size], x, kind=similarity)
-    s[np.arange(len(s)), np.arange(start, start + len(s))] = -np.inf
-    out[start:start + len(s)] = s.max(1)
+  # the closest other training item: the nearer of the closest positive and negative
+  out["train_to_train"] = np.fmax(out["train_s_ap"], out["train_s_an"])
   return out
 
 

@@ -154,6 +154,9 @@ def test_pairs_unrank_in_row_major_order():
   i, j = distributions._unrank_pairs(t, n)
   assert np.all((0 <= i) & (i < j) & (j < n))
   np.testing.assert_array_equal(before(i) + (j - i - 1), t)
+  # one item count per index (the classes' own pairs at once)
+  i, j = distributions._unrank_pairs([0, 2, 0, 5], [3, 3, 4, 4])
+  np.testing.assert_array_equal(np.stack([i, j], 1), [[0, 1], [1, 2], [0, 1], [2, 3]])
 
 
 @pytest.mark.parametrize("kind", ["cosine", "dot", "neg_sq_euclidean"])
