@@ -27,7 +27,9 @@ and ``reproductions/mnist_table1`` names ``docs/results/reproductions/mnist_tabl
 
 A row's cell is ``mean ± std`` over the seeds of its run (sample std, ``ddof=1``). ``runs``
 holds each seed's final ``eval_step_<N>.json`` results (``summarize`` reads them from
-``RUN_ROOT/<run>/seed_<s>/``; a run's ``collapse_<split>_step_<N>.json`` of
+``RUN_ROOT/<run>/seed_<s>/``; a column or row protocol ``<protocol>@<step>``, e.g.
+``test@600``, adds that protocol's results of the run's evaluation at step 600; a run's
+``collapse_<split>_step_<N>.json`` of
 ``python -m dml_jax.analysis.collapse`` (the newest ``N``'s) adds the protocol
 ``collapse:<split>`` with the mean over classes of ``relative_spread`` and ``rho``; a
 ``sampling_skew_<split>_step_<N>.json`` of ``python -m dml_jax.analysis.skew`` adds
@@ -242,6 +244,9 @@ def summarize(run_root: str, summary_path: str, commit: str | None, machine: str
     summary = json.load(f)
   runs = {}
   wanted = {run for r in summary["rows"] for run in row_runs(r, len(summary["columns"]))}
+  # "<protocol>@<step>": the protocol's results of the run's evaluation at that step
+  at_steps = {(m.group(1), int(m.group(2))) for item in (*summary["columns"], *summary["rows"])
+              if (m := re.fullmatch(r"(.+)@(\d+)", item.get("protocol", "")))}
   for run in sorted(wanted - {None}):
     folders = sorted(glob.glob(os.path.join(run_root, run, "seed_*")),
                      key=lambda p: int(p.rsplit("_", 1)[1]))
@@ -257,6 +262,17 @@ def summarize(run_root: str, summary_path: str, commit: str | None, machine: str
         raise SystemExit(f"summarize: {folder} has no eval_step_<N>.json (unfinished run?)")
       with open(evals[-1]) as f:
         results = json.load(f)["results"]
+      for protocol, step in sorted(at_steps):   # an earlier evaluation a column asks for
+        path = os.path.join(folder, f"eval_step_{step}.json")
+        if not os.path.exists(path):
+          raise SystemExit(f"summarize: {folder} has no eval_step_{step}.json (the summary "
+                           f"asks for {protocol}@{step}; eval_every_steps must divide {step})")
+        with open(path) as f:
+          earlier = json.load(f)["results"]
+        if protocol not in earlier:
+          raise SystemExit(f"summarize: {path} has no protocol {protocol!r}; it has "
+                           f"{sorted(earlier)}")
+        results[f"{protocol}@{step}"] = earlier[protocol]
       # the newest step's report last (steps as numbers: 1500 after 200), so it is the one kept
       for extra in sorted(glob.glob(os.path.join(folder, "collapse_*_step_*.json")),
                           key=lambda p: int(re.findall(r"_step_(\d+)\.json$", p)[0])):

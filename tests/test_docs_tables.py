@@ -114,6 +114,38 @@ def test_summarize_takes_the_newest_analysis_reports(tmp_path):
   assert seed["distributions"] == {"train_same/median": 0.1, "test_correct/mean": 1.0}
 
 
+def test_summarize_reads_an_earlier_evaluation_a_column_names(tmp_path):
+  # "test@600": the run's evaluation at step 600 beside its final one; a missing step or
+  # protocol is one line
+  folder = tmp_path / "runs" / "a" / "seed_0"
+  folder.mkdir(parents=True)
+  for step in (600, 1200, 2400):
+    (folder / f"eval_step_{step}.json").write_text(json.dumps(
+        {"step": step, "results": {"test": {"recall@1": step / 4000},
+                                   "train": {"recall@1": step / 3000}}}))
+  summary = tmp_path / "s.json"
+  columns = [{"header": "R@1 at 600", "metric": "recall@1", "protocol": "test@600"},
+             {"header": "R@1", "metric": "recall@1"}]
+  summary.write_text(json.dumps({
+      "title": "t", "labels": ["run"], "columns": columns,
+      "rows": [{"cells": ["a"], "run": "a", "protocol": "test"}]}))
+  tables.summarize(str(tmp_path / "runs"), str(summary), "abc", "m")
+  filled = json.loads(summary.read_text())
+  seed = filled["runs"]["a"]["0"]
+  assert seed["test@600"] == {"recall@1": 0.15} and seed["test"] == {"recall@1": 0.6}
+  assert "train@600" not in seed and "test@1200" not in seed
+  filled["name"] = "reproductions/s"
+  assert "| a | 15.0 ± 0.0 | 60.0 ± 0.0 |" in tables.render_seeds(filled)
+  for protocol, message in (("test@300", "has no eval_step_300.json"),
+                            ("valid@600", "has no protocol 'valid'")):
+    columns[0]["protocol"] = protocol
+    summary.write_text(json.dumps({
+        "title": "t", "labels": ["run"], "columns": columns,
+        "rows": [{"cells": ["a"], "run": "a", "protocol": "test"}]}))
+    with pytest.raises(SystemExit, match=message):
+      tables.summarize(str(tmp_path / "runs"), str(summary), "abc", "m")
+
+
 def test_a_benchmark_line_states_the_versions_and_a_gpu():
   with open(os.path.join(ROOT, "docs", "results", "performance", "objectives.json")) as f:
     summary = json.load(f)
