@@ -9,6 +9,12 @@ Draws from the summary alone (``python docs/tables.py summarize`` keeps every se
 of every run in it), so the figure always shows the runs of its table. The summary's first
 label names the method (a blank cell continues the row above) and its last label the x value:
 its leading number (``"2 (= EP)"`` is 2). One panel per column, mean ± std over the seeds.
+With ``--steps=test`` each row is a line over training instead, from its run's evaluations
+``test@<step>`` (the summary's columns name them), and ``--columns`` names metrics:
+
+  python experiments/group_size_figure.py \
+      --summary=docs/results/reproductions/omniglot_ephn_long.json --steps=test \
+      --columns=recall@1,map@r --out=docs/figures/ephn_fig4_long_omniglot.png
 """
 
 import argparse
@@ -58,14 +64,50 @@ def curves(summary: dict, header: str) -> dict[str, tuple[np.ndarray, np.ndarray
   return {m: tuple(np.array(v) for v in c) for m, c in out.items()}
 
 
-def draw(summary: dict, headers: list[str], path: str, *, xlabel: str = "") -> str:
-  """Writes one panel per column of ``headers`` to ``path``; the x axis is log2 when every x
-  is a positive power of two."""
+def step_curves(summary: dict, protocol: str, metric: str) -> dict[str, tuple[
+    np.ndarray, np.ndarray, np.ndarray]]:
+  """``{row: (steps [T], mean [T], std [T])}`` in percent: each row's ``metric`` of its run's
+  evaluations ``<protocol>@<step>`` (those a column of the summary names; ``docs/tables.py
+  summarize`` keeps them) against the step; the row is named by its labels."""
+  labels, out, method = summary.get("labels", []), {}, None
+  pattern = re.compile(re.escape(protocol) + r"@(\d+)")
+  for row in summary["rows"]:
+    method = row["cells"][0] or method
+    if method is None:
+      raise ValueError("the first row names no method (its first cell is blank).")
+    name = ", ".join([method, *(f"{label} = {cell}" for label, cell
+                                in zip(labels[1:], row["cells"][1:]) if cell)])
+    seeds = summary["runs"].get(row.get("run"))
+    if not seeds:
+      raise ValueError(f"no results of run {row.get('run')!r} in the summary: fill it with "
+                       "python docs/tables.py summarize.")
+    order = sorted(seeds, key=int)
+    steps = sorted({int(m.group(1)) for key in seeds[order[0]]
+                    if (m := pattern.fullmatch(key))})
+    if not steps:
+      raise ValueError(f"run {row['run']!r} holds no {protocol}@<step> results: name them "
+                       f"in the summary's columns (e.g. \"protocol\": \"{protocol}@600\").")
+    have = seeds[order[0]][f"{protocol}@{steps[0]}"]
+    if metric not in have:
+      raise ValueError(f"the {protocol}@<step> results have no metric {metric!r}; they have "
+                       f"{sorted(have)}.")
+    values = 100 * np.array([[seeds[s][f"{protocol}@{t}"][metric] for t in steps]
+                             for s in order])   # [S, T]
+    out[name] = (np.array(steps, float), values.mean(0),
+                 values.std(0, ddof=1) if len(order) > 1 else np.zeros(len(steps)))
+  return out
+
+
+def draw(summary: dict, headers: list[str], path: str, *, xlabel: str = "",
+         steps: str = "") -> str:
+  """Writes one panel per column of ``headers`` to ``path``, or with ``steps`` (a protocol)
+  one per metric of ``headers`` against the step (``step_curves``); the x axis is log2 when
+  every x is a positive power of two."""
   plt = report.pyplot()
   fig, axes = plt.subplots(1, len(headers), figsize=(6.5 * len(headers), 4.8), dpi=90,
                            squeeze=False)
   for ax, header in zip(axes[0], headers):
-    lines = curves(summary, header)
+    lines = step_curves(summary, steps, header) if steps else curves(summary, header)
     xs = np.concatenate([x for x, _, _ in lines.values()])
     for j, (method, (x, mean, std)) in enumerate(lines.items()):
       ax.errorbar(x, mean, yerr=std, fmt="-o", capsize=3, color=f"C{j}",
@@ -73,8 +115,10 @@ def draw(summary: dict, headers: list[str], path: str, *, xlabel: str = "") -> s
     if np.all(xs > 0) and np.all(np.log2(xs) == np.round(np.log2(xs))):
       ax.set_xscale("log", base=2)
       ax.set_xticks(sorted(set(xs)), [f"{v:g}" for v in sorted(set(xs))])
-    ax.set_xlabel(xlabel or summary.get("labels", ["", "x"])[-1])
-    ax.set_ylabel(f"{header} (%)")
+    elif steps:   # the evaluations' steps
+      ax.set_xticks(sorted(set(xs)), [f"{v:,.0f}" for v in sorted(set(xs))])
+    ax.set_xlabel(xlabel or ("step" if steps else summary.get("labels", ["", "x"])[-1]))
+    ax.set_ylabel(f"{steps} {header} (%)" if steps else f"{header} (%)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
   seeds = sorted({int(s) for runs in summary["runs"].values() for s in runs})
@@ -90,6 +134,9 @@ def main(argv=None) -> int:
                       help="a seeds summary of docs/tables.py summarize")
   parser.add_argument("--columns", required=True,
                       help="comma-separated column headers of the summary, one panel each")
+  parser.add_argument("--steps", default="",
+                      help="a protocol, e.g. test: each row's evaluations <protocol>@<step> "
+                           "against the step; --columns then names metrics (recall@1,map@r)")
   parser.add_argument("--xlabel", default="", help="default: the summary's last label")
   parser.add_argument("--out", required=True)
   args = parser.parse_args(argv)
@@ -99,7 +146,7 @@ def main(argv=None) -> int:
       raise ValueError("--columns names no column.")
     with open(args.summary) as f:
       summary = json.load(f)
-    print(draw(summary, headers, args.out, xlabel=args.xlabel))
+    print(draw(summary, headers, args.out, xlabel=args.xlabel, steps=args.steps))
   except (OSError, ValueError) as e:
     print(f"group_size_figure: {args.summary}: {e}", file=sys.stderr)
     return 2

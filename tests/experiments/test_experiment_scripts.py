@@ -1,6 +1,7 @@
 """experiments/: the reproduction drivers start (their imports and flags resolve); what they
 train is tested with the training loop (tests/test_training.py)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -115,6 +116,38 @@ def test_group_size_figure_curves_follow_the_rows(tmp_path):
   summary["rows"][0]["cells"][0] = ""
   with pytest.raises(ValueError, match="first row names no method"):
     figure.curves(summary, "R@1")
+
+
+def test_group_size_figure_steps_follow_the_evaluations(tmp_path, capsys):
+  # --steps=test: one line per row over its runs' test@<step> results (the final "test" and
+  # other protocols left out)
+  figure = _experiment("group_size_figure")
+  runs = {run: {str(s): {"test": {"recall@1": 0.9},
+                         **{f"test@{t}": {"recall@1": b + t / 10_000 + s / 100}
+                            for t in (600, 1200)},
+                         "train@600": {"recall@1": 0.0}} for s in (0, 1)}
+          for run, b in (("a", 0.1), ("b", 0.3))}
+  summary = {"title": "t", "labels": ["mining", "n"],
+             "columns": [{"header": "R@1", "metric": "recall@1", "protocol": "test@600"}],
+             "rows": [{"cells": ["EP", "2"], "run": "a", "protocol": "test"},
+                      {"cells": ["", "16"], "run": "b", "protocol": "test"}],
+             "runs": runs, "stamp": {"commit": "abc", "date": "d"}}
+  lines = figure.step_curves(summary, "test", "recall@1")
+  assert list(lines) == ["EP, n = 2", "EP, n = 16"]
+  np.testing.assert_allclose(lines["EP, n = 2"][0], [600, 1200])
+  np.testing.assert_allclose(lines["EP, n = 2"][1], [100 * (0.1 + 0.06 + 0.005),
+                                                     100 * (0.1 + 0.12 + 0.005)])
+  np.testing.assert_allclose(lines["EP, n = 16"][2], [np.sqrt(0.5)] * 2)
+  summary_path = tmp_path / "s.json"
+  summary_path.write_text(json.dumps(summary))
+  assert figure.main([f"--summary={summary_path}", "--steps=test", "--columns=recall@1",
+                      f"--out={tmp_path / 'f.png'}"]) == 0
+  for args, words in ((["--steps=valid", "--columns=recall@1"], "holds no valid@<step>"),
+                      (["--steps=test", "--columns=map@r"], "no metric 'map@r'")):
+    assert figure.main([f"--summary={summary_path}", *args,
+                        f"--out={tmp_path / 'g.png'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and words in err, err
 
 
 def test_group_size_figure_draws_a_committed_summary(tmp_path, capsys):
