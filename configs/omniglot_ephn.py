@@ -35,20 +35,11 @@ NCA temperature above). The figure sweeps ``data.group_size`` (n) at the fixed b
 
 (The first command leaves out HP, HPHN and BA, whose n = 2 losses are EP's and EPHN's; the
 tables are in docs/reproductions.md. The paper: an ImageNet ResNet-18 on Cars196 at 256 px,
-batch 128, SGD for 40 epochs.) Two sweeps vary the rest of the recipe around n: 10 letters a
-batch at every n, on the same 48,000 training drawings a run, and four times the steps with an
-evaluation every 600:
-
-  python -m dml_jax.run.experiments sweep --config=configs/omniglot_ephn.py \
-      --grid='loss.positive+loss.negative=easy+all,hard+all,all+all' \
-      --grid='batch_size+data.group_size+num_train_steps=40+4+1200,80+8+600,160+16+300' \
-      --seeds=3 --workdir=runs/omniglot_ephn_letters10 --set=data.options.root=/data/omniglot
-  python -m dml_jax.run.experiments sweep --config=configs/omniglot_ephn.py \
-      --grid='loss.positive+loss.negative=easy+all' --grid='data.group_size=2,16' \
-      --set=num_train_steps=2400 --set=eval_every_steps=600 --seeds=3 \
-      --workdir=runs/omniglot_ephn_long --set=data.options.root=/data/omniglot
-
-(and ``easy+all`` at ``20+2+2400``; ``easy+hard`` at n = 16 for the second.)
+batch 128, SGD for 40 epochs.) Two sweeps vary the rest of the recipe around n (their full
+commands are in docs/reproductions.md): 10 letters a batch at every n, on the same 48,000
+training drawings a run (``--grid='batch_size+data.group_size+num_train_steps=20+2+2400,
+40+4+1200,80+8+600,160+16+300'``), and four times the steps with an evaluation every 600
+(``--set=num_train_steps=2400 --set=eval_every_steps=600``).
 """
 
 from configs import omniglot_dro

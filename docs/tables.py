@@ -262,17 +262,18 @@ def summarize(run_root: str, summary_path: str, commit: str | None, machine: str
         raise SystemExit(f"summarize: {folder} has no eval_step_<N>.json (unfinished run?)")
       with open(evals[-1]) as f:
         results = json.load(f)["results"]
-      for protocol, step in sorted(at_steps):   # an earlier evaluation a column asks for
+      for step in sorted({step for _, step in at_steps}):   # earlier evaluations asked for
         path = os.path.join(folder, f"eval_step_{step}.json")
         if not os.path.exists(path):
           raise SystemExit(f"summarize: {folder} has no eval_step_{step}.json (the summary "
-                           f"asks for {protocol}@{step}; eval_every_steps must divide {step})")
+                           f"asks for step {step}; eval_every_steps must divide {step})")
         with open(path) as f:
           earlier = json.load(f)["results"]
-        if protocol not in earlier:
-          raise SystemExit(f"summarize: {path} has no protocol {protocol!r}; it has "
-                           f"{sorted(earlier)}")
-        results[f"{protocol}@{step}"] = earlier[protocol]
+        for protocol in sorted(p for p, s in at_steps if s == step):
+          if protocol not in earlier:
+            raise SystemExit(f"summarize: {path} has no protocol {protocol!r}; it has "
+                             f"{sorted(earlier)}")
+          results[f"{protocol}@{step}"] = earlier[protocol]
       # the newest step's report last (steps as numbers: 1500 after 200), so it is the one kept
       for extra in sorted(glob.glob(os.path.join(folder, "collapse_*_step_*.json")),
                           key=lambda p: int(re.findall(r"_step_(\d+)\.json$", p)[0])):

@@ -31,6 +31,25 @@ from dml_jax.evaluation import report  # pylint: disable=g-import-not-at-top
 NUMBER = re.compile(r"\s*([-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)")
 
 
+def _method_rows(summary: dict):
+  """``(method, row)`` per row: a blank first cell continues the method of the row above."""
+  method = None
+  for row in summary["rows"]:
+    method = row["cells"][0] or method
+    if method is None:
+      raise ValueError("the first row names no method (its first cell is blank).")
+    yield method, row
+
+
+def _seeds(summary: dict, run) -> dict:
+  """``{seed: results}`` of ``run``; a run without results is one error line."""
+  seeds = summary["runs"].get(run)
+  if not seeds:
+    raise ValueError(f"no results of run {run!r} in the summary: fill it with "
+                     "python docs/tables.py summarize.")
+  return seeds
+
+
 def curves(summary: dict, header: str) -> dict[str, tuple[np.ndarray, np.ndarray,
                                                            np.ndarray]]:
   """``{method: (x [R], mean [R], std [R])}`` in percent of the column ``header``: one entry
@@ -40,20 +59,13 @@ def curves(summary: dict, header: str) -> dict[str, tuple[np.ndarray, np.ndarray
   if header not in headers:
     raise ValueError(f"the summary has no column {header!r}; its columns: {headers}.")
   column = columns[headers.index(header)]
-  out, method = {}, None
-  for row in summary["rows"]:
-    method = row["cells"][0] or method
-    if method is None:
-      raise ValueError("the first row names no method (its first cell is blank).")
+  out = {}
+  for method, row in _method_rows(summary):
     match = NUMBER.match(row["cells"][-1])
     if not match:
       raise ValueError(f"the last label {row['cells'][-1]!r} of a {method!r} row does not "
                        "start with a number (the x value).")
-    run = row["run"] if "run" in row else row["runs"][headers.index(header)]
-    seeds = summary["runs"].get(run)
-    if not seeds:
-      raise ValueError(f"no results of run {run!r} in the summary: fill it with "
-                       "python docs/tables.py summarize.")
+    seeds = _seeds(summary, row["run"] if "run" in row else row["runs"][headers.index(header)])
     protocol = column.get("protocol", row["protocol"])
     values = column.get("scale", 100) * np.array(
         [seeds[s][protocol][column["metric"]] for s in sorted(seeds, key=int)])
@@ -69,18 +81,12 @@ def step_curves(summary: dict, protocol: str, metric: str) -> dict[str, tuple[
   """``{row: (steps [T], mean [T], std [T])}`` in percent: each row's ``metric`` of its run's
   evaluations ``<protocol>@<step>`` (those a column of the summary names; ``docs/tables.py
   summarize`` keeps them) against the step; the row is named by its labels."""
-  labels, out, method = summary.get("labels", []), {}, None
+  labels, out = summary.get("labels", []), {}
   pattern = re.compile(re.escape(protocol) + r"@(\d+)")
-  for row in summary["rows"]:
-    method = row["cells"][0] or method
-    if method is None:
-      raise ValueError("the first row names no method (its first cell is blank).")
+  for method, row in _method_rows(summary):
     name = ", ".join([method, *(f"{label} = {cell}" for label, cell
                                 in zip(labels[1:], row["cells"][1:]) if cell)])
-    seeds = summary["runs"].get(row.get("run"))
-    if not seeds:
-      raise ValueError(f"no results of run {row.get('run')!r} in the summary: fill it with "
-                       "python docs/tables.py summarize.")
+    seeds = _seeds(summary, row.get("run"))
     order = sorted(seeds, key=int)
     steps = sorted({int(m.group(1)) for key in seeds[order[0]]
                     if (m := pattern.fullmatch(key))})
