@@ -72,6 +72,24 @@ def test_omniglot_ephn_rows_differ_only_in_the_mining():
     config("omniglot_ephn", "npair")
 
 
+def test_omniglot_label_noise_rows_are_the_papers_losses_on_the_letter_recipe():
+  """The label-noise paper's three losses (as configs/label_noise.py) on the DRO tables'
+  Omniglot letter recipe with the paper's batch of 12 classes x 5 and 128-D; the rows differ
+  only in the loss."""
+  base = config("omniglot_label_noise")
+  assert base.to_dict() == config("omniglot_label_noise", "triplet_random_semihard").to_dict()
+  assert (base.batch_size, base.data.group_size, base.model.embedding_dim) == (60, 5, 128)
+  assert base.data.train_label_set == config("omniglot_dro").data.train_label_set == "character"
+  for row in ("triplet_random_semihard", "triplet_fixed_semihard", "margin"):
+    c = config("omniglot_label_noise", row)
+    assert c.loss.to_dict() == config("label_noise", f"cub,{row}").loss.to_dict(), row
+    c.loss = base.loss
+    assert c.to_dict() == base.to_dict(), row
+  assert config("omniglot_label_noise", "triplet_fixed_semihard").loss.negative == "semihard"
+  with pytest.raises(ValueError, match="allowed: triplet_random_semihard"):
+    config("omniglot_label_noise", "triplet")
+
+
 def test_the_two_mnist_configs_differ_only_in_the_positive():
   eps, base = config("mnist_evenodd_eps"), config("mnist_evenodd_triplet")
   assert eps.loss.positive == "easy" and base.loss.positive == "random"
