@@ -1,14 +1,19 @@
-r"""Label-noise paper Fig. 1-2 and 5 on the digits: R@1 and NMI against the noise rate p.
+r"""Label-noise paper Figs. 1-3 and 5-7 style: R@1 and NMI against the noise rate p.
 
   python experiments/label_noise_figure.py \
       --summary=docs/results/reproductions/label_noise.json --out=docs/figures/label_noise.png
+  python experiments/label_noise_figure.py \
+      --summary=docs/results/reproductions/omniglot_label_noise.json \
+      --out=docs/figures/label_noise_omniglot.png \
+      --title="Label-noise paper Figs. 1-3 and 5-7 style on Omniglot (the 659 unseen letters)"
 
 Draws from the summary alone (``python docs/tables.py summarize`` keeps every seed's results
 of every run in it), so the figure always shows the runs of the table. One column per loss,
 as the paper's panels (a)-(c) (and (c'), Wu et al.'s training of the margin loss): the run
 trained with label noise p and the topline trained on the clean 1 - p subset, mean ± std over
 the seeds; the last column is panel (d), the ratio of the two means. One row per metric (R@1
-as Fig. 1-2, NMI as Fig. 5).
+as Figs. 1-3, NMI as Figs. 5-7). A case whose two columns the summary lacks is left out (the
+Omniglot summary has no (c')).
 """
 
 import argparse
@@ -30,6 +35,7 @@ CASES = (("a", "triplet, random semi-hard", "random semi-hard", "clean 1−p (ra
          ("c'", "margin, Wu et al.'s (distance-weighted)", "margin, Wu et al.'s",
           "clean 1−p (margin, Wu et al.'s)"))
 METRICS = (("recall@1", "R@1"), ("nmi", "NMI"))
+DEFAULT_TITLE = "Label-noise paper Fig. 1-2 and 5 style on the digits (unseen digits 6-9)"
 
 
 def curve(summary: dict, header: str, metric: str) -> tuple[np.ndarray, np.ndarray,
@@ -55,37 +61,47 @@ def curve(summary: dict, header: str, metric: str) -> tuple[np.ndarray, np.ndarr
   return np.array(ps), np.array(means), np.array(stds)
 
 
-def draw(summary: dict, path: str) -> str:
-  """Writes the figure (``len(METRICS)`` rows x ``len(CASES) + 1`` panels) to ``path``."""
+def cases(summary: dict) -> tuple:
+  """The entries of ``CASES`` whose noisy run or topline is a column of ``summary`` (a case
+  with only one of the two is drawn, so that :func:`curve` names the missing one)."""
+  headers = {c["header"] for c in summary["columns"]}
+  found = tuple(case for case in CASES if headers & set(case[2:]))
+  if not found:
+    raise ValueError(f"the summary has none of the columns {[c[2] for c in CASES]}.")
+  return found
+
+
+def draw(summary: dict, path: str, title: str = DEFAULT_TITLE) -> str:
+  """Writes the figure (``len(METRICS)`` rows x one panel per case and panel (d)) to ``path``."""
   plt = report.pyplot()
-  fig, axes = plt.subplots(len(METRICS), len(CASES) + 1, figsize=(18, 7), dpi=90,
-                           squeeze=False)
+  drawn = cases(summary)
+  fig, axes = plt.subplots(len(METRICS), len(drawn) + 1, figsize=(3.6 * (len(drawn) + 1), 7),
+                           dpi=90, squeeze=False)
   for i, (metric, name) in enumerate(METRICS):
-    for j, (panel, title, noisy, clean) in enumerate(CASES):
+    for j, (panel, case_title, noisy, clean) in enumerate(drawn):
       ax, color, means = axes[i, j], f"C{j}", []
       for header, style, label in ((noisy, "-o", "noise p"), (clean, "--s", "clean 1−p")):
         p, mean, std = curve(summary, header, metric)
         ax.errorbar(p, mean, yerr=std, fmt=style, capsize=3, color=color, label=label)
         means.append(mean)
-      ax.set_title(f"({panel}) {title}", fontsize=9)
+      ax.set_title(f"({panel}) {case_title}", fontsize=9)
       ax.set_xlabel("label noise p")
       ax.set_ylabel(f"test {name} (%)")
       ax.legend(fontsize=7)
       ax.grid(alpha=0.3)
       ratio_ax = axes[i, -1]
       ratio_ax.plot(p, means[0] / means[1], "-o", color=color, label=f"({panel})")
-    lows, highs = zip(*(axes[i, j].get_ylim() for j in range(len(CASES))))
-    for j in range(len(CASES)):   # one scale for the losses of a row
+    lows, highs = zip(*(axes[i, j].get_ylim() for j in range(len(drawn))))
+    for j in range(len(drawn)):   # one scale for the losses of a row
       axes[i, j].set_ylim(min(lows), max(highs))
     ratio_ax.set_title(f"(d) {name} with noise p / {name} on the clean 1−p", fontsize=9)
     ratio_ax.set_xlabel("label noise p")
     ratio_ax.set_ylabel("ratio of the seeds' means")
-    ratio_ax.legend(fontsize=7, ncol=len(CASES), loc="upper right")
+    ratio_ax.legend(fontsize=7, ncol=len(drawn), loc="upper right")
     ratio_ax.grid(alpha=0.3)
   seeds = sorted({int(s) for runs in summary["runs"].values() for s in runs})
   stamp = summary["stamp"]
-  fig.suptitle("Label-noise paper Fig. 1-2 and 5 style on the digits (unseen digits 6-9): "
-               f"mean ± std over {len(seeds)} seeds "
+  fig.suptitle(f"{title}: mean ± std over {len(seeds)} seeds "
                f"(commit {stamp['commit']}, {stamp['date']})", fontsize=10)
   return report.save(fig, path)
 
@@ -95,11 +111,13 @@ def main(argv=None) -> int:
   parser.add_argument("--summary", default="docs/results/reproductions/label_noise.json",
                       help="a label-noise summary of docs/tables.py summarize")
   parser.add_argument("--out", default="docs/figures/label_noise.png")
+  parser.add_argument("--title", default=DEFAULT_TITLE,
+                      help="what the runs are, above the panels")
   args = parser.parse_args(argv)
   try:
     with open(args.summary) as f:
       summary = json.load(f)
-    print(draw(summary, args.out))
+    print(draw(summary, args.out, args.title))
   except (OSError, ValueError) as e:
     print(f"label_noise_figure: {args.summary}: {e}", file=sys.stderr)
     return 2

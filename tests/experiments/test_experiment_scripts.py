@@ -71,6 +71,25 @@ def test_label_noise_figure_curves_are_the_seeds_mean_and_std(tmp_path):
     figure.draw(summary, str(tmp_path / "g.png"))
 
 
+def test_label_noise_figure_leaves_out_a_case_without_columns(tmp_path):
+  """A summary without Wu et al.'s two columns (the Omniglot one) draws (a)-(c) and (d); one
+  without any loss's column is one error."""
+  figure = _label_noise_figure()
+  summary = _noise_summary()
+  wu = set(figure.CASES[-1][2:])
+  keep = [j for j, c in enumerate(summary["columns"]) if c["header"] not in wu]
+  summary["columns"] = [summary["columns"][j] for j in keep]
+  for row in summary["rows"]:
+    row["runs"] = [row["runs"][j] for j in keep]
+  assert [case[0] for case in figure.cases(summary)] == ["a", "b", "c"]
+  path = figure.draw(summary, str(tmp_path / "f.png"), title="Omniglot")
+  with open(path, "rb") as f:
+    assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+  summary["columns"] = [{"header": "R@1", "metric": "recall@1"}]
+  with pytest.raises(ValueError, match="none of the columns"):
+    figure.cases(summary)
+
+
 def test_label_noise_figure_draws_the_committed_summary(tmp_path, capsys):
   figure = _label_noise_figure()
   summary = os.path.join(ROOT, "docs", "results", "reproductions", "label_noise.json")
