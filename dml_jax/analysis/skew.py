@@ -5,7 +5,9 @@ scheme over-samples some negative pairs relative to uniform sampling; it conject
 ``eta_random < eta_fixed`` for random semi-hard (eq. 28) vs fixed semi-hard (eq. 29) mining.
 This tool measures it on real embeddings: for a batch it takes the negatives each strategy
 selects (via ``dml_jax.mining.select``, exactly as the triplet objective does: scores
-``-d^2``, ``d^2`` the squared Euclidean distance of ``similarity.squared_distance``) and
+``-d^2``, ``d^2`` the squared Euclidean distance of ``similarity.squared_distance``, or ``-d``
+for a run whose triplet hinge is on plain distances, ``loss.distance='euclidean'``, so that
+the semi-hard margins are in the loss's units; ``'distance_weighted'`` always on ``-d^2``) and
 compares the distribution of their distances ``d = sqrt(d^2)`` with that of *all* negative
 pairs of the batch:
 
@@ -43,10 +45,12 @@ from dml_jax import similarity as sim
 from dml_jax.analysis import common
 
 STRATEGIES = ("semihard_random", "semihard", "hard", "distance_weighted", "random")
+DISTANCES = ("squared", "euclidean")     # the triplet objective's ``distance``
 
 
 def selected_negative_distances(embeddings, labels, *, strategy: str, key,
                                 positive: str = "all", margin: float = 0.2,
+                                distance: str = "squared",
                                 similarity: str = "cosine"):
   """Distances of the selected negatives and of all negative pairs of one batch.
 
@@ -56,7 +60,9 @@ def selected_negative_distances(embeddings, labels, *, strategy: str, key,
     strategy: one of ``STRATEGIES`` (a ``mining`` negative mode).
     key: PRNG key (used by the stochastic strategies).
     positive: the positive mode (``mining.POSITIVE_MODES``).
-    margin: triplet margin in squared-distance units (random semi-hard).
+    margin: triplet margin in the units of ``distance`` (random semi-hard).
+    distance: ``'squared'`` (mining on ``-d^2``) or ``'euclidean'`` (on ``-d``), as the
+      triplet objective's ``distance``.
     similarity: ``similarity.pairwise_similarity`` kind.
 
   Returns:
@@ -65,21 +71,25 @@ def selected_negative_distances(embeddings, labels, *, strategy: str, key,
   """
   if strategy not in STRATEGIES:
     raise ValueError(f"Unknown strategy {strategy!r}; allowed: {', '.join(STRATEGIES)}.")
+  if distance not in DISTANCES:
+    raise ValueError(f"Unknown distance {distance!r}; allowed: {', '.join(DISTANCES)}.")
   sel, valid, d2 = _select(jnp.asarray(embeddings, jnp.float32), jnp.asarray(labels), key,
                            strategy=strategy, positive=positive, margin=float(margin),
-                           similarity=similarity)
+                           similarity=similarity, distance=distance)
   d = np.sqrt(np.maximum(np.asarray(d2), 0.0))
   _, neg = sim.label_masks(jnp.asarray(labels))
   chosen = np.take_along_axis(d, np.asarray(sel), axis=1)[np.asarray(valid)]
   return chosen.astype(np.float32), d[np.asarray(neg)].astype(np.float32)
 
 
-@jax.jit(static_argnames=("strategy", "positive", "margin", "similarity"))
-def _select(embeddings, labels, key, *, strategy, positive, margin, similarity):
+@jax.jit(static_argnames=("strategy", "positive", "margin", "similarity", "distance"))
+def _select(embeddings, labels, key, *, strategy, positive, margin, similarity, distance):
   s = sim.pairwise_similarity(embeddings, kind=similarity)
   d2 = sim.squared_distance(s, kind=similarity)
   pos, neg = sim.label_masks(labels)
-  selection = mining.select(-d2, pos, neg, positive=positive, negative=strategy, margin=margin,
+  plain = distance == "euclidean" and strategy != "distance_weighted"
+  score = -jnp.sqrt(jnp.maximum(d2, 0.0)) if plain else -d2
+  selection = mining.select(score, pos, neg, positive=positive, negative=strategy, margin=margin,
                             key=key, dim=embeddings.shape[1])
   return selection.negative, selection.valid, d2
 
@@ -108,7 +118,7 @@ def skew_measures(selected, reference, *, bins: int = 20, min_count: int = 20) -
 
 def skew_report(batches, *, strategies: Sequence[str] = STRATEGIES[:4], seed: int = 0,
                 positive: str = "all", margin: float = 0.2, similarity: str = "cosine",
-                bins: int = 20, min_count: int = 20) -> dict:
+                distance: str = "squared", bins: int = 20, min_count: int = 20) -> dict:
   """Pools every strategy's selections over ``batches`` (``[(embeddings [B, D], labels [B])]``).
 
   Returns:
@@ -124,7 +134,7 @@ def skew_report(batches, *, strategies: Sequence[str] = STRATEGIES[:4], seed: in
     for j, strategy in enumerate(strategies):
       chosen, all_neg = selected_negative_distances(
           emb, lab, strategy=strategy, key=jax.random.fold_in(key, i * 64 + j),
-          positive=positive, margin=margin, similarity=similarity)
+          positive=positive, margin=margin, similarity=similarity, distance=distance)
       pooled[strategy].append(chosen)
     reference.append(all_neg)
   reference = np.concatenate(reference)
@@ -182,12 +192,13 @@ def main(argv: Sequence[str] | None = None) -> int:
              for idx in (sampler.batch_indices(t) for t in range(args.num_batches))]
   margin = args.margin if args.margin is not None else float(config.loss.get("margin", 0.2))
   similarity = config.loss.get("similarity", "cosine")
+  distance = config.loss.get("distance", "squared")
   report = skew_report(batches, strategies=tuple(args.strategies.split(",")), seed=config.seed,
-                       margin=margin, similarity=similarity)
+                       margin=margin, similarity=similarity, distance=distance)
   out_dir = args.out or args.workdir
   path = os.path.join(out_dir, f"sampling_skew_{args.split}_step_{step}.png")
   plot_skew(report, path=path, title=f"{args.split} step {step}, {args.num_batches} batches "
-            f"of {batch_size}, margin {margin}")
+            f"of {batch_size}, margin {margin} on {'d' if distance == 'euclidean' else 'd²'}")
   summary = {k: {m: v for m, v in r.items() if m != "distances"}
              for k, r in report.items() if k != "all_negatives"}
   with open(os.path.join(out_dir, f"sampling_skew_{args.split}_step_{step}.json"), "w") as f:

@@ -102,6 +102,32 @@ def test_skew_selected_distances_follow_mining_select():
     skew.selected_negative_distances(x, y, strategy="easy", key=jax.random.key(0))
 
 
+def test_skew_random_semihard_margin_is_in_the_units_of_the_distance():
+  """distance='euclidean' mines on -d as the triplet objective does: the terms that find a
+  random semi-hard negative are those with d_an < d_ap + margin, not d_an^2 < d_ap^2 + margin;
+  every selected negative is one of the term's candidates."""
+  rng = np.random.default_rng(1)
+  x = rng.normal(size=(16, 4)).astype(np.float32)
+  y = np.repeat(np.arange(4), 4)
+  xn = x / np.linalg.norm(x, axis=1, keepdims=True)
+  d = np.sqrt(np.maximum(((xn[:, None] - xn[None]) ** 2).sum(-1), 0))
+  counts = {}
+  for distance, f in (("squared", np.square), ("euclidean", lambda v: v)):
+    chosen, _ = skew.selected_negative_distances(x, y, strategy="semihard_random", margin=0.5,
+                                                 distance=distance, key=jax.random.key(0))
+    candidates = [d[a, n] for a in range(16) for p in range(16) if p != a and y[p] == y[a]
+                  for n in range(16) if y[n] != y[a] and f(d[a, n]) < f(d[a, p]) + 0.5]
+    terms = sum(any(y[n] != y[a] and f(d[a, n]) < f(d[a, p]) + 0.5 for n in range(16))
+                for a in range(16) for p in range(16) if p != a and y[p] == y[a])
+    assert len(chosen) == terms, distance
+    assert np.isclose(chosen[:, None], np.array(candidates)[None], atol=1e-5).any(1).all()
+    counts[distance] = terms
+  assert counts["squared"] != counts["euclidean"]
+  with pytest.raises(ValueError, match="distance 'l1'"):
+    skew.selected_negative_distances(x, y, strategy="semihard", distance="l1",
+                                     key=jax.random.key(0))
+
+
 def test_skew_measures_uniform_vs_skewed(tmp_path):
   rng = np.random.default_rng(0)
   reference = rng.uniform(0, 2, 100_000)
