@@ -19,15 +19,20 @@ CNN from scratch, grey 28 x 28 drawings, Adam 1e-3; the 964 letters of the 30 ba
 alphabets, 20 drawings each) with the paper's batch of 60 = 12 letters x 5 drawings and 128-D
 embedding, 600 steps (1.9 epochs), as the
 DRO and EPHN tables on this recipe; evaluated on the 659 unseen letters of the 20 evaluation
-alphabets. With 964 classes, noise moves a drawing to one of 963 other letters, so a noisy
-positive pair is almost never a true pair, and a noisy negative pair almost never a true one.
+alphabets. With 964 classes, noise moves a drawing to one of 963 other letters, so a
+different-letter pair is almost never read as a same-letter one (eq. 7's q_-1 is 0.0007 at
+p = 0.4), while a same-letter pair is read as different with q_+1 = 0.64.
 
   python -m dml_jax.run.experiments sweep \
       --config=configs/omniglot_label_noise.py:triplet_random_semihard \
       --grid='data.label_noise+data.clean_fraction=0.0+1.0,0.2+1.0,0.4+1.0,0.6+1.0,0.0+0.8,0.0+0.6,0.0+0.4' \
-      --seeds=3 --workdir=runs/omniglot_label_noise --set=data.options.root=/data/omniglot
+      --seeds=3 --workdir=runs/omniglot_label_noise/triplet_random_semihard \
+      --set=data.options.root=/data/omniglot
 
-(and the same for ``triplet_fixed_semihard`` and ``margin``, in the same folder).
+(and the same for ``triplet_fixed_semihard`` and ``margin``, each in its own folder). Two
+sweeps vary the recipe around p = 0.4 (their full commands are in docs/reproductions.md): the
+triplet hinge on squared distances (``--set=loss.distance=squared``) and four times the steps
+with an evaluation every 600 (``--set=num_train_steps=2400 --set=eval_every_steps=600``).
 """
 
 from configs import omniglot_dro, recipes
