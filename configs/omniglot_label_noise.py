@@ -29,9 +29,10 @@ p = 0.4), while a same-letter pair is read as different with q_+1 = 0.64.
       --seeds=3 --workdir=runs/omniglot_label_noise/triplet_random_semihard \
       --set=data.options.root=/data/omniglot
 
-(and the same for ``triplet_fixed_semihard`` and ``margin``, each in its own folder). A
-second sweep puts the triplet hinge on squared distances at p = 0.4
-(``--set=loss.distance=squared``; its full command is in docs/reproductions.md).
+(and the same for ``triplet_fixed_semihard`` and ``margin``, each in its own folder). Two
+sweeps vary the recipe around p = 0.4 (their full commands are in docs/reproductions.md): the
+triplet hinge on squared distances (``--set=loss.distance=squared``) and four times the steps
+with an evaluation every 600 (``--set=num_train_steps=2400 --set=eval_every_steps=600``).
 """
 
 from configs import omniglot_dro, recipes
