@@ -26,7 +26,9 @@ the Euclidean distance; its margin loss is ``margin_paper``); the recorded table
       --grid='data.label_noise+data.clean_fraction=0.0+1.0,0.2+1.0,0.4+1.0,0.6+1.0,0.0+0.8,0.0+0.6,0.0+0.4' \
       --seeds=8 --workdir=runs/label_noise_margin_paper
 
-(the third, the clean topline of ``margin``, in the same folder as its noisy runs).
+(the third, the clean topline of ``margin``, in the same folder as its noisy runs). The triplet
+runs at p = 0.4 evaluated every 100 steps (``--set=eval_every_steps=100``) show the two
+semi-hard selections over training; docs/reproductions.md has the command.
 """
 
 from configs import recipes

@@ -22,6 +22,7 @@ import json
 import os
 import re
 import sys
+import textwrap
 
 import numpy as np
 
@@ -108,7 +109,7 @@ def draw(summary: dict, headers: list[str], path: str, *, xlabel: str = "",
          steps: str = "") -> str:
   """Writes one panel per column of ``headers`` to ``path``, or with ``steps`` (a protocol)
   one per metric of ``headers`` against the step (``step_curves``); the x axis is log2 when
-  every x is a positive power of two."""
+  every x is a positive power of two, and log when the steps span a decade or more."""
   plt = report.pyplot()
   fig, axes = plt.subplots(1, len(headers), figsize=(6.5 * len(headers), 4.8), dpi=90,
                            squeeze=False)
@@ -121,7 +122,10 @@ def draw(summary: dict, headers: list[str], path: str, *, xlabel: str = "",
     if np.all(xs > 0) and np.all(np.log2(xs) == np.round(np.log2(xs))):
       ax.set_xscale("log", base=2)
       ax.set_xticks(sorted(set(xs)), [f"{v:g}" for v in sorted(set(xs))])
-    elif steps:   # the evaluations' steps
+    elif steps:   # the evaluations' steps, on a log axis when they span a decade or more
+      if xs.min() > 0 and xs.max() >= 10 * xs.min():
+        ax.set_xscale("log")
+        ax.minorticks_off()
       ax.set_xticks(sorted(set(xs)), [f"{v:,.0f}" for v in sorted(set(xs))])
     ax.set_xlabel(xlabel or ("step" if steps else summary.get("labels", ["", "x"])[-1]))
     ax.set_ylabel(f"{steps} {header} (%)" if steps else f"{header} (%)")
@@ -129,8 +133,9 @@ def draw(summary: dict, headers: list[str], path: str, *, xlabel: str = "",
     ax.legend(fontsize=8)
   seeds = sorted({int(s) for runs in summary["runs"].values() for s in runs})
   stamp = summary.get("stamp", {})
-  fig.suptitle(f"{summary['title']}: mean ± std over {len(seeds)} seeds "
-               f"(commit {stamp.get('commit', '?')}, {stamp.get('date', '?')})", fontsize=10)
+  title = (f"{summary['title']}: mean ± std over {len(seeds)} seeds "
+           f"(commit {stamp.get('commit', '?')}, {stamp.get('date', '?')})")
+  fig.suptitle(textwrap.fill(title, 80 * len(headers)), fontsize=10)
   return report.save(fig, path)
 
 

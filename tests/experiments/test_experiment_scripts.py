@@ -169,6 +169,28 @@ def test_group_size_figure_steps_follow_the_evaluations(tmp_path, capsys):
     assert err.count("\n") == 1 and words in err, err
 
 
+def test_group_size_figure_steps_over_a_decade_are_on_a_log_axis(tmp_path, monkeypatch):
+  """Evaluations from step 100 to 2,000 are drawn on a log axis, 600 to 1,200 on a linear
+  one; each labelled at its steps. A long title is wrapped to the figure's width."""
+  figure = _experiment("group_size_figure")
+  drawn = []
+  monkeypatch.setattr(figure.report, "save", lambda fig, path: drawn.append(fig) or path)
+  for steps, scale in (((100, 300, 2000), "log"), ((600, 1200), "linear")):
+    seeds = {str(s): {f"test@{t}": {"recall@1": 0.5 + t / 1e4 + s / 100} for t in steps}
+             for s in (0, 1)}
+    summary = {"title": "a long title " * 12, "labels": ["negative"],
+               "columns": [{"header": f"R@1 {t}", "metric": "recall@1",
+                            "protocol": f"test@{t}"} for t in steps],
+               "rows": [{"cells": ["random"], "run": "a", "protocol": "test"}],
+               "runs": {"a": seeds}, "stamp": {"commit": "abc", "date": "d"}}
+    figure.draw(summary, ["recall@1"], str(tmp_path / "f.png"), steps="test")
+    ax = drawn[-1].axes[0]
+    assert ax.get_xscale() == scale
+    assert [t.get_text() for t in ax.get_xticklabels()] == [f"{t:,}" for t in steps]
+    title = drawn[-1]._suptitle.get_text()   # pylint: disable=protected-access
+    assert title.count("\n") >= 1 and max(map(len, title.split("\n"))) <= 80
+
+
 def test_group_size_figure_draws_a_committed_summary(tmp_path, capsys):
   figure = _experiment("group_size_figure")
   summary = os.path.join(ROOT, "docs", "results", "reproductions", "omniglot_ephn_2nd.json")
