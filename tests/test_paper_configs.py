@@ -1,15 +1,19 @@
 """Every paper config runs end to end with its ``smoke`` option on mock data: the real dataset
 loader (TFDS under ``tfds.testing.mock_data``, In-Shop on generated files), the sampler, the
-augmentation pipeline, two train steps, a checkpoint and an evaluation."""
+augmentation pipeline, two train steps, a checkpoint and an evaluation. A variant that differs
+from an earlier variant of its file in the loss alone applies its objective to a batch of its
+composition instead (its end-to-end run is ``long``)."""
 
 import importlib
 import json
 import os
 
+import jax
 import numpy as np
 import pytest
 
 from dml_jax import data
+from dml_jax import objectives
 from dml_jax.run import training
 from dml_jax import optimizers
 from dml_jax.run import config as config_lib
@@ -67,11 +71,58 @@ def test_num_epochs_and_decay_epochs_use_the_sampler_epoch():
                              rtol=1e-6)
 
 
+def loss_only_variants(specs) -> dict[str, str]:
+  """``{spec: earlier}``: each spec whose smoke config equals that of an earlier spec of the
+  same config file except in ``loss`` (e.g. ``omniglot_dro:lifted`` and ``omniglot_dro:ms``)."""
+  first, out = {}, {}
+  for spec in specs:
+    c = paper_config(spec, "smoke").to_dict()
+    del c["loss"]
+    key = (spec.partition(":")[0], json.dumps(c, sort_keys=True, default=str))
+    if key in first:
+      out[spec] = first[key]
+    else:
+      first[key] = spec
+  return out
+
+
+LOSS_ONLY = loss_only_variants(IMAGE_CONFIGS)
+
+
 def smoke_param(spec):
   """The label-noise losses run by default on CUB; on SOP and Flowers (same code, other
-  data) they are ``long``."""
-  long = spec.startswith("label_noise:") and not spec.startswith("label_noise:cub,")
+  data) they are ``long``, as is every other loss-only variant (``LOSS_ONLY``: its objective
+  is applied to a batch of its composition by default)."""
+  long = ((spec.startswith("label_noise:") and not spec.startswith("label_noise:cub,"))
+          or spec in LOSS_ONLY)
   return pytest.param(spec, marks=[pytest.mark.long] if long else [])
+
+
+def test_loss_only_variants_are_the_rows_of_a_config_file():
+  assert {"omniglot_dro:lifted", "omniglot_ephn:ephn", "label_noise:cub,margin",
+          "label_noise:sop,margin"} <= set(LOSS_ONLY)
+  assert LOSS_ONLY["omniglot_dro:lifted"] == "omniglot_dro:ms"
+  # the first row of each file, and a row that changes more than the loss, run end to end
+  assert not {"omniglot_dro:ms", "label_noise:cub,triplet_random_semihard", "label_noise:sop,"
+              "triplet_random_semihard", "omniglot_ephn:proxy_nca"} & set(LOSS_ONLY)
+
+
+@pytest.mark.parametrize("spec", sorted(LOSS_ONLY))
+def test_loss_only_variant_objective_on_a_batch_of_its_composition(spec):
+  """The variant's objective (every hyper-parameter of its config) and gradient on a batch of
+  its smoke config's size, classes x group size and embedding dimension."""
+  c = paper_config(spec, "smoke")
+  obj = objectives.make(**c.loss.to_dict())
+  classes = c.batch_size // c.data.group_size
+  labels = np.repeat(np.arange(classes), c.data.group_size)
+  emb = np.random.default_rng(0).normal(size=(c.batch_size, c.model.embedding_dim))
+  emb = (emb / np.linalg.norm(emb, axis=1, keepdims=True)).astype(np.float32)
+  key = jax.random.key(0)
+  params = obj.init(key, num_classes=classes, dim=c.model.embedding_dim)
+  (loss, _), grad = jax.jit(jax.value_and_grad(
+      lambda e: obj.apply(params, e, labels, rng=key), has_aux=True))(emb)
+  assert np.isfinite(float(loss)) and np.all(np.isfinite(grad)), spec
+  assert float(loss) > 0 and np.abs(grad).max() > 0, spec
 
 
 @pytest.mark.slow
