@@ -22,13 +22,16 @@ and ``reproductions/mnist_table1`` names ``docs/results/reproductions/mnist_tabl
                                                  # "protocol" overrides the row's
    "paper": "paper R@1",                         # optional last column's header
    "rows": [{"cells": ["easy (EPS)", "test digits 6–9"], "run": "loss.positive=easy",
-             "protocol": "test", "paper": "42.31"}],   # or "runs": [one per column]
+             "protocol": "test", "paper": "42.31"}],   # or "runs": [one per column];
+                                                 # "step": N reads each cell's protocol
+                                                 # at step N (below)
    "runs": {"loss.positive=easy": {"0": {"test": {"recall@1": 0.464, ...}}, ...}}}
 
 A row's cell is ``mean ± std`` over the seeds of its run (sample std, ``ddof=1``). ``runs``
 holds each seed's final ``eval_step_<N>.json`` results (``summarize`` reads them from
 ``RUN_ROOT/<run>/seed_<s>/``; a column or row protocol ``<protocol>@<step>``, e.g.
-``test@600``, adds that protocol's results of the run's evaluation at step 600; a run's
+``test@600``, adds that protocol's results of the run's evaluation at step 600 (a row's
+``"step": 600`` does this for each of its cells' protocols); a run's
 ``collapse_<split>_step_<N>.json`` of
 ``python -m dml_jax.analysis.collapse`` (the newest ``N``'s) adds the protocol
 ``collapse:<split>`` with the mean over classes of ``relative_spread`` and ``rho``; a
@@ -79,11 +82,19 @@ def mean_std(values: list[float]) -> tuple[float, float]:
   return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
 
 
+def cell_protocol(row: dict, column: dict | None = None) -> str:
+  """The protocol a cell reads: its column's, else its row's; ``<protocol>@<step>`` where the
+  row names a ``step`` (the run's evaluation at that step)."""
+  protocol = (column or {}).get("protocol", row.get("protocol"))
+  return f"{protocol}@{row['step']}" if "step" in row else protocol
+
+
 def seed_values(summary: dict, row: dict, metric: str) -> list[float]:
   seeds = summary["runs"].get(row["run"])
   if not seeds:
     raise ValueError(f"{summary['title']!r}: no runs of {row['run']!r}")
-  return [float(seeds[s][row["protocol"]][metric]) for s in sorted(seeds, key=int)]
+  protocol = cell_protocol(row)
+  return [float(seeds[s][protocol][metric]) for s in sorted(seeds, key=int)]
 
 
 def row_runs(row: dict, num_columns: int) -> list:
@@ -117,9 +128,8 @@ def render_seeds(summary: dict) -> str:
       if run is None:
         cells.append("—")
         continue
-      protocol = column.get("protocol", row.get("protocol"))
-      mean, std = mean_std(seed_values(summary, {**row, "run": run, "protocol": protocol},
-                                       column["metric"]))
+      mean, std = mean_std(seed_values(
+          summary, {"run": run, "protocol": cell_protocol(row, column)}, column["metric"]))
       scale, digits = column.get("scale", 100), column.get("digits", 1)
       text = f"{scale * mean:.{digits}f} ± {scale * std:.{digits}f}"
       cells.append(f"**{text}**" if column.get("bold") else text)
@@ -245,8 +255,10 @@ def summarize(run_root: str, summary_path: str, commit: str | None, machine: str
   runs = {}
   wanted = {run for r in summary["rows"] for run in row_runs(r, len(summary["columns"]))}
   # "<protocol>@<step>": the protocol's results of the run's evaluation at that step
-  at_steps = {(m.group(1), int(m.group(2))) for item in (*summary["columns"], *summary["rows"])
-              if (m := re.fullmatch(r"(.+)@(\d+)", item.get("protocol", "")))}
+  protocols = {cell_protocol(row, column) for row in summary["rows"]
+               for column in (*summary["columns"], *([{}] if "protocol" in row else []))}
+  at_steps = {(m.group(1), int(m.group(2))) for protocol in protocols
+              if (m := re.fullmatch(r"(.+)@(\d+)", protocol))}
   for run in sorted(wanted - {None}):
     folders = sorted(glob.glob(os.path.join(run_root, run, "seed_*")),
                      key=lambda p: int(p.rsplit("_", 1)[1]))

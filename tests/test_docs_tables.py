@@ -146,6 +146,35 @@ def test_summarize_reads_an_earlier_evaluation_a_column_names(tmp_path):
       tables.summarize(str(tmp_path / "runs"), str(summary), "abc", "m")
 
 
+def test_a_row_step_reads_each_columns_protocol_at_that_step(tmp_path):
+  # rows over training, columns over protocols: a row's "step" 600 reads test@600 and
+  # train@600; a row without one reads the final evaluation
+  folder = tmp_path / "runs" / "a" / "seed_0"
+  folder.mkdir(parents=True)
+  for step in (600, 1200):
+    (folder / f"eval_step_{step}.json").write_text(json.dumps(
+        {"step": step, "results": {"test": {"recall@1": step / 4000},
+                                   "train": {"recall@1": step / 3000}}}))
+  summary = tmp_path / "s.json"
+  summary.write_text(json.dumps({
+      "title": "t", "labels": ["step"],
+      "columns": [{"header": "test", "metric": "recall@1", "protocol": "test"},
+                  {"header": "train", "metric": "recall@1", "protocol": "train"}],
+      "rows": [{"cells": ["600"], "run": "a", "protocol": "test", "step": 600},
+               {"cells": ["1,200"], "run": "a", "protocol": "test"}]}))
+  tables.summarize(str(tmp_path / "runs"), str(summary), "abc", "m")
+  filled = json.loads(summary.read_text())
+  seed = filled["runs"]["a"]["0"]
+  assert seed["test@600"] == {"recall@1": 0.15} and seed["train@600"] == {"recall@1": 0.2}
+  assert "test@1200" not in seed
+  filled["name"] = "reproductions/s"
+  table = tables.render_seeds(filled)
+  assert "| 600 | 15.0 ± 0.0 | 20.0 ± 0.0 |" in table
+  assert "| 1,200 | 30.0 ± 0.0 | 40.0 ± 0.0 |" in table
+  # a claim citing the row reads its own protocol at its step
+  assert tables.seed_values(filled, filled["rows"][0], "recall@1") == [0.15]
+
+
 def test_a_benchmark_line_states_the_versions_and_a_gpu():
   with open(os.path.join(ROOT, "docs", "results", "performance", "objectives.json")) as f:
     summary = json.load(f)
