@@ -8,7 +8,9 @@ paper's Fig. 4 (R@1 of each mining strategy against the group size n).
 Draws from the summary alone (``python docs/tables.py summarize`` keeps every seed's results
 of every run in it), so the figure always shows the runs of its table. The summary's first
 label names the method (a blank cell continues the row above) and its last label the x value:
-its leading number (``"2 (= EP)"`` is 2). One panel per column, mean ± std over the seeds.
+its leading number (``"2 (= EP)"`` is 2, ``"1,200"`` 1200). One panel per column, mean ± std
+over the seeds; a row with a ``"step"`` reads its cells at that step, so rows over training
+with a column per protocol draw each protocol against the step.
 With ``--steps=test`` each row is a line over training instead, from its run's evaluations
 ``test@<step>`` (the summary's columns name them), and ``--columns`` names metrics:
 
@@ -62,12 +64,14 @@ def curves(summary: dict, header: str) -> dict[str, tuple[np.ndarray, np.ndarray
   column = columns[headers.index(header)]
   out = {}
   for method, row in _method_rows(summary):
-    match = NUMBER.match(row["cells"][-1])
+    match = NUMBER.match(row["cells"][-1].replace(",", ""))   # "1,200" is 1200
     if not match:
       raise ValueError(f"the last label {row['cells'][-1]!r} of a {method!r} row does not "
                        "start with a number (the x value).")
     seeds = _seeds(summary, row["run"] if "run" in row else row["runs"][headers.index(header)])
     protocol = column.get("protocol", row["protocol"])
+    if "step" in row:   # the run's evaluation at that step (docs/tables.py)
+      protocol = f"{protocol}@{row['step']}"
     values = column.get("scale", 100) * np.array(
         [seeds[s][protocol][column["metric"]] for s in sorted(seeds, key=int)])
     xs, means, stds = out.setdefault(method, ([], [], []))

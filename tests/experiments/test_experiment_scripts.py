@@ -137,6 +137,26 @@ def test_group_size_figure_curves_follow_the_rows(tmp_path):
     figure.curves(summary, "R@1")
 
 
+def test_group_size_figure_rows_over_training_read_each_row_at_its_step():
+  # rows (method, step) with a column per protocol: a row's "step" reads <protocol>@<step>,
+  # its label "1,200" is the x value 1200; the last row (no step) reads the final evaluation
+  figure = _experiment("group_size_figure")
+  runs = {"a": {str(s): {"test@600": {"recall@1": 0.2 + 0.01 * s},
+                         "train@600": {"recall@1": 0.5},
+                         "test": {"recall@1": 0.4 + 0.01 * s}, "train": {"recall@1": 0.7}}
+                for s in range(2)}}
+  summary = {"title": "t", "labels": ["method", "steps"],
+             "columns": [{"header": "R@1", "metric": "recall@1", "protocol": "test"},
+                         {"header": "train R@1", "metric": "recall@1", "protocol": "train"}],
+             "rows": [{"cells": ["A", "600"], "run": "a", "protocol": "test", "step": 600},
+                      {"cells": ["", "1,200"], "run": "a", "protocol": "test"}],
+             "runs": runs}
+  x, mean, _ = figure.curves(summary, "R@1")["A"]
+  np.testing.assert_allclose(x, [600, 1200])
+  np.testing.assert_allclose(mean, [20.5, 40.5])
+  np.testing.assert_allclose(figure.curves(summary, "train R@1")["A"][1], [50.0, 70.0])
+
+
 def test_group_size_figure_steps_follow_the_evaluations(tmp_path, capsys):
   # --steps=test: one line per row over its runs' test@<step> results (the final "test" and
   # other protocols left out)
