@@ -141,13 +141,16 @@ def render_seeds(summary: dict) -> str:
 
 def source_values(ref: dict) -> list[float]:
   """The per-seed values a claims row cites: ``{"summary", "row", "metric"}`` (and
-  ``"column"`` for a row with a run per column) of a seeds summary, or ``{"summary", "run",
-  "metric"}`` of a GPU run summary (its ``runs`` list)."""
+  ``"column"``: that cell's run and protocol, for a row with a run per column or a column
+  with its own protocol) of a seeds summary, or ``{"summary", "run", "metric"}`` of a GPU
+  run summary (its ``runs`` list)."""
   summary = load_summary(ref["summary"])
   if "row" in ref:
     row = summary["rows"][ref["row"]]
-    if "column" in ref:   # a row showing another run in each column
-      row = {**row, "run": row_runs(row, len(summary["columns"]))[ref["column"]]}
+    if "column" in ref:
+      column = summary["columns"][ref["column"]]
+      row = {"run": row_runs(row, len(summary["columns"]))[ref["column"]],
+             "protocol": cell_protocol(row, column)}
     return seed_values(summary, row, ref["metric"])
   values = [float(r["metrics"][ref["metric"]]) for r in summary["runs"] if r["name"] == ref["run"]]
   if not values:

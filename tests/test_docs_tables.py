@@ -146,7 +146,7 @@ def test_summarize_reads_an_earlier_evaluation_a_column_names(tmp_path):
       tables.summarize(str(tmp_path / "runs"), str(summary), "abc", "m")
 
 
-def test_a_row_step_reads_each_columns_protocol_at_that_step(tmp_path):
+def test_a_row_step_reads_each_columns_protocol_at_that_step(tmp_path, monkeypatch):
   # rows over training, columns over protocols: a row's "step" 600 reads test@600 and
   # train@600; a row without one reads the final evaluation
   folder = tmp_path / "runs" / "a" / "seed_0"
@@ -171,8 +171,13 @@ def test_a_row_step_reads_each_columns_protocol_at_that_step(tmp_path):
   table = tables.render_seeds(filled)
   assert "| 600 | 15.0 ± 0.0 | 20.0 ± 0.0 |" in table
   assert "| 1,200 | 30.0 ± 0.0 | 40.0 ± 0.0 |" in table
-  # a claim citing the row reads its own protocol at its step
-  assert tables.seed_values(filled, filled["rows"][0], "recall@1") == [0.15]
+  # a claim citing the row reads its own protocol at its step, citing a cell that cell's
+  monkeypatch.setattr(tables, "load_summary", lambda name: filled)
+  assert tables.source_values({"summary": "s", "row": 0, "metric": "recall@1"}) == [0.15]
+  assert tables.source_values(
+      {"summary": "s", "row": 0, "column": 1, "metric": "recall@1"}) == [0.2]
+  assert tables.source_values(
+      {"summary": "s", "row": 1, "column": 1, "metric": "recall@1"}) == [0.4]
 
 
 def test_a_benchmark_line_states_the_versions_and_a_gpu():
