@@ -257,11 +257,16 @@ def summarize(run_root: str, summary_path: str, commit: str | None, machine: str
     summary = json.load(f)
   runs = {}
   wanted = {run for r in summary["rows"] for run in row_runs(r, len(summary["columns"]))}
-  # "<protocol>@<step>": the protocol's results of the run's evaluation at that step
-  protocols = {cell_protocol(row, column) for row in summary["rows"]
-               for column in (*summary["columns"], *([{}] if "protocol" in row else []))}
-  at_steps = {(m.group(1), int(m.group(2))) for protocol in protocols
-              if (m := re.fullmatch(r"(.+)@(\d+)", protocol))}
+  # "<protocol>@<step>": the protocol's results of the run's evaluation at that step, for
+  # each run the (protocol, step) pairs its cells read
+  at_steps = {}
+  for row in summary["rows"]:
+    shown = row_runs(row, len(summary["columns"]))
+    cells = list(zip(summary["columns"], shown))
+    cells += [({}, run) for run in shown] if "protocol" in row else []   # a claim's citation
+    for column, run in cells:
+      if run is not None and (m := re.fullmatch(r"(.+)@(\d+)", cell_protocol(row, column) or "")):
+        at_steps.setdefault(run, set()).add((m.group(1), int(m.group(2))))
   for run in sorted(wanted - {None}):
     folders = sorted(glob.glob(os.path.join(run_root, run, "seed_*")),
                      key=lambda p: int(p.rsplit("_", 1)[1]))
@@ -277,14 +282,15 @@ def summarize(run_root: str, summary_path: str, commit: str | None, machine: str
         raise SystemExit(f"summarize: {folder} has no eval_step_<N>.json (unfinished run?)")
       with open(evals[-1]) as f:
         results = json.load(f)["results"]
-      for step in sorted({step for _, step in at_steps}):   # earlier evaluations asked for
+      run_steps = at_steps.get(run, set())
+      for step in sorted({step for _, step in run_steps}):   # earlier evaluations asked for
         path = os.path.join(folder, f"eval_step_{step}.json")
         if not os.path.exists(path):
           raise SystemExit(f"summarize: {folder} has no eval_step_{step}.json (the summary "
                            f"asks for step {step}; eval_every_steps must divide {step})")
         with open(path) as f:
           earlier = json.load(f)["results"]
-        for protocol in sorted(p for p, s in at_steps if s == step):
+        for protocol in sorted(p for p, s in run_steps if s == step):
           if protocol not in earlier:
             raise SystemExit(f"summarize: {path} has no protocol {protocol!r}; it has "
                              f"{sorted(earlier)}")

@@ -148,25 +148,29 @@ def test_summarize_reads_an_earlier_evaluation_a_column_names(tmp_path):
 
 def test_a_row_step_reads_each_columns_protocol_at_that_step(tmp_path, monkeypatch):
   # rows over training, columns over protocols: a row's "step" 600 reads test@600 and
-  # train@600; a row without one reads the final evaluation
-  folder = tmp_path / "runs" / "a" / "seed_0"
-  folder.mkdir(parents=True)
-  for step in (600, 1200):
-    (folder / f"eval_step_{step}.json").write_text(json.dumps(
-        {"step": step, "results": {"test": {"recall@1": step / 4000},
-                                   "train": {"recall@1": step / 3000}}}))
+  # train@600; a row without one reads the final evaluation; each run is read at the steps
+  # of its own rows (run b was evaluated at 300 and 600 only)
+  for run, steps in (("a", (600, 1200)), ("b", (300, 600))):
+    folder = tmp_path / "runs" / run / "seed_0"
+    folder.mkdir(parents=True)
+    for step in steps:
+      (folder / f"eval_step_{step}.json").write_text(json.dumps(
+          {"step": step, "results": {"test": {"recall@1": step / 4000},
+                                     "train": {"recall@1": step / 3000}}}))
   summary = tmp_path / "s.json"
   summary.write_text(json.dumps({
       "title": "t", "labels": ["step"],
       "columns": [{"header": "test", "metric": "recall@1", "protocol": "test"},
                   {"header": "train", "metric": "recall@1", "protocol": "train"}],
       "rows": [{"cells": ["600"], "run": "a", "protocol": "test", "step": 600},
-               {"cells": ["1,200"], "run": "a", "protocol": "test"}]}))
+               {"cells": ["1,200"], "run": "a", "protocol": "test"},
+               {"cells": ["300"], "run": "b", "protocol": "test", "step": 300}]}))
   tables.summarize(str(tmp_path / "runs"), str(summary), "abc", "m")
   filled = json.loads(summary.read_text())
   seed = filled["runs"]["a"]["0"]
   assert seed["test@600"] == {"recall@1": 0.15} and seed["train@600"] == {"recall@1": 0.2}
   assert "test@1200" not in seed
+  assert filled["runs"]["b"]["0"]["train@300"] == {"recall@1": 0.1}
   filled["name"] = "reproductions/s"
   table = tables.render_seeds(filled)
   assert "| 600 | 15.0 ± 0.0 | 20.0 ± 0.0 |" in table
