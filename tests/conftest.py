@@ -4,17 +4,14 @@ tests/ on sys.path."""
 import os
 import sys
 
-# Eight fake CPU devices for the whole session (multi-device tests); must precede JAX's
-# backend initialisation, which happens lazily after this file is imported.
 # The suite compiles thousands of small programs and runs each a few times: compilation is
 # most of its time. XLA's CPU backend at LLVM optimisation level 0 compiles them 24-31 %
 # faster (the same XLA program, machine code less optimised; results agree to round-off, which
 # every test's tolerance allows). XLA_FLAGS=--xla_backend_optimization_level=3 runs the suite
-# at XLA's default instead. Both flags reach the train.py / eval.py processes tests start.
-for flag, value in (("xla_force_host_platform_device_count", 8),
-                    ("xla_backend_optimization_level", 0)):
-  if flag not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --{flag}={value}".strip()
+# at XLA's default instead. The flag reaches the train.py / eval.py processes tests start.
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+  os.environ["XLA_FLAGS"] = (
+      f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0").strip()
 
 # train.py / eval.py subprocesses share one fresh JAX compilation cache (the same smoke
 # programs compile once), never the user's ~/.cache. The process that made it (pytest, or
@@ -26,11 +23,20 @@ if "DML_JAX_COMPILATION_CACHE" not in os.environ:
   os.environ["DML_JAX_COMPILATION_CACHE"] = tempfile.mkdtemp(prefix="dml_jax_test_jax_cache_")
   atexit.register(shutil.rmtree, os.environ["DML_JAX_COMPILATION_CACHE"], ignore_errors=True)
 
+import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+# Eight fake CPU devices in the test processes (multi-device tests); set before JAX's backend
+# initialises, which happens lazily after this file is imported. The train.py / eval.py
+# processes tests start see one CPU device, as a user's CPU run does (8 fake devices on a
+# 2-core machine make a run of the digits recipe 2.3x slower): a test of a binary on several
+# devices sets --xla_force_host_platform_device_count in the environment it passes.
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+  jax.config.update("jax_num_cpu_devices", 8)
+
 # The test processes use it too, for the programs that take a while to compile: many tests
 # build the same run or model afresh (a new jitted function each time, so JAX's in-memory
 # cache cannot reuse the program), and the programs compiled once serve them all.
 if os.environ["DML_JAX_COMPILATION_CACHE"]:
-  import jax  # pylint: disable=g-import-not-at-top
   jax.config.update("jax_compilation_cache_dir", os.environ["DML_JAX_COMPILATION_CACHE"])
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
 

@@ -145,8 +145,9 @@ def test_sigkill_then_resume_reproduces_uninterrupted_run(tmp_path):
   with open(os.path.join(workdir, "eval_step_300.json")) as f:
     killed_results = json.load(f)["results"]
 
-  ref = training.train_and_evaluate(
-      small_config(**KILL_OVERRIDES), str(tmp_path / "reference"), show_progress=False)
+  ref = training.train_and_evaluate(   # on one device, as train.py runs here
+      small_config(num_devices=1, **KILL_OVERRIDES), str(tmp_path / "reference"),
+      show_progress=False)
   for protocol in ref:
     assert killed_results[protocol] == pytest.approx(ref[protocol], abs=1e-6)
   # TensorBoard shows each step once, with the values of the uninterrupted run.
