@@ -126,8 +126,11 @@ def test_without_a_home_the_kernel_cache_is_not_a_folder_named_tilde(tmp_path, m
   assert not os.listdir(tmp_path)
 
 
-def test_cxx_may_be_a_command_with_words(fresh_cache, monkeypatch):
+def test_cxx_may_be_a_command_with_words(fresh_cache, tmp_path, monkeypatch):
   require_compiler()
+  tiny = tmp_path / "tiny.cc"   # a source that compiles in a moment: the command is the test
+  tiny.write_text('extern "C" int dml_jax_tiny() { return 1; }\n')
+  monkeypatch.setattr(kernels, "source_path", lambda source: str(tiny))
   cxx = kernels.compiler()
   monkeypatch.setenv("CXX", f"env DML_JAX_TEST=1 {' '.join(cxx)}")   # e.g. 'ccache g++'
   assert kernels.compiler()[1:] == ["DML_JAX_TEST=1", *cxx]
