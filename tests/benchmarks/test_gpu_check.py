@@ -14,15 +14,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCRIPT = os.path.join(ROOT, "benchmarks", "device", "gpu_check.sh")
 
 
-def run(tmp_path, *parts):
-  # from an empty folder: no .whl/ to install; python3 = this interpreter
+def base_env(tmp_path):
+  """The environment of a call: $OUT under tmp_path, and python3 = this interpreter."""
   bin_dir = tmp_path / "bin"
   bin_dir.mkdir(exist_ok=True)
   wrapper = bin_dir / "python3"
   wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
   wrapper.chmod(0o755)
-  env = {**os.environ, "OUT": str(tmp_path / "out"), "PATH": f"{bin_dir}:{os.environ['PATH']}",
-         "PYTHONPATH": ROOT}
+  return {**os.environ, "OUT": str(tmp_path / "out"),
+          "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def run(tmp_path, *parts):
+  # from an empty folder: no .whl/ to install
+  env = {**base_env(tmp_path), "PYTHONPATH": ROOT}
   return subprocess.run(["bash", SCRIPT, *parts], cwd=tmp_path, env=env, capture_output=True,
                         text=True, timeout=300, check=False)
 
@@ -56,18 +61,13 @@ json.dump({"results": [{**row, **({"set": sets} if sets else {})}]}, open(out, "
 
 
 def step_env(tmp_path, tp):
-  bin_dir = tmp_path / "bin"
-  bin_dir.mkdir()
-  (bin_dir / "python3").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
-  (bin_dir / "python3").chmod(0o755)
-  return {**os.environ, "OUT": str(tmp_path / "out"), "PATH": f"{bin_dir}:{os.environ['PATH']}",
-          "PROFILE_DIR": str(tmp_path / "trace"), "TP": tp,
+  return {**base_env(tmp_path), "PROFILE_DIR": str(tmp_path / "trace"), "TP": tp,
           # the second variant's flags are two that JAX leaves out of its compilation cache's
           # key (the real step's variants then share one compiled program)
           "STEP_VARIANTS": ("\n--set=model.embedding_dim=512 XLA_FLAGS=--xla_dump_hlo_as_text=false"
                             " XLA_FLAGS=--xla_dump_include_timestamp=false\n--set=model.bogus=1"
                             "\nXLA_FLAGS=--xla_no_such_flag"),   # reaches XLA: fails
-          # one CPU device, not the test session's eight; the session's optimisation level
+          # the test session's optimisation level (and one CPU device, as every binary here)
           "XLA_FLAGS": "--xla_backend_optimization_level=0",
           "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache"),
           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
