@@ -28,8 +28,8 @@ import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 # Eight fake CPU devices in the test processes (multi-device tests); set before JAX's backend
 # initialises, which happens lazily after this file is imported. The train.py / eval.py
 # processes tests start see one CPU device, as a user's CPU run does (8 fake devices on a
-# 2-core machine make a run of the digits recipe 2.3x slower): a test of a binary on several
-# devices sets --xla_force_host_platform_device_count in the environment it passes.
+# 2-core machine make a 300-step run of the digits recipe 2.5x slower): a test of a binary
+# on several devices sets --xla_force_host_platform_device_count in the environment it passes.
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
   jax.config.update("jax_num_cpu_devices", 8)
 
