@@ -123,7 +123,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.splits = ("test",)
   c.eval.similarity = "cosine"    # kNN similarity: 'cosine' | 'dot' | 'neg_sq_euclidean'
   c.eval.batch_size = 512
-  c.eval.metrics = ("retrieval", "clustering")   # + 'spectral_decay' adds rho (Roth et al.)
+  # + 'spectral_decay' adds rho (Roth et al.); 'mrr', 'ami', 'f1' the mean reciprocal rank, the
+  # adjusted mutual information and the pairwise F1 (docs/evaluation.md)
+  c.eval.metrics = ("retrieval", "clustering")
   c.eval.overcluster = 0          # > 0 adds NMI+ with k = overcluster * classes
   c.eval.kmeans_n_init = 10       # k-means restarts of NMI / NMI+ (seeded with c.seed)
   c.eval.kmeans = "jax"           # 'jax' (on the device) | 'sklearn' (its KMeans, as before)

@@ -118,6 +118,20 @@ def test_other_evaluation_settings_write_their_own_file_and_leave_the_runs(runs,
     eval_checkpoints.evaluate_checkpoint(workdir, overrides=settings, grid={"num_queries": 2})
 
 
+def test_reciprocal_rank_ami_and_f1_of_a_trained_run(runs, tmp_path):
+  """eval.py --set=eval.metrics=retrieval,clustering,mrr,ami,f1: the run's own metrics again,
+  with the three on request beside them."""
+  workdir = str(tmp_path / "copy")
+  shutil.copytree(next(iter(runs)), workdir)
+  train_results = runs[next(iter(runs))]
+  _, results = eval_checkpoints.evaluate_checkpoint(
+      workdir, overrides=["eval.metrics=retrieval,clustering,mrr,ami,f1"])
+  for protocol, row in results.items():
+    assert set(row) == set(train_results[protocol]) | {"mrr", "ami", "f1"}
+    assert {k: row[k] for k in train_results[protocol]} == train_results[protocol]
+    assert row["recall@1"] <= row["mrr"] <= 1 and 0 < row["f1"] <= 1 and row["ami"] <= 1
+
+
 def test_extra_outputs_are_only_what_the_command_wrote(tmp_path):
   """A --worst grid does not list the random grid, nor embeddings, an earlier command left."""
   workdir = str(tmp_path)

@@ -45,8 +45,8 @@ from sklearn import cluster  # noqa: E402
 
 from benchmarks import harness  # noqa: E402
 from benchmarks.inputs import omniglot_like  # noqa: E402
+from dml_jax.evaluation import cluster_scores  # noqa: E402
 from dml_jax.evaluation import kmeans  # noqa: E402
-from dml_jax.evaluation import metrics  # noqa: E402
 
 
 def cases(names: list[str], smoke: bool) -> list[dict]:
@@ -155,7 +155,7 @@ def main(argv=None) -> int:
             h.start()
         r = timed(sides[side], case["x"], case["k"], args.seed, shared)
         row[side] = {"seconds": r["seconds"], "inertia": r["inertia"],
-                     "nmi": metrics.nmi(case["labels"], r["assignment"])}
+                     "nmi": cluster_scores.nmi(case["labels"], r["assignment"])}
       if "dml_jax" in row and "sklearn" in row:
         row["speedup"] = row["sklearn"]["seconds"] / row["dml_jax"]["seconds"]
         row["inertia_ratio"] = row["dml_jax"]["inertia"] / row["sklearn"]["inertia"]

@@ -103,7 +103,9 @@ def evaluate_splits(embed_fn: Callable, splits: Mapping, *, protocols: tuple[str
     seed: KMeans seed.
     plot_dir: if given, writes ``embedding_<split>_step_<step>.png`` of every embedded split.
     step: the checkpoint step (names the plot).
-    metrics_groups: any of ``METRIC_GROUPS``; default ``('retrieval', 'clustering')``.
+    metrics_groups: any of ``METRIC_GROUPS``; default ``('retrieval', 'clustering')``
+      (``'mrr'`` adds the mean reciprocal rank, ``'ami'`` and ``'f1'`` scores of the NMI
+      clustering).
     rho_skip: largest singular values left out of ``rho`` (``metrics.spectral_decay``).
     kmeans_n_init: k-means restarts of NMI / NMI+ (default 10).
     kmeans: the k-means of NMI / NMI+, ``'jax'`` (default) or ``'sklearn'``
@@ -116,7 +118,8 @@ def evaluate_splits(embed_fn: Callable, splits: Mapping, *, protocols: tuple[str
       split (splits already in it are not embedded again).
 
   Returns:
-    ``{protocol: {'recall@K': ..., 'map@r': ..., 'r_precision': ..., 'nmi': ..., 'rho': ...}}``.
+    ``{protocol: {'recall@K': ..., 'map@r': ..., 'r_precision': ..., 'nmi': ..., 'rho': ...}}``
+    (the metrics of the groups asked for).
 
   Raises:
     ValueError: naming the protocol, for a bad protocol, NaN / inf embeddings (the rows are
@@ -124,7 +127,12 @@ def evaluate_splits(embed_fn: Callable, splits: Mapping, *, protocols: tuple[str
   """
   groups = protocols_lib.check_metrics(metrics_groups)
   parsed = [(p, protocols_lib.parse_protocol(p, splits)) for p in protocols]
-  if not ks and "retrieval" in groups:
+  retrieval = [g for g in groups if g in protocols_lib.RETRIEVAL_GROUPS]
+  scores = [score for group, score in (("clustering", "nmi"), ("ami", "ami"), ("f1", "f1"))
+            if group in groups]
+  if "retrieval" not in groups:
+    ks = (1,)   # the mean reciprocal rank alone: the search needs no cut-off
+  elif not ks:
     ks = protocols_lib.default_ks(dataset or _dataset_name(splits))
   cache: dict[str, np.ndarray] = {} if embedding_cache is None else embedding_cache
 
@@ -145,21 +153,25 @@ def evaluate_splits(embed_fn: Callable, splits: Mapping, *, protocols: tuple[str
     labels = protocols_lib.protocol_labels(splits[split], label_set)
     row = {}
     try:
-      if "retrieval" in groups:
+      if retrieval:
         gallery_emb = None if gallery is None else embedding(gallery)
         gallery_labels = (None if gallery is None
                           else protocols_lib.protocol_labels(splits[gallery], label_set))
         with _phase(f"{protocol}: neighbours and retrieval metrics", show_progress):
-          row.update(metrics.retrieval_metrics(
+          found = metrics.retrieval_metrics(
               query, labels, gallery_emb, gallery_labels, ks=tuple(ks), similarity=similarity,
-              show_progress=show_progress))
+              reciprocal_rank="mrr" in groups, show_progress=show_progress)
+        row.update(found if "retrieval" in groups else {"mrr": found["mrr"]})
       geometry = _normalized(query) if similarity == "cosine" else query
-      if "clustering" in groups:
-        with _phase(f"{protocol}: k-means and NMI", show_progress):
+      if scores:
+        with _phase(f"{protocol}: k-means and {', '.join(s.upper() for s in scores)}",
+                    show_progress):
           row.update(metrics.clustering_metrics(
-              geometry, labels, overcluster=_feasible_overcluster(overcluster, labels, protocol),
-              seed=seed, n_init=kmeans_n_init, kmeans=kmeans,
-              seedings=seedings.setdefault(split, {}), show_progress=show_progress))
+              geometry, labels, seed=seed, n_init=kmeans_n_init, kmeans=kmeans,
+              overcluster=(_feasible_overcluster(overcluster, labels, protocol)
+                           if "clustering" in groups else None),
+              seedings=seedings.setdefault(split, {}), scores=scores,
+              show_progress=show_progress))
       if "spectral_decay" in groups:
         row["rho"] = metrics.spectral_decay(geometry, skip_largest=rho_skip)
     except ValueError as e:

@@ -1,4 +1,5 @@
-"""Retrieval (Recall@K, MAP@R, R-precision), clustering (NMI, NMI+) and spectral (rho) metrics.
+"""Retrieval (Recall@K, MAP@R, R-precision, MRR), clustering (NMI, NMI+, AMI, F1) and spectral
+(rho) metrics.
 
 Retrieval follows Musgrave et al., "A Metric Learning Reality Check" (2020). For a query ``q``
 with label ``y_q`` let ``n_1, n_2, ...`` be its gallery neighbours by decreasing similarity
@@ -9,6 +10,7 @@ excluded). Then
   Recall@K    = [sum_{i <= K} rel(i) > 0]
   R-precision = (1/R) sum_{i <= R} rel(i)
   MAP@R       = (1/R) sum_{i <= R} P(i) rel(i),   P(i) = (1/i) sum_{j <= i} rel(j)
+  MRR         = 1 / min{i : rel(i) = 1}   (on request; the whole gallery ranked)
 
 each averaged over the queries. Queries with ``R = 0`` (no other item of their class in the
 gallery) have no defined MAP@R / R-precision and can never score Recall@K; they are excluded
@@ -23,8 +25,10 @@ matrix ``relevant [Nq, k]``.
 
 Clustering: NMI and NMI+ of a seeded k-means clustering (``evaluation.kmeans`` in JAX by
 default, scikit-learn's KMeans with ``eval.kmeans='sklearn'``; ``n_init`` restarts) with the
-labels, NMI computed by :func:`nmi` (arithmetic normalisation, as scikit-learn, PML and Roth et
-al.'s code; the label-noise paper defines the geometric one). Spectral decay ``rho`` (Roth et
+labels, NMI computed by :func:`cluster_scores.nmi` (arithmetic normalisation, as scikit-learn,
+PML and Roth et al.'s code; the label-noise paper defines the geometric one); on request also
+the adjusted mutual information and the pairwise F1 of Song et al. of the same clustering
+(:mod:`dml_jax.evaluation.cluster_scores`). Spectral decay ``rho`` (Roth et
 al., "Revisiting Training Strategies and Generalization Performance in Deep Metric Learning",
 ICML 2020) is a class-collapse / compression diagnostic: see :func:`spectral_decay`.
 """
@@ -37,6 +41,7 @@ from collections.abc import Sequence
 from absl import logging
 import numpy as np
 
+from dml_jax.evaluation import cluster_scores
 from dml_jax.evaluation import kmeans as kmeans_lib
 from dml_jax.evaluation import knn
 
@@ -116,8 +121,9 @@ def retrieval_metrics(query, query_labels, gallery=None, gallery_labels=None, *,
                       ks: Sequence[int] = (1, 2, 4, 8), similarity: str = "cosine",
                       block_size: int | None = None,
                       memory_bytes: int = knn.DEFAULT_MEMORY_BYTES,
+                      reciprocal_rank: bool = False,
                       show_progress: bool = False) -> dict[str, float]:
-  """Recall@K, MAP@R and R-precision of a query set against a gallery.
+  """Recall@K, MAP@R and R-precision of a query set against a gallery (and the MRR).
 
   See the module docstring for the formulas; each metric is the mean over the queries with
   ``R > 0`` (queries without another item of their class in the gallery are excluded and
@@ -136,11 +142,13 @@ def retrieval_metrics(query, query_labels, gallery=None, gallery_labels=None, *,
     block_size: queries per block of the neighbour search; ``None`` derives it from a
       memory budget (:func:`dml_jax.evaluation.knn.block_sizes`).
     memory_bytes: that budget (default 256 MiB of temporaries per query block).
+    reciprocal_rank: also ``'mrr'``, the mean reciprocal rank ``1 / rank`` of each query's
+      first item of its class, the rank exact over the whole gallery (no cut-off).
     show_progress: a progress bar over the query blocks.
 
   Returns:
-    ``{'recall@K': ... for K in ks, 'map@r': ..., 'r_precision': ...}``, Python floats in
-    ``[0, 1]``.
+    ``{'recall@K': ... for K in ks, 'map@r': ..., 'r_precision': ...}`` (and ``'mrr'``),
+    Python floats in ``[0, 1]``.
 
   Raises:
     ValueError: bad shapes or dtypes, non-finite embeddings (the rows are named), label and
@@ -177,22 +185,27 @@ def retrieval_metrics(query, query_labels, gallery=None, gallery_labels=None, *,
     logging.warning("retrieval_metrics: %d of %d queries have no item of their class in the "
                     "gallery (R = 0) and are excluded.", int((~valid).sum()), valid.shape[0])
   max_r = int(num_relevant.max())
+  # the rank of each query's first item of its class is exact below k (capped at k), so the
+  # reciprocal rank searches the whole gallery: the same top-m search, the rank counted exactly
   first, relevant = knn.neighbor_relevance(
       query, query_labels, gallery, None if exclude_self else gallery_labels,
-      k=max(max(ks), max_r), num_columns=max_r, similarity=similarity, block_size=block_size,
-      memory_bytes=memory_bytes, show_progress=show_progress)
+      k=available if reciprocal_rank else max(max(ks), max_r), num_columns=max_r,
+      similarity=similarity, block_size=block_size, memory_bytes=memory_bytes,
+      show_progress=show_progress)
   first, relevant, num_relevant = first[valid], relevant[valid], num_relevant[valid]
   recalls = (first[:, None] < np.asarray(ks)[None, :]).mean(axis=0)
   result = {f"recall@{kk}": float(r) for kk, r in zip(ks, recalls)}
   result["map@r"] = float(map_at_r(relevant, num_relevant).mean())
   result["r_precision"] = float(r_precision(relevant, num_relevant).mean())
+  if reciprocal_rank:
+    result["mrr"] = float(np.mean(1.0 / (first.astype(np.float64) + 1.0)))
   return result
 
 
 def clustering_metrics(embeddings, labels, *, n_clusters: int | None = None,
                        overcluster: float | None = None, seed: int = 0,
                        n_init: int = KMEANS_N_INIT, kmeans: str = "jax",
-                       seedings: dict | None = None,
+                       seedings: dict | None = None, scores: Sequence[str] = ("nmi",),
                        show_progress: bool = False) -> dict[str, float]:
   """NMI of a k-means clustering of the embeddings with the labels, and the over-clustered NMI+.
 
@@ -210,6 +223,8 @@ def clustering_metrics(embeddings, labels, *, n_clusters: int | None = None,
     so NMI moves by about the spread of k-means between seeds.
 
   * ``'nmi'``: ``k = n_clusters``, or the number of distinct labels ``C``;
+  * ``'ami'`` and ``'f1'`` (when ``scores`` names them): the adjusted mutual information
+    and the pairwise F1 of Song et al. of that same clustering (:mod:`cluster_scores`);
   * ``'nmi+'`` (only when ``overcluster`` is given): ``k = round(overcluster * C)``, the
     over-clustered NMI of the EPS paper (Levi et al., which uses factors 10 and 30).
 
@@ -224,11 +239,13 @@ def clustering_metrics(embeddings, labels, *, n_clusters: int | None = None,
     seedings: ``'jax'`` only: a dict kept for these embeddings across calls, in which the
       k-means++ seedings are kept and shared (:func:`dml_jax.evaluation.kmeans.kmeans`); the
       same numbers as without it.
+    scores: the scores of the ``n_clusters`` clustering, one or more of ``'nmi'``, ``'ami'``,
+      ``'f1'`` (``cluster_scores.SCORES``).
     show_progress: a progress line per k-means restart.
 
   Returns:
-    ``{'nmi': ...}`` plus ``'nmi+'`` when ``overcluster`` is given; Python floats in
-    ``[0, 1]``.
+    ``{'nmi': ...}`` (the ``scores``) plus ``'nmi+'`` when ``overcluster`` is given; Python
+    floats in ``[0, 1]`` (AMI can be slightly negative).
   """
   x = knn.as_embeddings("embeddings", embeddings)
   labels = _as_labels("labels", labels, x.shape[0])
@@ -241,6 +258,10 @@ def clustering_metrics(embeddings, labels, *, n_clusters: int | None = None,
   if kmeans not in KMEANS_IMPLEMENTATIONS:
     raise ValueError(f"kmeans must be one of {', '.join(KMEANS_IMPLEMENTATIONS)}, got "
                      f"{kmeans!r}.")
+  scores = (scores,) if isinstance(scores, str) else tuple(scores)
+  if not scores or any(score not in cluster_scores.SCORES for score in scores):
+    raise ValueError(f"scores must name one or more of {', '.join(cluster_scores.SCORES)}, got "
+                     f"{scores!r}.")
   if overcluster is not None:
     if (isinstance(overcluster, bool) or not isinstance(overcluster, (int, float, np.number))
         or not overcluster > 0):
@@ -251,9 +272,10 @@ def clustering_metrics(embeddings, labels, *, n_clusters: int | None = None,
   assign = functools.partial(kmeans_assignment, x, seed=seed, n_init=n_init,
                              implementation=kmeans, seedings=seedings,
                              show_progress=show_progress)
-  result = {"nmi": nmi(labels, assign(n_clusters=n_clusters))}
+  assignment = assign(n_clusters=n_clusters)
+  result = {score: cluster_scores.SCORES[score](labels, assignment) for score in scores}
   if overcluster is not None:
-    result["nmi+"] = nmi(labels, assign(n_clusters=k_plus))
+    result["nmi+"] = cluster_scores.nmi(labels, assign(n_clusters=k_plus))
   return result
 
 
@@ -271,47 +293,6 @@ def kmeans_assignment(x, *, n_clusters: int, seed: int = 0, n_init: int = KMEANS
                           random_state=seed).fit_predict(np.asarray(x))
   return kmeans_lib.kmeans(x, n_clusters=n_clusters, seed=seed, n_init=n_init,
                            seedings=seedings, show_progress=show_progress).assignment
-
-
-def nmi(labels, assignment) -> float:
-  """Normalised mutual information of two labelings of the same ``N`` items.
-
-  With the contingency counts ``n_ab = #{i : y_i = a, c_i = b}``, ``p_ab = n_ab / N`` and the
-  marginals ``p_a``, ``p_b``:
-
-    I(Y; C) = sum_ab p_ab log(p_ab / (p_a p_b)),   H(Y) = -sum_a p_a log p_a,
-    NMI = I(Y; C) / ((H(Y) + H(C)) / 2)
-
-  (the arithmetic normalisation, sklearn's default). Two single-cluster labelings give 1; one
-  single-cluster labeling against a finer one gives 0.
-
-  Args:
-    labels: int ``[N]`` (any values).
-    assignment: int ``[N]`` (any values).
-
-  Returns:
-    A Python float in ``[0, 1]``.
-  """
-  labels, assignment = np.asarray(labels), np.asarray(assignment)
-  if labels.ndim != 1 or labels.shape != assignment.shape or labels.size == 0:
-    raise ValueError(f"labels and assignment must be non-empty [N] arrays of one length, got "
-                     f"shapes {labels.shape} and {assignment.shape}.")
-  _, y = np.unique(labels, return_inverse=True)
-  _, c = np.unique(assignment, return_inverse=True)
-  num_y, num_c = int(y.max()) + 1, int(c.max()) + 1
-  if num_y == num_c == 1:
-    return 1.0
-  # The non-zero contingency cells only (at most N; a dense [classes, clusters] table is
-  # gigabytes at SOP scale, 11,316 classes x 10x as many clusters for NMI+).
-  cells, counts = np.unique(y.astype(np.int64) * num_c + c, return_counts=True)
-  p = counts / labels.size
-  p_y = np.bincount(y, minlength=num_y) / labels.size
-  p_c = np.bincount(c, minlength=num_c) / labels.size
-  mutual = float(np.sum(p * np.log(p / (p_y[cells // num_c] * p_c[cells % num_c]))))
-  h_y = float(-np.sum(p_y * np.log(p_y)))
-  h_c = float(-np.sum(p_c * np.log(p_c)))
-  return float(np.clip(max(mutual, 0.0) / max((h_y + h_c) / 2, np.finfo(np.float64).eps),
-                       0.0, 1.0))
 
 
 def singular_values(embeddings) -> np.ndarray:

@@ -22,9 +22,11 @@ The protocols of the literature:
 Metrics of a protocol (``metrics_groups=``; config ``eval.metrics``): ``'retrieval'``
 (``recall@K`` for every K, ``map@r``, ``r_precision``; query vs its gallery),
 ``'clustering'`` (``nmi``, plus ``nmi+`` when ``overcluster`` is set; on the query split's
-embeddings) and ``'spectral_decay'`` (``rho``; on the query split's embeddings). With
-``similarity='cosine'`` the clustering and the spectrum use the L2-normalised embeddings (the
-geometry the retrieval uses).
+embeddings) and ``'spectral_decay'`` (``rho``; on the query split's embeddings); on request
+``'mrr'`` (mean reciprocal rank, from the same neighbour search), ``'ami'`` (adjusted mutual
+information) and ``'f1'`` (the pairwise F1 of Song et al.), both of the clustering that gives
+``nmi``. With ``similarity='cosine'`` the clustering and the spectrum use the L2-normalised
+embeddings (the geometry the retrieval uses).
 
 ``DEFAULT_KS`` holds the Recall@K cut-offs of the literature per dataset; ``ks=()`` selects the
 dataset's list.
@@ -72,7 +74,12 @@ DEFAULT_KS: dict[str, tuple[int, ...]] = {
 }
 
 
-METRIC_GROUPS = ("retrieval", "clustering", "spectral_decay")
+METRIC_GROUPS = ("retrieval", "clustering", "spectral_decay", "mrr", "ami", "f1")
+
+
+# The groups that need the neighbour search, and those that need the k-means clustering.
+RETRIEVAL_GROUPS = ("retrieval", "mrr")
+CLUSTERING_GROUPS = ("clustering", "ami", "f1")
 
 
 DEFAULT_METRICS = ("retrieval", "clustering")
@@ -163,7 +170,7 @@ def parse_selection(spec: str) -> tuple[str, str]:
                      "'val/recall@1' or 'train:digit/map@r'.")
   if not report.is_fraction(metric):
     raise ValueError(f"Model selection metric {metric!r}: use a metric where higher is "
-                     "better (recall@K, map@r, r_precision, nmi, nmi+).")
+                     "better (recall@K, map@r, r_precision, mrr, nmi, nmi+, ami, f1).")
   query_part, _, gallery = protocol.partition("@")
   for split in (query_part.partition(":")[0], gallery):
     if split and (split in TEST_SPLIT_NAMES or split.startswith("test")):
@@ -246,8 +253,8 @@ def validate_eval_config(config: ml_collections.ConfigDict, splits: dict) -> Non
     similarity_lib.check_kind(options["similarity"])
   except ValueError as e:
     raise ValueError(f"eval.similarity: {e}") from None
-  if "retrieval" in groups:
-    ks = options["ks"] or default_ks(options["dataset"])
+  if any(group in groups for group in RETRIEVAL_GROUPS):
+    ks = (options["ks"] or default_ks(options["dataset"])) if "retrieval" in groups else (1,)
     for protocol, (split, _, gallery) in parsed.items():
       available = len(splits[gallery or split].labels) - (gallery is None)
       try:

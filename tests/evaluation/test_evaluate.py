@@ -153,6 +153,35 @@ def test_protocols_score_the_right_embeddings_and_labels():
   assert list(res["test"]) == ["recall@1", "recall@3", "map@r", "r_precision", "nmi", "rho"]
 
 
+def test_reciprocal_rank_ami_and_f1_on_request():
+  splits = toy_splits()
+  both = compute.evaluate_splits(
+      flat, splits, protocols=("test", "query@gallery"), ks=(1, 3), batch_size=8,
+      metrics_groups=("f1", "retrieval", "ami", "clustering", "mrr"), kmeans="sklearn",
+      kmeans_n_init=2)
+  assert list(both["test"]) == ["recall@1", "recall@3", "map@r", "r_precision", "mrr", "nmi",
+                                "ami", "f1"]
+  emb = {name: flat(s.images) for name, s in splits.items()}
+  lab = {name: s.labels for name, s in splits.items()}
+  want = metrics.retrieval_metrics(emb["query"], lab["query"], emb["gallery"], lab["gallery"],
+                                   ks=(1, 3), reciprocal_rank=True)
+  unit = emb["query"] / np.linalg.norm(emb["query"], axis=1, keepdims=True)
+  want.update(metrics.clustering_metrics(unit, lab["query"], kmeans="sklearn", n_init=2,
+                                         scores=("nmi", "ami", "f1")))
+  assert both["query@gallery"] == pytest.approx(want, rel=1e-6, abs=1e-9)
+  # each alone: the same numbers, no cut-off needed for the reciprocal rank (ks=() and a
+  # dataset without a default list)
+  alone = compute.evaluate_splits(flat, splits, protocols=("test", "query@gallery"), ks=(),
+                                  batch_size=8, metrics_groups=("mrr", "f1"),
+                                  kmeans="sklearn", kmeans_n_init=2)
+  for protocol, row in alone.items():
+    assert row == {"mrr": both[protocol]["mrr"], "f1": both[protocol]["f1"]}, protocol
+  table = report.format_table(both)
+  assert table.splitlines()[0] == ("| protocol | recall@1 | recall@3 | map@r | r_precision | mrr "
+                                   "| nmi | ami | f1 |")
+  assert protocols_lib.parse_selection("train/ami") == ("train", "ami")
+
+
 def test_default_ks_by_dataset_and_metric_groups():
   splits = toy_splits()
   protocols_lib.DEFAULT_KS["toy"] = (1, 2)   # the dataset is read from the split names 'toy:*'

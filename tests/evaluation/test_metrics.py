@@ -1,4 +1,5 @@
-"""Recall@K, MAP@R, R-precision and NMI: hand-worked answers, a numpy loop oracle, edge cases."""
+"""Recall@K, MAP@R, R-precision, MRR, NMI and spectral decay: hand-worked answers, a numpy loop
+oracle, edge cases."""
 
 from absl import logging
 import numpy as np
@@ -290,21 +291,6 @@ def test_nan_query_rows_are_named():
     evaluation.retrieval_metrics(x, np.array([0, 0, 1, 1, 2, 2]), ks=(1,))
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_nmi_equals_sklearn_on_the_same_assignment(seed):
-  from sklearn import metrics as sk_metrics  # pylint: disable=import-outside-toplevel
-  rng = np.random.default_rng(seed)
-  n = int(rng.integers(5, 200))
-  labels = rng.integers(0, int(rng.integers(1, 9)), size=n) * 7 - 3
-  assignment = rng.integers(0, int(rng.integers(1, 12)), size=n)
-  np.testing.assert_allclose(evaluation.nmi(labels, assignment),
-                             sk_metrics.normalized_mutual_info_score(labels, assignment),
-                             rtol=1e-10, atol=1e-12)
-  np.testing.assert_allclose(evaluation.nmi(labels, labels), 1.0)
-  assert evaluation.nmi(np.zeros(5, int), np.zeros(5, int)) == 1.0
-  assert evaluation.nmi(np.zeros(4, int), np.array([0, 1, 0, 1])) == 0.0
-
-
 def test_clustering_nmi_with_kmeans_sklearn_is_sklearn_nmi_of_the_seeded_kmeans():
   from sklearn import cluster as sk_cluster  # pylint: disable=import-outside-toplevel
   from sklearn import metrics as sk_metrics  # pylint: disable=import-outside-toplevel
@@ -341,3 +327,69 @@ def test_spectral_decay_by_hand_and_against_numpy_svd():
   assert 10 < evaluation.spectral_decay(collapsed) < np.inf
   with pytest.raises(ValueError, match=r"skip_largest must be an integer in \[0, 5\]"):
     evaluation.spectral_decay(x, skip_largest=6)
+
+
+# ------------------------------------------------------------ the mean reciprocal rank
+
+
+def reciprocal_rank_oracle(query, query_labels, gallery, gallery_labels, kind):
+  """The mean over queries with a positive of 1 / (rank of the first item of their class)."""
+  if gallery is None:
+    gallery_labels = query_labels
+  ranks = []
+  for i, scored in enumerate(ranked_gallery(query, gallery, kind)):
+    rel = [gallery_labels[j] == query_labels[i] for _, j in scored]
+    if any(rel):
+      ranks.append(1 / (rel.index(True) + 1))
+  return float(np.mean(ranks))
+
+
+@pytest.mark.parametrize("kind", ["dot", "neg_sq_euclidean"])
+def test_mean_reciprocal_rank_matches_oracle_with_ties(kind):
+  x, y = hard_case(5, 29, 5)
+  got = evaluation.retrieval_metrics(x, y, ks=(1, 2), similarity=kind, reciprocal_rank=True)
+  assert list(got)[-1] == "mrr"
+  np.testing.assert_allclose(got["mrr"], reciprocal_rank_oracle(x, y, None, None, kind),
+                             rtol=1e-12)
+  qx, qy = hard_case(6, 17, 4)
+  gx, gy = hard_case(7, 23, 4)
+  got = evaluation.retrieval_metrics(qx, qy, gx, gy, ks=(1,), similarity=kind,
+                                     reciprocal_rank=True)
+  np.testing.assert_allclose(got["mrr"], reciprocal_rank_oracle(qx, qy, gx, gy, kind),
+                             rtol=1e-12)
+  assert "mrr" not in evaluation.retrieval_metrics(x, y, ks=(1, 2), similarity=kind)
+
+
+def test_mean_reciprocal_rank_counts_first_items_far_down_the_ranking():
+  """Unstructured embeddings and small classes: most queries find their class only after the
+  neighbours the search keeps (m = max(R, 16)), so the rank comes from the counting pass."""
+  rng = np.random.default_rng(3)
+  x = rng.normal(size=(150, 8)).astype(np.float32)
+  y = np.repeat(np.arange(50), 3)
+  got = evaluation.retrieval_metrics(x, y, ks=(1,), similarity="dot", reciprocal_rank=True)
+  want = reciprocal_rank_oracle(x, y, None, None, "dot")
+  assert want < 0.2   # the first item of the class is mostly far beyond 16
+  np.testing.assert_allclose(got["mrr"], want, rtol=1e-12)
+  # the line worked out by hand at the top: first hits at ranks 1, 1, 3, 2, 4, 2
+  got = evaluation.retrieval_metrics(LINE_X, LINE_Y, ks=(1,), similarity="neg_sq_euclidean",
+                                     reciprocal_rank=True)
+  np.testing.assert_allclose(got["mrr"], (1 + 1 + 1 / 3 + 1 / 2 + 1 / 4 + 1 / 2) / 6)
+
+
+def test_clustering_scores_come_from_the_clustering_of_nmi():
+  from sklearn import cluster as sk_cluster  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(2)
+  x, y = rng.normal(size=(80, 3)), rng.integers(0, 4, size=80)
+  got = evaluation.clustering_metrics(x, y, overcluster=2, seed=1, n_init=3, kmeans="sklearn",
+                                      scores=("f1", "nmi", "ami"))
+  assignment = sk_cluster.KMeans(n_clusters=4, n_init=3, random_state=1).fit_predict(x)
+  assert list(got) == ["f1", "nmi", "ami", "nmi+"]
+  assert got["nmi"] == evaluation.nmi(y, assignment)
+  assert got["ami"] == evaluation.ami(y, assignment)
+  assert got["f1"] == evaluation.pairwise_f1(y, assignment)
+  default = evaluation.clustering_metrics(x, y, overcluster=2, seed=1, n_init=3,
+                                          kmeans="sklearn")
+  assert default == {"nmi": got["nmi"], "nmi+": got["nmi+"]}
+  for bad in ((), ("nmi", "purity")):
+    with pytest.raises(ValueError, match=r"^scores must name one or more of nmi, ami, f1"):
+      evaluation.clustering_metrics(x, y, scores=bad)
