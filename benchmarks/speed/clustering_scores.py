@@ -72,6 +72,11 @@ def cases(names: list[str], smoke: bool) -> list[dict]:
            "classes": max(2, SHAPES[name][2] // scale)} for name in names]
 
 
+def _ms(value: float | None) -> str:
+  """Milliseconds to three digits (whole ones from 100 on)."""
+  return harness.fmt(value, ",.0f" if value is not None and value >= 100 else ".3g")
+
+
 def table_row(r: dict) -> list[str]:
   """One row's cells: the case, N, classes, then per score each side's milliseconds and the
   speed-up, and the largest difference of the values."""
@@ -79,7 +84,7 @@ def table_row(r: dict) -> list[str]:
   for score in SCORES:
     sides = [r.get(side, {}).get(score) for side in ("dml_jax", "sklearn")]
     ours, theirs = (1e3 * s["seconds"] if s else None for s in sides)
-    cells.append(f"{harness.fmt(ours, ',.3g')} / {harness.fmt(theirs, ',.3g')}"
+    cells.append(f"{_ms(ours)} / {_ms(theirs)}"
                  + (f" ({theirs / ours:,.0f}x)" if ours and theirs else ""))
   cells.append(harness.fmt(r.get("max_difference"), ".1e"))
   return cells
