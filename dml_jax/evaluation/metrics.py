@@ -226,7 +226,8 @@ def clustering_metrics(embeddings, labels, *, n_clusters: int | None = None,
   * ``'ami'`` and ``'f1'`` (when ``scores`` names them): the adjusted mutual information
     and the pairwise F1 of Song et al. of that same clustering (:mod:`cluster_scores`);
   * ``'nmi+'`` (only when ``overcluster`` is given): ``k = round(overcluster * C)``, the
-    over-clustered NMI of the EPS paper (Levi et al., which uses factors 10 and 30).
+    over-clustered NMI of the EPS paper (Levi et al., which uses factors 10 and 30); with
+    ``'ami'`` / ``'f1'`` in ``scores`` also ``'ami+'`` / ``'f1+'`` of that clustering.
 
   Args:
     embeddings: float ``[N, D]``.
@@ -244,8 +245,8 @@ def clustering_metrics(embeddings, labels, *, n_clusters: int | None = None,
     show_progress: a progress line per k-means restart.
 
   Returns:
-    ``{'nmi': ...}`` (the ``scores``) plus ``'nmi+'`` when ``overcluster`` is given; Python
-    floats in ``[0, 1]`` (AMI can be slightly negative).
+    ``{'nmi': ...}`` (the ``scores``) plus ``'nmi+'`` (and the other scores with a ``+``) when
+    ``overcluster`` is given; Python floats in ``[0, 1]`` (AMI can be slightly negative).
   """
   x = knn.as_embeddings("embeddings", embeddings)
   labels = _as_labels("labels", labels, x.shape[0])
@@ -275,7 +276,9 @@ def clustering_metrics(embeddings, labels, *, n_clusters: int | None = None,
   assignment = assign(n_clusters=n_clusters)
   result = {score: cluster_scores.SCORES[score](labels, assignment) for score in scores}
   if overcluster is not None:
-    result["nmi+"] = cluster_scores.nmi(labels, assign(n_clusters=k_plus))
+    assignment = assign(n_clusters=k_plus)
+    result.update({f"{score}+": cluster_scores.SCORES[score](labels, assignment)
+                   for score in dict.fromkeys(("nmi", *scores))})
   return result
 
 

@@ -25,7 +25,7 @@ Metrics of a protocol (``metrics_groups=``; config ``eval.metrics``): ``'retriev
 embeddings) and ``'spectral_decay'`` (``rho``; on the query split's embeddings); on request
 ``'mrr'`` (mean reciprocal rank, from the same neighbour search), ``'ami'`` (adjusted mutual
 information) and ``'f1'`` (the pairwise F1 of Song et al.), both of the clustering that gives
-``nmi``. With ``similarity='cosine'`` the clustering and the spectrum use the L2-normalised
+``nmi`` (and ``ami+`` / ``f1+`` of the one that gives ``nmi+``). With ``similarity='cosine'`` the clustering and the spectrum use the L2-normalised
 embeddings (the geometry the retrieval uses).
 
 ``DEFAULT_KS`` holds the Recall@K cut-offs of the literature per dataset; ``ks=()`` selects the
@@ -170,7 +170,8 @@ def parse_selection(spec: str) -> tuple[str, str]:
                      "'val/recall@1' or 'train:digit/map@r'.")
   if not report.is_fraction(metric):
     raise ValueError(f"Model selection metric {metric!r}: use a metric where higher is "
-                     "better (recall@K, map@r, r_precision, mrr, nmi, nmi+, ami, f1).")
+                     "better (recall@K, map@r, r_precision, mrr, nmi, nmi+, ami, ami+, f1, "
+                     "f1+).")
   query_part, _, gallery = protocol.partition("@")
   for split in (query_part.partition(":")[0], gallery):
     if split and (split in TEST_SPLIT_NAMES or split.startswith("test")):

@@ -14,7 +14,7 @@ import numpy as np
 
 
 # Metrics in [0, 1], shown in percent in tables; others (rho) are shown as they are.
-_FRACTION_KEYS = ("map@r", "r_precision", "mrr", "nmi", "nmi+", "ami", "f1")
+_FRACTION_KEYS = ("map@r", "r_precision", "mrr", "nmi", "nmi+", "ami", "ami+", "f1", "f1+")
 
 
 def flatten(results: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
@@ -55,7 +55,7 @@ def write_results(results: Mapping, *, workdir: str, step: int, tag: str = "",
 
 def is_fraction(metric: str) -> bool:
   """Metrics in ``[0, 1]`` (shown in percent; higher is better): recall@K, map@r,
-  r_precision, mrr, nmi, nmi+, ami (which can dip below 0), f1."""
+  r_precision, mrr, nmi, nmi+, ami and ami+ (which can dip below 0), f1, f1+."""
   return metric.startswith("recall@") or metric in _FRACTION_KEYS
 
 
@@ -65,7 +65,7 @@ def format_value(metric: str, value: float) -> str:
 
 # Column order of every metric table (eval.py, train.py, the sweep): Recall@K by K, then these,
 # then any other metric alphabetically.
-METRIC_ORDER = ("map@r", "r_precision", "mrr", "nmi", "nmi+", "ami", "f1", "rho")
+METRIC_ORDER = ("map@r", "r_precision", "mrr", "nmi", "nmi+", "ami", "ami+", "f1", "f1+", "rho")
 
 
 def metric_sort_key(metric: str) -> tuple:

@@ -176,6 +176,17 @@ def test_reciprocal_rank_ami_and_f1_on_request():
                                   kmeans="sklearn", kmeans_n_init=2)
   for protocol, row in alone.items():
     assert row == {"mrr": both[protocol]["mrr"], "f1": both[protocol]["f1"]}, protocol
+  # with NMI+: the same scores of the over-clustered partition; without 'clustering', no NMI+
+  plus = compute.evaluate_splits(flat, splits, protocols=("test",), ks=(1,), batch_size=8,
+                                 metrics_groups=("clustering", "ami", "f1"), overcluster=2,
+                                 kmeans="sklearn", kmeans_n_init=2)
+  assert sorted(plus["test"], key=report.metric_sort_key) == ["nmi", "nmi+", "ami", "ami+", "f1",
+                                                              "f1+"]
+  assert {k: plus["test"][k] for k in ("nmi", "ami", "f1")} == {
+      k: both["test"][k] for k in ("nmi", "ami", "f1")}
+  assert "ami+" not in compute.evaluate_splits(
+      flat, splits, protocols=("test",), ks=(1,), batch_size=8, metrics_groups=("ami",),
+      overcluster=2, kmeans="sklearn", kmeans_n_init=2)["test"]
   table = report.format_table(both)
   assert table.splitlines()[0] == ("| protocol | recall@1 | recall@3 | map@r | r_precision | mrr "
                                    "| nmi | ami | f1 |")

@@ -382,11 +382,12 @@ def test_clustering_scores_come_from_the_clustering_of_nmi():
   x, y = rng.normal(size=(80, 3)), rng.integers(0, 4, size=80)
   got = evaluation.clustering_metrics(x, y, overcluster=2, seed=1, n_init=3, kmeans="sklearn",
                                       scores=("f1", "nmi", "ami"))
-  assignment = sk_cluster.KMeans(n_clusters=4, n_init=3, random_state=1).fit_predict(x)
-  assert list(got) == ["f1", "nmi", "ami", "nmi+"]
-  assert got["nmi"] == evaluation.nmi(y, assignment)
-  assert got["ami"] == evaluation.ami(y, assignment)
-  assert got["f1"] == evaluation.pairwise_f1(y, assignment)
+  assert list(got) == ["f1", "nmi", "ami", "nmi+", "f1+", "ami+"]
+  for suffix, k in (("", 4), ("+", 8)):
+    assignment = sk_cluster.KMeans(n_clusters=k, n_init=3, random_state=1).fit_predict(x)
+    assert got["nmi" + suffix] == evaluation.nmi(y, assignment)
+    assert got["ami" + suffix] == evaluation.ami(y, assignment)
+    assert got["f1" + suffix] == evaluation.pairwise_f1(y, assignment)
   default = evaluation.clustering_metrics(x, y, overcluster=2, seed=1, n_init=3,
                                           kmeans="sklearn")
   assert default == {"nmi": got["nmi"], "nmi+": got["nmi+"]}
