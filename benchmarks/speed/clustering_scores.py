@@ -15,8 +15,9 @@ scores). The scores take the two label arrays only, so the embeddings do not mat
 
 Each score is timed after one untimed call on a small labeling (imports), ``--repeats`` times
 up to ``--max_seconds`` per side and score (the median is reported). The table gives
-milliseconds, the speed-up and the largest difference between the two sides' values. Writes
-JSON (``--out``).
+milliseconds, the speed-up, the largest difference between the two sides' values, and the NMI
+that a random clustering with the case's cluster sizes scores on average
+(``cluster_scores.chance_nmi``). Writes JSON (``--out``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from sklearn import metrics as sk_metrics  # noqa: E402
 
 from benchmarks import harness  # noqa: E402
 from dml_jax import evaluation  # noqa: E402
+from dml_jax.evaluation import cluster_scores  # noqa: E402
 
 # (name, test images, classes) of each benchmark's test split
 SHAPES = {"cub": ("CUB-200-2011 test", 5924, 100), "cars": ("Cars196 test", 8131, 98),
@@ -87,13 +89,14 @@ def table_row(r: dict) -> list[str]:
     cells.append(f"{_ms(ours)} / {_ms(theirs)}"
                  + (f" ({theirs / ours:,.0f}x)" if ours and theirs else ""))
   cells.append(harness.fmt(r.get("max_difference"), ".1e"))
+  cells.append(harness.fmt(r.get("chance_nmi"), ".3f"))
   return cells
 
 
 def table(report: dict) -> str:
   return harness.markdown_table(
       ["case", "N", "classes", "NMI ms (dml_jax / sklearn)", "AMI ms", "F1 ms",
-       "largest difference"], [table_row(r) for r in report["rows"]])
+       "largest difference", "NMI of chance"], [table_row(r) for r in report["rows"]])
 
 
 def main(argv=None) -> int:
@@ -122,7 +125,7 @@ def main(argv=None) -> int:
   rows = []
   for case in cases(names, args.smoke):
     labels, assignment = labeling(case["n"], case["classes"], args.agreement, args.seed)
-    row = dict(case)
+    row = dict(case, chance_nmi=cluster_scores.chance_nmi(labels, assignment))
     values = {}
     for side in chosen:
       row[side] = {}

@@ -34,11 +34,11 @@ def test_table_row():
   bench = load_benchmark("speed.clustering_scores")
   side = lambda *ms: {s: {"seconds": t / 1e3, "value": 0.5} for s, t in zip(bench.SCORES, ms)}
   row = {"case": "c", "n": 60502, "classes": 11316, "dml_jax": side(0.5, 14.1, 0.25),
-         "sklearn": side(2.0, 35243.2, 1.0), "max_difference": 1.8e-9}
+         "sklearn": side(2.0, 35243.2, 1.0), "max_difference": 1.8e-9, "chance_nmi": 0.8157}
   assert bench.table_row(row) == ["c", "60,502", "11,316", "0.5 / 2 (4x)",
-                                  "14.1 / 35,243 (2,500x)", "0.25 / 1 (4x)", "1.8e-09"]
-  del row["sklearn"], row["max_difference"]
-  assert bench.table_row(row)[3:] == ["0.5 / —", "14.1 / —", "0.25 / —", "—"]
+                                  "14.1 / 35,243 (2,500x)", "0.25 / 1 (4x)", "1.8e-09", "0.816"]
+  del row["sklearn"], row["max_difference"], row["chance_nmi"]
+  assert bench.table_row(row)[3:] == ["0.5 / —", "14.1 / —", "0.25 / —", "—", "—"]
 
 
 def test_smoke_run_writes_a_report_the_docs_can_render(tmp_path, capsys):
@@ -51,4 +51,6 @@ def test_smoke_run_writes_a_report_the_docs_can_render(tmp_path, capsys):
   assert row["max_difference"] < 1e-12
   labels, assignment = bench.labeling(row["n"], row["classes"], 0.6, seed=0)
   assert row["dml_jax"]["ami"]["value"] == evaluation.ami(labels, assignment)
+  nmi, ami = row["dml_jax"]["nmi"]["value"], row["dml_jax"]["ami"]["value"]
+  assert abs(row["chance_nmi"] - (nmi - ami) / (1 - ami)) < 1e-9
   assert "| CUB-200-2011 test | 592 | 10 |" in capsys.readouterr().out

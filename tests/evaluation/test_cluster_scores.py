@@ -111,3 +111,18 @@ def test_pairwise_f1_by_hand_and_limits():
   assert evaluation.pairwise_f1([0, 0, 1, 1], [1, 1, 0, 0]) == 1.0
   assert evaluation.pairwise_f1(np.arange(4), np.arange(4)) == 1.0   # no pair in either
   assert evaluation.pairwise_f1(np.arange(4), np.zeros(4, int)) == 0.0
+
+
+def test_chance_nmi_is_the_mean_nmi_of_shuffled_clusterings():
+  rng = np.random.default_rng(4)
+  labels = np.repeat(np.arange(12), 5)              # 12 classes of 5
+  assignment = rng.integers(0, 15, size=60)         # 15 clusters of uneven sizes
+  want = cluster_scores.chance_nmi(labels, assignment)
+  shuffled = [evaluation.nmi(labels, rng.permutation(assignment)) for _ in range(3000)]
+  assert abs(np.mean(shuffled) - want) < 4 * np.std(shuffled) / np.sqrt(len(shuffled))
+  assert 0.3 < want < 0.6   # many small classes: a large part of the scale
+  nmi, ami = evaluation.nmi(labels, assignment), evaluation.ami(labels, assignment)
+  np.testing.assert_allclose(want, (nmi - ami) / (1 - ami), rtol=1e-10)
+  big = np.repeat(np.arange(2), 30)                 # 2 classes of 30: chance is near 0
+  assert cluster_scores.chance_nmi(big, rng.permutation(big)) < 0.02
+  assert cluster_scores.chance_nmi(np.zeros(4, int), np.zeros(4, int)) == 1.0
