@@ -105,7 +105,7 @@ def evaluate_splits(embed_fn: Callable, splits: Mapping, *, protocols: tuple[str
     step: the checkpoint step (names the plot).
     metrics_groups: any of ``METRIC_GROUPS``; default ``('retrieval', 'clustering')``
       (``'mrr'`` adds the mean reciprocal rank, ``'ami'`` and ``'f1'`` scores of the NMI
-      clustering).
+      clustering, and of the NMI+ one as ``'ami+'`` / ``'f1+'``).
     rho_skip: largest singular values left out of ``rho`` (``metrics.spectral_decay``).
     kmeans_n_init: k-means restarts of NMI / NMI+ (default 10).
     kmeans: the k-means of NMI / NMI+, ``'jax'`` (default) or ``'sklearn'``
@@ -127,9 +127,9 @@ def evaluate_splits(embed_fn: Callable, splits: Mapping, *, protocols: tuple[str
   """
   groups = protocols_lib.check_metrics(metrics_groups)
   parsed = [(p, protocols_lib.parse_protocol(p, splits)) for p in protocols]
-  retrieval = [g for g in groups if g in protocols_lib.RETRIEVAL_GROUPS]
-  scores = [score for group, score in (("clustering", "nmi"), ("ami", "ami"), ("f1", "f1"))
-            if group in groups]
+  retrieval = any(group in groups for group in protocols_lib.RETRIEVAL_GROUPS)
+  scores = [{"clustering": "nmi"}.get(group, group) for group in protocols_lib.CLUSTERING_GROUPS
+            if group in groups]   # the scores of the k-means partition
   if "retrieval" not in groups:
     ks = (1,)   # the mean reciprocal rank alone: the search needs no cut-off
   elif not ks:
