@@ -32,7 +32,8 @@ p = 0.4), while a same-letter pair is read as different with q_+1 = 0.64.
 (and the same for ``triplet_fixed_semihard`` and ``margin``, each in its own folder). Two
 sweeps vary the recipe around p = 0.4 (their full commands are in docs/reproductions.md): the
 triplet hinge on squared distances (``--set=loss.distance=squared``) and four times the steps
-with an evaluation every 600 (``--set=num_train_steps=2400 --set=eval_every_steps=600``).
+with an evaluation every 600 (``--set=num_train_steps=2400 --set=eval_every_steps=600``);
+panel (d) corrected for chance adds ``--set="eval.metrics=('retrieval','clustering','ami','f1')"``.
 """
 
 from configs import omniglot_dro, recipes
