@@ -152,11 +152,11 @@ def pairwise_f1(labels, assignment) -> float:
     F1 = 2 P R / (P + R) = 2 TP / (S_Y + S_C)
 
   symmetric in the two labelings. Two labelings with no pair together give 1 (they are
-  equal); the other results are in ``[0, 1]``.
+  equal).
 
   Args:
-    labels: int ``[N]`` (any values).
-    assignment: int ``[N]`` (any values).
+    labels: the classes, int ``[N]`` (any values).
+    assignment: the clusters of the same items, int ``[N]`` (any values).
 
   Returns:
     A Python float in ``[0, 1]``.
